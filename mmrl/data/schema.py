@@ -1,0 +1,120 @@
+"""Core data objects that flow through one RL step (see DESIGN.md).
+
+``Sample`` -> ``Media`` (decoded once per step) -> ``View`` -> ``Trajectory``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@dataclass
+class VideoRef:
+    """A video on disk (an MP4 file or a folder of JPEG frames) with its sampling budget."""
+
+    path: str
+    start: Optional[float] = None  # seconds; None = from the beginning
+    end: Optional[float] = None  # seconds; None = to the end
+    fps: Optional[float] = None  # sample at this rate ...
+    nframes: Optional[int] = None  # ... or exactly this many frames (takes precedence)
+    max_pixels: Optional[int] = None  # per-frame pixel budget
+    frame_fps: Optional[float] = None  # for JPEG frame folders: their rate (MVBench uses 3)
+
+
+@dataclass
+class ImageRef:
+    path: str
+    max_pixels: Optional[int] = None
+
+
+@dataclass
+class Evidence:
+    """Where the answer lives: time segments in seconds and per-frame target boxes.
+
+    ``boxes`` maps a time in seconds (of the source video) to ``[x0, y0, x1, y1]`` in pixels of the source frame.
+    """
+
+    segments: List[Tuple[float, float]] = field(default_factory=list)
+    boxes: List[Tuple[float, List[float]]] = field(default_factory=list)
+    source_size: Optional[Tuple[int, int]] = None  # (width, height) the boxes refer to
+
+
+@dataclass
+class Sample:
+    id: str
+    question: str
+    candidates: List[str]
+    answer: str  # candidate text; the gold letter is its index in ``candidates``
+    qtype: str = "generic"
+    video: Optional[VideoRef] = None
+    image: Optional[ImageRef] = None
+    evidence: Evidence = field(default_factory=Evidence)
+    meta: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def answer_index(self) -> int:
+        return self.candidates.index(self.answer)
+
+    @property
+    def answer_letter(self) -> str:
+        return LETTERS[self.answer_index]
+
+    @property
+    def letters(self) -> str:
+        return LETTERS[: len(self.candidates)]
+
+
+@dataclass
+class Media:
+    """Decoded media of one sample: video frames ``uint8 [T, C, H, W]`` with timestamps, or one image ``[C, H, W]``."""
+
+    sample_id: str
+    frames: Optional[torch.Tensor] = None
+    timestamps: Optional[List[float]] = None
+    image: Optional[torch.Tensor] = None
+    source_size: Optional[Tuple[int, int]] = None  # (width, height) of the source before resizing
+    fps: Optional[float] = None  # rate the frames were sampled at (for M-RoPE time ids)
+
+    @property
+    def is_video(self) -> bool:
+        return self.frames is not None
+
+
+ANSWER_UNCHANGED = "unchanged"
+ANSWER_ABSTAIN = "abstain"
+ANSWER_UNKNOWN = "unknown"
+
+
+@dataclass
+class View:
+    """One view of a sample's media. ``expected`` is the gold letter under the view, ``"abstain"`` or ``None`` (unknown)."""
+
+    name: str
+    role: str
+    media: Media
+    expected: Optional[str]
+    transform: str = "identity"
+
+
+@dataclass
+class Trajectory:
+    """One response to one (sample, view) prompt."""
+
+    sample_id: str
+    group_id: int  # index of the prompt group in the batch
+    view: str
+    role: str
+    prompt_ids: torch.Tensor  # [P] long
+    response_ids: torch.Tensor  # [R] long (ends with EOS when the model stopped)
+    logprobs: torch.Tensor  # [R] float, sampling log-probs under the rollout policy
+    loss_mask: torch.Tensor  # [R] bool: tokens trained on (tool outputs masked out)
+    text: str
+    truncated: bool = False
+    turns: List[Dict[str, Any]] = field(default_factory=list)
+    rewards: Dict[str, float] = field(default_factory=dict)
+    expected: Optional[str] = None
+    inputs_key: int = 0  # index into the rollout batch's multimodal inputs (one per prompt/view)

@@ -1,0 +1,58 @@
+"""The rollout-engine interface: batched generation over prompts x n samples.
+
+Callers build ``RolloutRequest``s (processor inputs from ``mmrl.media.inputs.build_prompt_inputs`` plus the
+number of samples) and receive one ``Trajectory`` per sample, in request order. Backends: ``hf``
+(``transformers.generate``) and ``vllm`` (GPU, optional). Multi-turn tool rollouts drive an engine through the
+same ``generate`` call, one turn at a time.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+from mmrl.data.schema import Trajectory
+from mmrl.media.inputs import PromptInputs
+from mmrl.registry import Registry
+
+ENGINES = Registry("rollout engine")
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 8
+    greedy: bool = False
+
+
+@dataclass
+class RolloutRequest:
+    inputs: PromptInputs
+    n: int = 1
+    sample_id: str = "?"
+    group_id: int = 0
+    view: str = "original"
+    role: str = "anchor"
+    expected: str | None = None
+    meta: Dict[str, Any] = field(default_factory=dict)
+
+
+class RolloutEngine(ABC):
+    """Generates responses; ``sync_weights`` is called after every optimizer step."""
+
+    @abstractmethod
+    def generate(self, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
+        ...
+
+    def sync_weights(self, model) -> None:  # the HF engine shares the trainer's module: nothing to do
+        return None
+
+
+def build_engine(name: str, **kwargs) -> RolloutEngine:
+    if name == "vllm":
+        from mmrl.rollout import vllm_engine  # noqa: F401  (lazy: registers itself, raises without vLLM)
+    else:
+        from mmrl.rollout import hf_engine  # noqa: F401
+    return ENGINES.get(name)(**kwargs)

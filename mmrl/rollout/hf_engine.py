@@ -1,0 +1,81 @@
+"""HF ``generate`` backend: all prompts of a step in a few left-padded batched calls, ``n`` samples each."""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+
+from mmrl.data.schema import Trajectory
+from mmrl.media.inputs import collate_vision, pad_left
+from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
+
+
+@ENGINES.register("hf")
+class HFEngine(RolloutEngine):
+    def __init__(self, model, processor, max_batch_sequences: int = 64):
+        self.model = model
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.max_batch_sequences = max_batch_sequences
+        self.eos_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+
+    def _chunks(self, requests: List[RolloutRequest]):
+        """Consecutive requests with the same n, at most max_batch_sequences sequences per chunk."""
+        chunk: List[int] = []
+        for i, r in enumerate(requests):
+            if chunk and (requests[chunk[0]].n != r.n or (len(chunk) + 1) * r.n > self.max_batch_sequences):
+                yield chunk
+                chunk = []
+            chunk.append(i)
+        if chunk:
+            yield chunk
+
+    @torch.no_grad()
+    def generate(self, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
+        out: List[Trajectory] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for chunk in self._chunks(requests):
+                out.extend(self._generate_chunk([requests[i] for i in chunk], [i for i in chunk], params))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _generate_chunk(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
+        n = reqs[0].n
+        ids, mask = pad_left([r.inputs.input_ids for r in reqs], self.pad_id)
+        vision = collate_vision([r.inputs for r in reqs])
+        device = next(self.model.parameters()).device
+        kwargs = dict(
+            input_ids=ids.to(device), attention_mask=mask.to(device),
+            **{k: v.to(device) for k, v in vision.items()},
+            max_new_tokens=params.max_new_tokens, num_return_sequences=n,
+            return_dict_in_generate=True, output_logits=True,
+            eos_token_id=self.eos_id, pad_token_id=self.pad_id,
+        )
+        if params.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
+        gen = self.model.generate(**kwargs)
+        seqs = gen.sequences[:, ids.shape[1]:].cpu()
+        temp = 1.0 if params.greedy else params.temperature
+        logits = torch.stack(gen.logits, dim=1).float().cpu() / temp  # [B*n, L, V]
+        logps = torch.log_softmax(logits, dim=-1).gather(-1, seqs.unsqueeze(-1)).squeeze(-1)
+        trajs = []
+        for row in range(seqs.shape[0]):
+            req, key = reqs[row // n], keys[row // n]
+            resp = seqs[row]
+            stop = (resp == self.eos_id).nonzero()
+            length = int(stop[0]) + 1 if stop.numel() else int(resp.numel())
+            resp_ids = resp[:length].clone()
+            trajs.append(Trajectory(
+                sample_id=req.sample_id, group_id=req.group_id, view=req.view, role=req.role,
+                prompt_ids=req.inputs.input_ids, response_ids=resp_ids, logprobs=logps[row, :length].clone(),
+                loss_mask=torch.ones(length, dtype=torch.bool),
+                text=self.tokenizer.decode(resp_ids, skip_special_tokens=True),
+                truncated=not stop.numel(), expected=req.expected, inputs_key=key,
+            ))
+        return trajs

@@ -1,0 +1,58 @@
+"""Atomic checkpoints (model, optimizer, scheduler, RNG states, data position) and exact resume."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+
+def rng_state() -> Dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(out_dir: str, step: int, model, optimizer, scheduler, extra: Dict[str, Any], keep: int = 2) -> Path:
+    """Write ``out_dir/checkpoints/step_{step:06d}`` through a temporary folder and an atomic rename."""
+    root = Path(out_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp_step_{step:06d}_{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    trainable = {k: v for k, v in model.state_dict().items()}
+    torch.save(trainable, tmp / "model.pt")
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
+                "rng": rng_state(), "step": step, **extra}, tmp / "trainer_state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in sorted(root.glob("step_*"))[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(out_dir: str) -> Optional[Path]:
+    found = sorted((Path(out_dir) / "checkpoints").glob("step_*"))
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler) -> Dict[str, Any]:
+    model.load_state_dict(torch.load(path / "model.pt", weights_only=False))
+    state = torch.load(path / "trainer_state.pt", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None and state.get("scheduler") is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    return state

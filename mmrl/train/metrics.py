@@ -1,0 +1,47 @@
+"""Per-step metrics to JSONL and TensorBoard, and a rich progress bar."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+
+class MetricsLogger:
+    def __init__(self, out_dir: str, resume_step: int = 0, tensorboard: bool = True):
+        self.path = Path(out_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():  # on resume drop rows written after the checkpoint
+            rows = [r for r in self.read(self.path) if r.get("step", 0) <= resume_step] if resume_step else []
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(Path(out_dir) / "tb"))
+            except ImportError:
+                self.tb = None
+
+    def log(self, step: int, metrics: Dict[str, Any]) -> None:
+        row = {"step": step, **{k: v for k, v in metrics.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)):
+                    self.tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+    @staticmethod
+    def read(path) -> List[Dict[str, Any]]:
+        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def progress(total: int, description: str, disable: bool = False):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=disable)

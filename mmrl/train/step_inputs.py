@@ -1,0 +1,78 @@
+"""From samples to rollout requests: decode each sample's media once, expand its views, build processor inputs.
+
+Bad samples raise ``DataError`` (naming sample and file) or, with ``data.on_error: skip``, are skipped and counted.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+from mmrl.data.schema import Media, Sample, View
+from mmrl.errors import DataError
+from mmrl.media.decode import MediaBudget, load_media
+from mmrl.media.inputs import build_prompt_inputs
+from mmrl.media.prompts import PromptStyle, build_messages
+from mmrl.rollout.base import RolloutRequest
+
+
+@dataclass
+class StepInputs:
+    requests: List[RolloutRequest] = field(default_factory=list)
+    samples: Dict[str, Sample] = field(default_factory=dict)
+    candidates: Dict[tuple, List[str]] = field(default_factory=dict)  # (sample id, view) -> shown candidates
+    media: Dict[str, Media] = field(default_factory=dict)
+    views: Dict[tuple, View] = field(default_factory=dict)
+    skipped: List[tuple] = field(default_factory=list)  # (sample id, reason)
+    time_decode: float = 0.0
+    time_views: float = 0.0
+    time_processor: float = 0.0
+
+
+def budget_from(data_cfg) -> MediaBudget:
+    return MediaBudget(nframes=data_cfg.nframes, fps=data_cfg.fps, min_pixels=data_cfg.min_pixels, max_pixels=data_cfg.max_pixels)
+
+
+def style_from(data_cfg) -> PromptStyle:
+    return PromptStyle(system=data_cfg.prompt.system, instruction=data_cfg.prompt.instruction)
+
+
+def build_step_inputs(samples: List[Sample], processor, data_cfg, n_for_role: Callable[[str], int],
+                      viewset=None, seed: int = 0, group_offset: int = 0) -> StepInputs:
+    """One group per sample; one request per (sample, view) with ``n_for_role(view.role)`` responses."""
+    out = StepInputs()
+    budget, style = budget_from(data_cfg), style_from(data_cfg)
+    for gi, sample in enumerate(samples):
+        try:
+            t0 = time.perf_counter()
+            media = load_media(sample, budget)
+            t1 = time.perf_counter()
+            if viewset is not None:
+                views = viewset.expand(sample, media, seed)
+                cands = viewset.candidates_for(sample)
+            else:
+                views = [View(name="original", role="anchor", media=media, expected=sample.answer_letter)]
+                cands = list(sample.candidates)
+            t2 = time.perf_counter()
+            reqs = []
+            for view in views:
+                msgs = build_messages(sample.question, cands, view.media, style)
+                inputs = build_prompt_inputs(processor, msgs, view.media, max_prompt_tokens=data_cfg.max_prompt_tokens,
+                                             sample_id=sample.id)
+                reqs.append(RolloutRequest(inputs=inputs, n=n_for_role(view.role), sample_id=sample.id,
+                                           group_id=group_offset + gi, view=view.name, role=view.role,
+                                           expected=view.expected))
+                out.views[(sample.id, view.name)] = view
+                out.candidates[(sample.id, view.name)] = cands
+            out.time_processor += time.perf_counter() - t2
+            out.time_decode += t1 - t0
+            out.time_views += t2 - t1
+        except DataError as e:
+            if data_cfg.on_error != "skip":
+                raise
+            out.skipped.append((sample.id, str(e)))
+            continue
+        out.requests.extend(r for r in reqs if r.n > 0)
+        out.samples[sample.id] = sample
+        out.media[sample.id] = media
+    return out

@@ -1,0 +1,62 @@
+"""The policy update: teacher-forced log-probs, policy loss (+ k3 KL), micro-batched backward, clip, step.
+
+Micro-batch losses are weighted by their share of the batch (tokens for token-mean, sequences for the
+seq-mean modes), so gradient accumulation gives the same gradient as one big batch.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import torch
+
+from mmrl.algos.base import POLICY_LOSSES
+from mmrl.algos.losses import aggregate, k3_kl
+from mmrl.data.schema import Trajectory
+from mmrl.media.inputs import PromptInputs, pad_right
+from mmrl.train.scoring import response_logprobs
+
+
+def _pad(rows: List[torch.Tensor], value=0.0) -> torch.Tensor:
+    return pad_right([r.float() for r in rows], value)
+
+
+def policy_update(model, optimizer, trajs: List[Trajectory], inputs: List[PromptInputs], advantages: torch.Tensor,
+                  cfg_algo, cfg_train, temperature: float, pad_id: int,
+                  old_logps: Optional[List[torch.Tensor]] = None, ref_logps: Optional[List[torch.Tensor]] = None,
+                  autocast=None) -> Dict[str, float]:
+    """One optimizer step over ``trajs``. ``old_logps=None`` means one update per rollout: ratio = 1 exactly."""
+    loss_fn = POLICY_LOSSES.get(cfg_algo.loss)
+    n = len(trajs)
+    seq_mode = cfg_algo.loss_agg != "token-mean"
+    total_tokens = sum(int(t.loss_mask.sum()) for t in trajs)
+    mb = cfg_train.micro_batch
+    stats = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    for s in range(0, n, mb):
+        idx = list(range(s, min(n, s + mb)))
+        items = [(inputs[trajs[i].inputs_key], trajs[i].response_ids) for i in idx]
+        ctx = autocast() if autocast else torch.autocast("cpu", enabled=False)
+        with ctx:
+            lps = response_logprobs(model, items, temperature=temperature, micro_batch=len(items), pad_id=pad_id)
+        logp = _pad(lps)
+        mask = _pad([trajs[i].loss_mask for i in idx])
+        old = _pad(old_logps[i] for i in idx) if old_logps is not None else logp.detach()
+        adv = advantages[idx].to(logp.dtype)
+        loss, m = loss_fn(logp, old, adv, mask, cfg_algo)
+        kl_val = torch.zeros(())
+        if ref_logps is not None and cfg_algo.kl_coef > 0:
+            ref = _pad([ref_logps[i] for i in idx])
+            kl_val = aggregate(k3_kl(logp, ref), mask, cfg_algo.loss_agg, cfg_algo.max_response_len)
+            loss = loss + cfg_algo.kl_coef * kl_val
+        share = (len(idx) / n) if seq_mode else (float(mask.sum()) / max(total_tokens, 1))
+        (loss * share).backward()
+        stats["loss"] += float(loss.detach()) * share
+        stats["kl"] += float(kl_val.detach()) * share
+        stats["clip_frac"] += float(m.get("clip_frac", 0.0)) * share
+        stats["ratio_mean"] += float(m.get("ratio_mean", 1.0)) * share
+    params = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg_train.grad_clip if cfg_train.grad_clip > 0 else float("inf"))
+    optimizer.step()
+    stats["grad_norm"] = float(grad_norm)
+    return stats

@@ -1,0 +1,294 @@
+"""View sets: question type -> the views a sample is rolled out under (YAML files in ``views/``).
+
+File format::
+
+    name: bpo_video                       # optional (default: the file name)
+    abstain_text: cannot be determined    # optional; added to the candidates when a view has role abstain
+    roles: [my_role]                      # optional extra roles besides the built-in ones
+    qtypes:
+      direction:                          # a list of views, or {answer_map: {...}, views: [...]}
+        - {name: original, role: anchor, transform: identity}
+        - {name: reverse, role: sensitive, transform: reverse, answer_map: {left: right, right: left}}
+        - {name: blank, role: abstain, transform: gray, params: {value: 128}}
+      default: [...]                      # for question types without their own entry
+
+A view: ``name``, ``role``, ``transform`` (registered name or ``module:function``), optional ``params``,
+``effect`` (overrides the transform's declared effect on the answer), ``answer_map`` (candidate text -> text,
+for ``mapped``) and ``weight``. A qtype without an anchor gets ``original`` (identity) prepended. Everything
+is checked when loading; the evidence a view needs is checked per sample (``views_for``, ``check``).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
+
+import torch
+
+from mmrl.data.schema import ANSWER_ABSTAIN, LETTERS, Media, Sample, View
+from mmrl.errors import ConfigError, DataError
+from mmrl.views.transforms import (DESTROYED, EFFECTS, MAPPED, UNCHANGED, TransformInfo, transform_info)
+
+ROLES = {"anchor", "stable", "sensitive", "abstain", "shuffled"}
+DEFAULT_ABSTAIN = "cannot be determined"
+_VIEW_KEYS = {"name", "role", "transform", "params", "effect", "answer_map", "weight"}
+_TOP_KEYS = {"name", "abstain_text", "roles", "qtypes"}
+
+
+def register_role(name: str) -> str:
+    """Declare a view role an algorithm uses (e.g. ``shuffled`` for T-GRPO)."""
+    ROLES.add(name)
+    return name
+
+
+@dataclass
+class ViewSpec:
+    """One declared view of a question type."""
+
+    name: str
+    role: str
+    transform: str
+    params: Dict = field(default_factory=dict)
+    effect: str = UNCHANGED
+    answer_map: Optional[Dict[str, str]] = None
+    weight: float = 1.0
+    needs: tuple = ()
+    info: Optional[TransformInfo] = field(default=None, repr=False, compare=False)
+
+
+def _norm(s: str) -> str:
+    return " ".join(str(s).lower().split())
+
+
+def map_answer(answer: str, answer_map: Dict[str, str], candidates: List[str]) -> Optional[str]:
+    """Letter of the candidate that ``answer`` maps to, or None when the map does not decide it.
+
+    The whole answer text is looked up first; otherwise every whole word/phrase key is swapped at once
+    (``"moves left"`` -> ``"moves right"``). Case and spacing are ignored. An answer with no key, or one that
+    maps to no candidate, is unknown (add ``x: x`` to declare a fixed point).
+    """
+    m = {_norm(k): _norm(v) for k, v in answer_map.items()}
+    a = _norm(answer)
+    if a in m:
+        target = m[a]
+    else:
+        keys = sorted(m, key=len, reverse=True)
+        pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in keys) + r")\b") if keys else None
+        if pattern is None or not pattern.search(a):
+            return None
+        target = pattern.sub(lambda mo: m[mo.group(0)], a)
+    for i, c in enumerate(candidates):
+        if _norm(c) == target:
+            return LETTERS[i]
+    return None
+
+
+def view_seed(seed: int, sample_id: str, view_name: str) -> int:
+    """A 63-bit seed fixed by (seed, sample id, view name), independent of order and process."""
+    h = hashlib.blake2b(f"{seed}|{sample_id}|{view_name}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & ((1 << 63) - 1)
+
+
+class ViewSet:
+    """Views per question type, with the abstention option. Build with ``ViewSet.load(path)``."""
+
+    def __init__(self, name: str, qtypes: Dict[str, List[ViewSpec]], abstain_text: str = DEFAULT_ABSTAIN,
+                 source: Optional[str] = None):
+        self.name, self.qtypes, self.abstain_text, self.source = name, qtypes, abstain_text, source
+
+    # ---- loading ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path) -> "ViewSet":
+        import yaml
+
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"view set file '{path}': cannot read: {e}") from e
+        return cls.from_dict(data, name=path.stem, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, name: Optional[str] = None, source: Optional[str] = None) -> "ViewSet":
+        where = f"view set '{(data or {}).get('name', name) if isinstance(data, dict) else name}'"
+        where += f" ({source})" if source else ""
+
+        def fail(msg: str):
+            raise ConfigError(f"{where}: {msg}")
+
+        if not isinstance(data, dict):
+            fail("must be a mapping with a 'qtypes' key")
+        extra = set(data) - _TOP_KEYS
+        if extra:
+            fail(f"unknown keys {sorted(extra)}; allowed: {sorted(_TOP_KEYS)}")
+        roles = set(ROLES) | set(data.get("roles") or [])
+        qtypes = data.get("qtypes")
+        if not isinstance(qtypes, dict) or not qtypes:
+            fail("'qtypes' must be a non-empty mapping of question type -> list of views")
+        parsed = {str(q): cls._parse_qtype(q, entry, roles, fail) for q, entry in qtypes.items()}
+        return cls(str(data.get("name") or name or "views"), parsed,
+                   str(data.get("abstain_text") or DEFAULT_ABSTAIN), source)
+
+    @staticmethod
+    def _parse_qtype(q, entry, roles, fail) -> List[ViewSpec]:
+        qmap = None
+        if isinstance(entry, dict):
+            extra = set(entry) - {"views", "answer_map"}
+            if extra:
+                fail(f"qtype '{q}': unknown keys {sorted(extra)}; allowed: ['answer_map', 'views']")
+            qmap, entry = entry.get("answer_map"), entry.get("views")
+        if not isinstance(entry, list) or not entry:
+            fail(f"qtype '{q}': needs a non-empty list of views")
+        specs: List[ViewSpec] = []
+        for i, v in enumerate(entry):
+            specs.append(ViewSet._parse_view(q, i, v, qmap, roles, fail))
+        names = [s.name for s in specs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            fail(f"qtype '{q}': duplicate view names {dup}")
+        anchors = [s for s in specs if s.role == "anchor"]
+        if len(anchors) > 1:
+            fail(f"qtype '{q}': more than one anchor view ({[s.name for s in anchors]})")
+        if not anchors:
+            if "original" in names:
+                fail(f"qtype '{q}': has no anchor, and the name 'original' is taken by a non-anchor view")
+            anchors = [ViewSpec("original", "anchor", "identity", info=transform_info("identity"))]
+        return anchors + [s for s in specs if s.role != "anchor"]
+
+    @staticmethod
+    def _parse_view(q, i, v, qmap, roles, fail) -> ViewSpec:
+        if not isinstance(v, dict):
+            fail(f"qtype '{q}', view #{i}: must be a mapping")
+        name = v.get("name")
+        if not isinstance(name, str) or not name:
+            fail(f"qtype '{q}', view #{i}: needs a string 'name' (quote names like \"null\")")
+        at = f"qtype '{q}', view '{name}'"
+        extra = set(v) - _VIEW_KEYS
+        if extra:
+            fail(f"{at}: unknown keys {sorted(extra)}; allowed: {sorted(_VIEW_KEYS)}")
+        role = v.get("role")
+        if role not in roles:
+            fail(f"{at}: unknown role {role!r}; known: {sorted(roles)} (declare more under 'roles:')")
+        tname = v.get("transform", "identity")
+        try:
+            info = transform_info(str(tname))
+        except KeyError as e:
+            fail(f"{at}: {e.args[0]}")
+        params = v.get("params") or {}
+        if not isinstance(params, dict):
+            fail(f"{at}: 'params' must be a mapping")
+        try:
+            inspect.signature(info.fn).bind(None, None, None, **params)
+        except TypeError as e:
+            fail(f"{at}: bad params {params} for transform '{tname}': {e}")
+        effect = v.get("effect", info.effect)
+        if effect not in EFFECTS:
+            fail(f"{at}: unknown effect {effect!r}; known: {list(EFFECTS)}")
+        amap = v.get("answer_map", qmap)
+        if amap is not None and not (isinstance(amap, dict) and all(isinstance(k, str) and isinstance(x, str)
+                                                                     for k, x in amap.items())):
+            fail(f"{at}: 'answer_map' must map candidate text to candidate text")
+        if effect == MAPPED and not amap:
+            fail(f"{at}: transform '{tname}' maps the answer; give an 'answer_map' or an explicit 'effect'")
+        if role == "anchor" and info.fn is not transform_info("identity").fn:
+            fail(f"{at}: the anchor view shows the original media; its transform must be 'identity'")
+        if role == "abstain" and effect != DESTROYED:
+            fail(f"{at}: role 'abstain' needs effect 'destroyed' (got {effect!r})")
+        try:
+            weight = float(v.get("weight", 1.0))
+        except (TypeError, ValueError):
+            fail(f"{at}: 'weight' must be a number")
+        return ViewSpec(name, role, str(tname), dict(params), effect, amap, weight,
+                        info.needs_for(params), info)
+
+    # ---- per sample ---------------------------------------------------------------------------------------
+
+    @property
+    def has_abstain(self) -> bool:
+        return any(s.role == "abstain" for specs in self.qtypes.values() for s in specs)
+
+    @property
+    def roles(self) -> set:
+        return {s.role for specs in self.qtypes.values() for s in specs}
+
+    def candidates_for(self, sample: Sample) -> List[str]:
+        """The sample's candidates, plus the abstention text (last) when the set has an abstain role."""
+        cands = list(sample.candidates)
+        if self.has_abstain and _norm(self.abstain_text) not in {_norm(c) for c in cands}:
+            cands.append(self.abstain_text)
+        return cands
+
+    def views_for(self, sample: Sample) -> List[ViewSpec]:
+        """The views of the sample's qtype (or ``default``), checked against the evidence the sample has."""
+        specs = self.qtypes.get(sample.qtype) or self.qtypes.get("default")
+        if specs is None:
+            raise DataError(f"view set '{self.name}': no views for qtype '{sample.qtype}' and no 'default' entry "
+                            f"(qtypes: {sorted(self.qtypes)})", sample_id=sample.id)
+        kind = "video" if sample.video is not None else ("image" if sample.image is not None else None)
+        for s in specs:
+            self._check(s, sample, kind)
+        return specs
+
+    def _check(self, s: ViewSpec, sample: Sample, kind: Optional[str]) -> None:
+        at = f"view set '{self.name}', view '{s.name}' (transform '{s.transform}')"
+        ev = sample.evidence
+        if "segments" in s.needs and not ev.segments:
+            raise DataError(f"{at} needs evidence segments, which the sample lacks", sample_id=sample.id)
+        if "boxes" in s.needs and not ev.boxes:
+            raise DataError(f"{at} needs evidence boxes, which the sample lacks", sample_id=sample.id)
+        if kind is not None and s.info is not None and kind not in s.info.kinds:
+            raise DataError(f"{at} does not apply to {kind} media", sample_id=sample.id)
+
+    def check(self, samples: Iterable[Sample]) -> None:
+        """Check a whole dataset up front (raises on the first sample a view cannot be built for)."""
+        for sample in samples:
+            self.views_for(sample)
+
+    def expected_for(self, spec: ViewSpec, sample: Sample) -> Optional[str]:
+        """Gold letter under the view (against ``candidates_for``), ``"abstain"``, or None when unknown."""
+        cands = self.candidates_for(sample)
+        if sample.answer not in cands:
+            raise DataError(f"answer {sample.answer!r} is not among the candidates {cands}", sample_id=sample.id)
+        if spec.role == "anchor" or spec.effect == UNCHANGED:
+            return LETTERS[cands.index(sample.answer)]
+        if spec.effect == DESTROYED:
+            return ANSWER_ABSTAIN
+        if spec.effect == MAPPED:
+            return map_answer(sample.answer, spec.answer_map or {}, cands)
+        return None
+
+    def expand(self, sample: Sample, media: Media, seed: int = 0) -> List[View]:
+        """All views of the sample, the anchor first (its media is ``media`` itself, not a copy).
+
+        Deterministic for (seed, sample id, view name).
+        """
+        specs = self.views_for(sample)
+        self._check_kind(specs, sample, media)
+        views = []
+        for s in specs:
+            if s.role == "anchor":
+                views.append(View(s.name, s.role, media, self.expected_for(s, sample), s.transform))
+                continue
+            rng = torch.Generator().manual_seed(view_seed(seed, sample.id, s.name))
+            try:
+                out = s.info.fn(media, sample, rng, **s.params)
+            except (ValueError, IndexError, RuntimeError) as e:
+                raise DataError(f"view set '{self.name}', view '{s.name}': transform '{s.transform}' failed: {e}",
+                                sample_id=sample.id) from e
+            if not isinstance(out, Media):
+                raise DataError(f"view set '{self.name}', view '{s.name}': transform '{s.transform}' returned "
+                                f"{type(out).__name__}, not Media", sample_id=sample.id)
+            views.append(View(s.name, s.role, out, self.expected_for(s, sample), s.transform))
+        return views
+
+    def _check_kind(self, specs, sample, media) -> None:
+        kind = "video" if media.is_video else "image"
+        for s in specs:
+            self._check(s, sample, kind)
+
+    def __repr__(self) -> str:
+        return f"ViewSet({self.name!r}, qtypes={sorted(self.qtypes)}, abstain={self.has_abstain})"
