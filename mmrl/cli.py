@@ -100,7 +100,7 @@ def cmd_views_preview(args) -> None:
 def cmd_demo(args) -> None:
     from mmrl.demo import run_demo
 
-    run_demo(out_dir=args.out, seed=args.seed, quick=args.quick)
+    run_demo(out_dir=args.out, seed=args.seed, quick=args.quick, overrides=args.overrides)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,6 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--nframes", type=int, default=4)
     e.add_argument("--batch", type=int, default=8)
     e.add_argument("--on-error", choices=["raise", "skip"], default="skip")
+    e.add_argument("--max-pixels", type=int, help="mvbench/ovobench: pixel budget per frame (default 112*112)")
+    e.add_argument("--max-new-tokens", type=int, help="mvbench/ovobench: default from eval/<bench>.yaml")
+    e.add_argument("--num-segments", type=int, help="mvbench: frames per item (default 16, eval/mvbench*.yaml)")
+    e.add_argument("--tasks", help="mvbench/ovobench: comma-separated task names (default: all)")
+    e.add_argument("--layout", choices=["official", "hf_video"], help="mvbench: annotation layout (default: auto)")
+    e.add_argument("--chunked", action="store_true", help="ovobench: --video-root holds {id}.mp4 / {id}_{i}.mp4")
+    e.add_argument("--retry-errors", action="store_true", help="mvbench/ovobench: redo queries that failed")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument("--device", help="mvbench/ovobench: cuda | cpu (default: cuda when available)")
+    e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: bfloat16 on GPU")
     e.set_defaults(fn=cmd_eval)
 
     v = sub.add_parser("views", help="counterfactual view sets").add_subparsers(dest="views_cmd", required=True)
@@ -164,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="runs/demo")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
+    s.add_argument("overrides", nargs="*", help="dotted overrides applied to configs/demo.yaml")
     s.set_defaults(fn=cmd_demo)
     return p
 

@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -42,7 +41,7 @@ def _correct_counts(acc: torch.Tensor, group_ids: torch.Tensor, correct_threshol
     _check_1d("acc", acc)
     _check_1d("group_ids", group_ids, acc.shape[0])
     inv, g = group_index(group_ids)
-    correct = (acc.to(torch.float64) > correct_threshold).to(torch.float64)
+    correct = (acc > correct_threshold).to(torch.float64)
     n_correct = torch.zeros(g, dtype=torch.float64, device=acc.device).index_add_(0, inv, correct)
     size = torch.zeros(g, dtype=torch.float64, device=acc.device).index_add_(0, inv, torch.ones_like(correct))
     return inv, g, n_correct, size
@@ -113,8 +112,8 @@ def dynamic_sampling_plan(
     rate = num_mixed / g if g else 0.0
     if needed == 0:
         to_sample = 0
-    elif rate > 0:
-        to_sample = math.ceil(needed / rate)
+    elif num_mixed > 0:
+        to_sample = -(-needed * g // num_mixed)  # ceil(needed / keep_rate), in integers
     else:
         to_sample = max(g, needed)
     if max_prompts is not None:

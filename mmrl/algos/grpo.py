@@ -82,7 +82,9 @@ def group_normalize(
     inv, g = group_index(group_ids)
     v = values.to(torch.float64)
     mean, std, const = group_stats(v, inv, g, unbiased)
-    centered = torch.where(const[inv], torch.zeros_like(v), v - mean[inv])
+    const_t = const[inv]
+    zero = torch.zeros_like(v)
+    centered = torch.where(const_t, zero, v - mean[inv])
     if std_scale == "none":
         return centered
     if std_scale == "group":
@@ -90,7 +92,7 @@ def group_normalize(
     else:  # batch
         _, bstd, _ = group_stats(v, torch.zeros_like(inv), 1, unbiased)
         scale = bstd.expand_as(v)
-    return centered / (scale + eps)
+    return torch.where(const_t, zero, centered / (scale + eps))  # no 0/0 even with eps=0
 
 
 def grpo_advantages(

@@ -54,7 +54,7 @@ def tgrpo_temporal_bonus(
     p, n_ord = _masked_group_mean(acc, inv, g, ~shuf)
     p_shuf, n_shuf = _masked_group_mean(acc, inv, g, shuf)
     cond = (p >= mu * p_shuf) & (n_shuf > 0) & (n_ord > 0)
-    eligible = cond[inv] & ~shuf & (acc.to(torch.float64) > acc_threshold)
+    eligible = cond[inv] & ~shuf & (acc > acc_threshold)
     return eligible.to(out_dtype(acc)) * bonus, cond[inv]
 
 
@@ -105,7 +105,7 @@ def tgrpo_length_bonus(
     _check_1d("lengths", lengths, acc.shape[0])
     _check_1d("group_ids", group_ids, acc.shape[0])
     m = torch.ones_like(acc, dtype=torch.bool) if mask is None else mask.to(torch.bool)
-    correct = (acc.to(torch.float64) > acc_threshold) & m
+    correct = (acc > acc_threshold) & m
     inv, g = group_index(group_ids)
     n_correct = torch.zeros(g, dtype=torch.float64, device=acc.device).index_add_(0, inv, correct.to(torch.float64))
     in_range = (lengths >= min_len) & (lengths <= max_len)

@@ -118,3 +118,4 @@ class Trajectory:
     rewards: Dict[str, float] = field(default_factory=dict)
     expected: Optional[str] = None
     inputs_key: int = 0  # index into the rollout batch's multimodal inputs (one per prompt/view)
+    pack_id: int = 0  # j-th response of every view of a sample forms pack j (BPO)

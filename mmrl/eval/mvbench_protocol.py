@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from mmrl.data.schema import LETTERS, Sample, VideoRef
+from mmrl.data.schema import Sample, VideoRef
 from mmrl.eval.benchmark_def import BenchmarkDef, EvalQuery, PromptDef, fill, format_options
 from mmrl.eval.parsers import score_answer
 
@@ -122,16 +122,17 @@ def score_records(records: List[Dict[str, Any]], aggregate: str = "micro") -> Di
     ``micro``: the notebook's ``acc_dict`` (task accuracy = correct / total; ``Avg`` = total correct / total).
     ``lmms_answered``: lmms-eval ``mvbench_aggregate_results`` (correct / non-empty predictions, per task; a
     ``None`` response counts as empty); its ``Avg`` is computed the same way but lmms-eval reports no group mean.
+    A record with an ``error`` (unreadable media, failed generation) always counts, scored 0: never dropped.
     """
     if aggregate not in ("micro", "lmms_answered"):
         raise ValueError(f"unknown MVBench aggregate '{aggregate}' (micro | lmms_answered)")
     per: Dict[str, List[int]] = {}  # task -> [correct, total, answered]
     for r in records:
         c = per.setdefault(r["task"], [0, 0, 0])
-        answered = r.get("response") not in (None, "")
+        answered = bool(r.get("error")) or r.get("response") not in (None, "")
         c[1] += 1
         c[2] += int(answered)
-        if aggregate == "micro" or answered:
+        if (aggregate == "micro" or answered) and not r.get("error"):
             c[0] += int(r["score"])
     denom = 1 if aggregate == "micro" else 2
     tasks = {t: {"acc": 100.0 * c[0] / c[denom] if c[denom] else 0.0, "correct": c[0], "n": c[1],
@@ -159,4 +160,4 @@ def random_chance(samples: Iterable[Sample]) -> float:
 
 
 __all__ = ["get_index", "frame_files", "gold_string", "gold_for", "question_block", "build_prompt", "build_queries",
-           "query_frame_indices", "score_records", "score_responses", "random_chance", "LETTERS"]
+           "query_frame_indices", "score_records", "score_responses", "random_chance"]

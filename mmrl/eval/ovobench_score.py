@@ -48,22 +48,22 @@ def load_result_files(paths: Iterable[str]) -> Dict[str, List[Dict[str, Any]]]:
 
 
 def per_task_scores(results: Dict[str, List[Dict[str, Any]]], bdef: BenchmarkDef) -> Dict[str, Dict[str, Any]]:
-    """``task -> {mode, scores (0/1 list), items, none}`` in mode then first-seen order."""
+    """``task -> {mode, scores (0/1 list), items, none}`` in first-seen order; each task's parser and gold field
+    (``ground_truth``, or the probe's ``count``/``type``) come from the benchmark definition."""
+    known = bdef.task_names()
     out: Dict[str, Dict[str, Any]] = {}
     for mode in MODE_KEYS:
         for i, rec in enumerate(results.get(mode, [])):
             task = rec.get("task")
-            if task is None:
-                raise DataError(f"results['{mode}'][{i}] has no 'task'")
+            if task not in known:
+                raise DataError(f"results['{mode}'][{i}]: unknown task {task!r} (known: {', '.join(known)})")
+            tdef, parser = bdef.task(task), bdef.parser_for(task)
             entry = out.setdefault(task, {"mode": mode, "scores": [], "items": 0, "none": 0})
             entry["items"] += 1
-            parser = bdef.parser_for(task) if task in bdef.task_names() else "ovo_mcq"
             if mode == "forward":
+                key = tdef.gold.split(".", 1)[1]
                 for probe in rec["test_info"]:
-                    gold = probe["count"] if task == "REC" else probe["type"]
-                    if parser == "ovo_mcq":  # a forward task this definition does not know: official rules
-                        parser = "ovo_rec" if task == "REC" else "ovo_yes_no"
-                    entry["scores"].append(score_answer(parser, probe.get("response"), gold))
+                    entry["scores"].append(score_answer(parser, probe.get("response"), probe[key]))
                     entry["none"] += probe.get("response") is None
             else:
                 entry["scores"].append(score_answer(parser, rec.get("response"), rec["ground_truth"]))
@@ -75,18 +75,17 @@ def score_results(results: Dict[str, List[Dict[str, Any]]], bdef: Optional[Bench
     """Scores (percent, unrounded) of merged official-layout results; see the module docstring for labels."""
     bdef = bdef or load_benchmark("ovobench")
     raw = per_task_scores(results, bdef)
-    order = [t for t in bdef.task_names() if t in raw] + [t for t in raw if t not in bdef.task_names()]
+    order = [t for t in bdef.task_names() if t in raw]
     tasks: Dict[str, Dict[str, Any]] = {}
     for t in order:
-        e = raw[t]
+        e, tdef = raw[t], bdef.task(t)
         n = len(e["scores"])
-        tdef = bdef.task(t) if t in bdef.task_names() else None
         unit = "probes" if e["mode"] == "forward" else "items"
-        wunit = (tdef.weight_unit or tdef.unit) if tdef else unit
+        wunit = tdef.weight_unit or unit
         tasks[t] = {"mode": e["mode"], "acc": 100.0 * sum(e["scores"]) / n if n else 0.0, "correct": sum(e["scores"]),
                     "n": n, "unit": unit, "items": e["items"], "none": e["none"],
                     "weight": e["items"] if wunit == "items" else n, "weight_unit": wunit,
-                    "parser": bdef.parser_for(t) if tdef else None}
+                    "parser": bdef.parser_for(t)}
     modes: Dict[str, Dict[str, Any]] = {}
     for m in MODE_KEYS:
         ts = [t for t in order if tasks[t]["mode"] == m]

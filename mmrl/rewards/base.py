@@ -1,7 +1,8 @@
 """Reward registry. A reward function sees the samples, completions, views and media info, never files.
 
 Signature: ``fn(ctx: list[RewardContext], **params) -> list[float] | dict[str, list[float]]``; a dict returns
-several named components. ``compute_rewards`` calls every configured function, checks each value, and
+several named components: if one is named like the function, only it enters the total (the others are logged),
+else all of them are summed. ``compute_rewards`` calls every configured function, checks each value, and
 returns the components plus their weighted total.
 """
 from __future__ import annotations
@@ -62,5 +63,6 @@ def compute_rewards(specs: Sequence[RewardSpec], ctx: List[RewardContext]) -> tu
                 if v is None or not math.isfinite(float(v)):
                     raise RewardError(f"reward '{spec.name}' returned {v} for sample '{c.sample.id}' (view {c.view})")
             comps[key] = [float(v) for v in values]
-            total = [t + spec.weight * float(v) for t, v in zip(total, values)]
+            if key == spec.name or spec.name not in named:
+                total = [t + spec.weight * float(v) for t, v in zip(total, values)]
     return comps, total

@@ -10,6 +10,15 @@ from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 
 
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
+
+
+def vision_token_ids(tokenizer) -> List[int]:
+    """Placeholder tokens a response must never contain (they would desync image/video features on re-scoring)."""
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS]
+    return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
+
+
 @ENGINES.register("hf")
 class HFEngine(RolloutEngine):
     def __init__(self, model, processor, max_batch_sequences: int = 64):
@@ -19,6 +28,7 @@ class HFEngine(RolloutEngine):
         self.max_batch_sequences = max_batch_sequences
         self.eos_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        self.suppress = vision_token_ids(self.tokenizer)
 
     def _chunks(self, requests: List[RolloutRequest]):
         """Consecutive requests with the same n, at most max_batch_sequences sequences per chunk."""
@@ -53,7 +63,7 @@ class HFEngine(RolloutEngine):
             **{k: v.to(device) for k, v in vision.items()},
             max_new_tokens=params.max_new_tokens, num_return_sequences=n,
             return_dict_in_generate=True, output_logits=True,
-            eos_token_id=self.eos_id, pad_token_id=self.pad_id,
+            eos_token_id=self.eos_id, pad_token_id=self.pad_id, suppress_tokens=self.suppress,
         )
         if params.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
@@ -76,6 +86,6 @@ class HFEngine(RolloutEngine):
                 prompt_ids=req.inputs.input_ids, response_ids=resp_ids, logprobs=logps[row, :length].clone(),
                 loss_mask=torch.ones(length, dtype=torch.bool),
                 text=self.tokenizer.decode(resp_ids, skip_special_tokens=True),
-                truncated=not stop.numel(), expected=req.expected, inputs_key=key,
+                truncated=not stop.numel(), expected=req.expected, inputs_key=key, pack_id=row % n,
             ))
         return trajs

@@ -105,7 +105,8 @@ class RLTrainer:
     def advantages(self, trajs, comps, total):
         inp = AdvantageInputs(rewards=total, group_ids=torch.tensor([t.group_id for t in trajs]), components=comps,
                               roles=[t.role for t in trajs], accuracy=comps.get("accuracy"),
-                              lengths=torch.tensor([t.response_ids.numel() for t in trajs]))
+                              lengths=torch.tensor([t.response_ids.numel() for t in trajs]),
+                              pack_ids=torch.tensor([t.pack_id for t in trajs]))
         return self.estimator(inp, self.cfg.algorithm)
 
     # ---- one step -----------------------------------------------------------------------------------------------

@@ -27,8 +27,10 @@ def policy_update(model, optimizer, trajs: List[Trajectory], inputs: List[Prompt
     """One optimizer step over ``trajs``. ``old_logps=None`` means one update per rollout: ratio = 1 exactly."""
     loss_fn = POLICY_LOSSES.get(cfg_algo.loss)
     n = len(trajs)
-    seq_mode = cfg_algo.loss_agg != "token-mean"
+    agg = cfg_algo.gspo_loss_agg if cfg_algo.loss.startswith("gspo") else cfg_algo.loss_agg
+    seq_mode = agg != "token-mean"
     total_tokens = sum(int(t.loss_mask.sum()) for t in trajs)
+    total_rows = sum(1 for t in trajs if bool(t.loss_mask.any()))  # aggregate() skips rows with no trained token
     mb = cfg_train.micro_batch
     stats = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
     model.train()
@@ -49,7 +51,8 @@ def policy_update(model, optimizer, trajs: List[Trajectory], inputs: List[Prompt
             ref = _pad([ref_logps[i] for i in idx])
             kl_val = aggregate(k3_kl(logp, ref), mask, cfg_algo.loss_agg, cfg_algo.max_response_len)
             loss = loss + cfg_algo.kl_coef * kl_val
-        share = (len(idx) / n) if seq_mode else (float(mask.sum()) / max(total_tokens, 1))
+        rows = int((mask.sum(dim=1) > 0).sum())
+        share = (rows / max(total_rows, 1)) if seq_mode else (float(mask.sum()) / max(total_tokens, 1))
         (loss * share).backward()
         stats["loss"] += float(loss.detach()) * share
         stats["kl"] += float(kl_val.detach()) * share

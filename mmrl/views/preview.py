@@ -59,6 +59,8 @@ def make_contact_sheet(views: List[View], sample: Sample, out_png, cell: int = 9
     for r, (v, tiles) in enumerate(rows):
         y = head_h + r * row_h
         exp = "unknown" if v.expected is None else v.expected
+        if exp in LETTERS[: len(cands)] and len(exp) == 1:
+            exp = f"{exp} ({cands[LETTERS.index(exp)]})"
         for k, line in enumerate([v.name, f"role: {v.role}", f"expected: {exp}", f"transform: {v.transform}"]):
             draw.text((PAD, y + k * HEADER_LINE), line[:30], fill=FG if k == 0 else DIM, font=font)
         x0 = LABEL_W

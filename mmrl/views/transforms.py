@@ -114,13 +114,27 @@ def frame_times(media: Media) -> torch.Tensor:
     raise ValueError(f"sample '{media.sample_id}': frames have no timestamps and no fps")
 
 
+TIME_EPS = 1e-5  # seconds; absorbs rounding of annotated times (e.g. 2/3 s stored as 0.666667)
+
+
 def in_spans(times: torch.Tensor, spans) -> torch.Tensor:
-    """Bool ``[T]``: frame time inside any closed span ``[s, e]`` (seconds)."""
+    """Bool ``[T]``: frame time inside any half-open span ``[s, e)`` (seconds; a frame at ``t`` covers
+    ``[t, t + 1/fps)``, so a segment ``[f0/fps, (f1+1)/fps]`` holds frames f0..f1)."""
     if not spans:
         return torch.zeros_like(times, dtype=torch.bool)
-    s = torch.tensor([float(a) for a, _ in spans], dtype=torch.float64)
-    e = torch.tensor([float(b) for _, b in spans], dtype=torch.float64)
-    return ((times[:, None] >= s) & (times[:, None] <= e)).any(dim=1)
+    s = torch.tensor([float(a) for a, _ in spans], dtype=torch.float64) - TIME_EPS
+    e = torch.tensor([float(b) for _, b in spans], dtype=torch.float64) - TIME_EPS
+    return ((times[:, None] >= s) & (times[:, None] < e)).any(dim=1)
+
+
+def clip_extent(media: Media) -> tuple:
+    """``(start, end)`` seconds covered by the frames: the last frame lasts one frame spacing (or 1/fps)."""
+    times = frame_times(media)
+    if len(times) > 1:
+        step = float(times.diff().median())
+    else:
+        step = 1.0 / media.fps if media.fps else 0.0
+    return float(times.min()), float(times.max()) + step
 
 
 def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:

@@ -10,8 +10,8 @@ from typing import Optional, Sequence
 import torch
 
 from mmrl.data.schema import Media, Sample
-from mmrl.views.transforms import (DESTROYED, MAPPED, UNCHANGED, UNKNOWN, fill_frames, frame_times, in_spans,
-                                   view_transform, with_pixels)
+from mmrl.views.transforms import (DESTROYED, MAPPED, UNCHANGED, UNKNOWN, clip_extent, fill_frames, frame_times,
+                                   in_spans, view_transform, with_pixels)
 
 VIDEO = ("video",)
 
@@ -43,15 +43,14 @@ def _span(media: Media, span: Optional[Sequence[float]], frac: Optional[Sequence
         raise ValueError("give exactly one of span=[start, end] (seconds) or frac=[a, b] (of the clip)")
     if span is not None:
         return [(float(span[0]), float(span[1]))]
-    times = frame_times(media)
-    t0, t1 = float(times.min()), float(times.max())
+    t0, t1 = clip_extent(media)
     return [(t0 + float(frac[0]) * (t1 - t0), t0 + float(frac[1]) * (t1 - t0))]
 
 
 @view_transform("mask_segment", effect=UNKNOWN, kinds=VIDEO)
 def mask_segment(media: Media, sample: Sample, rng: torch.Generator, span: Optional[Sequence[float]] = None,
                  frac: Optional[Sequence[float]] = None, fill="black", blur_sigma: float = 6.0) -> Media:
-    """Mask the frames whose timestamp lies in ``span`` (seconds) or ``frac`` (fractions of the clip)."""
+    """Mask the frames whose timestamp lies in ``span = [s, e)`` (seconds) or ``frac`` (fractions of the clip)."""
     mask = in_spans(frame_times(media), _span(media, span, frac))
     return with_pixels(media, fill_frames(media.frames, mask, fill, blur_sigma))
 

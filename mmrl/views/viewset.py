@@ -8,13 +8,15 @@ File format::
     qtypes:
       direction:                          # a list of views, or {answer_map: {...}, views: [...]}
         - {name: original, role: anchor, transform: identity}
-        - {name: reverse, role: sensitive, transform: reverse, answer_map: {left: right, right: left}}
+        - {name: reverse, role: sensitive, transform: reverse, answer_map: {left: right, right: left},
+           answer_meta: reversed_answer}
         - {name: blank, role: abstain, transform: gray, params: {value: 128}}
       default: [...]                      # for question types without their own entry
 
 A view: ``name``, ``role``, ``transform`` (registered name or ``module:function``), optional ``params``,
-``effect`` (overrides the transform's declared effect on the answer), ``answer_map`` (candidate text -> text,
-for ``mapped``) and ``weight``. A qtype without an anchor gets ``original`` (identity) prepended. Everything
+``effect`` (overrides the transform's declared effect on the answer), ``weight``, and for ``mapped`` views
+``answer_meta`` (a key of ``sample.meta`` holding the answer text under the view, used when the sample has it)
+and/or ``answer_map`` (candidate text -> candidate text). A qtype without an anchor gets ``original`` (identity) prepended. Everything
 is checked when loading; the evidence a view needs is checked per sample (``views_for``, ``check``).
 """
 from __future__ import annotations
@@ -34,7 +36,8 @@ from mmrl.views.transforms import (DESTROYED, EFFECTS, MAPPED, UNCHANGED, Transf
 
 ROLES = {"anchor", "stable", "sensitive", "abstain", "shuffled"}
 DEFAULT_ABSTAIN = "cannot be determined"
-_VIEW_KEYS = {"name", "role", "transform", "params", "effect", "answer_map", "weight"}
+_VIEW_KEYS = {"name", "role", "transform", "params", "effect", "answer_map", "answer_meta", "weight"}
+_QTYPE_KEYS = {"views", "answer_map", "answer_meta"}
 _TOP_KEYS = {"name", "abstain_text", "roles", "qtypes"}
 
 
@@ -54,6 +57,7 @@ class ViewSpec:
     params: Dict = field(default_factory=dict)
     effect: str = UNCHANGED
     answer_map: Optional[Dict[str, str]] = None
+    answer_meta: Optional[str] = None
     weight: float = 1.0
     needs: tuple = ()
     info: Optional[TransformInfo] = field(default=None, repr=False, compare=False)
@@ -102,7 +106,8 @@ class ViewSet:
     # ---- loading ----------------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path) -> "ViewSet":
+    def load(cls, path, abstain_text: Optional[str] = None) -> "ViewSet":
+        """Read and validate a view set file; ``abstain_text`` (e.g. from the run config) overrides the file's."""
         import yaml
 
         path = Path(path)
@@ -110,10 +115,11 @@ class ViewSet:
             data = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as e:
             raise ConfigError(f"view set file '{path}': cannot read: {e}") from e
-        return cls.from_dict(data, name=path.stem, source=str(path))
+        return cls.from_dict(data, name=path.stem, source=str(path), abstain_text=abstain_text)
 
     @classmethod
-    def from_dict(cls, data: dict, name: Optional[str] = None, source: Optional[str] = None) -> "ViewSet":
+    def from_dict(cls, data: dict, name: Optional[str] = None, source: Optional[str] = None,
+                  abstain_text: Optional[str] = None) -> "ViewSet":
         where = f"view set '{(data or {}).get('name', name) if isinstance(data, dict) else name}'"
         where += f" ({source})" if source else ""
 
@@ -131,21 +137,21 @@ class ViewSet:
             fail("'qtypes' must be a non-empty mapping of question type -> list of views")
         parsed = {str(q): cls._parse_qtype(q, entry, roles, fail) for q, entry in qtypes.items()}
         return cls(str(data.get("name") or name or "views"), parsed,
-                   str(data.get("abstain_text") or DEFAULT_ABSTAIN), source)
+                   str(abstain_text or data.get("abstain_text") or DEFAULT_ABSTAIN), source)
 
     @staticmethod
     def _parse_qtype(q, entry, roles, fail) -> List[ViewSpec]:
-        qmap = None
+        qdef = {}
         if isinstance(entry, dict):
-            extra = set(entry) - {"views", "answer_map"}
+            extra = set(entry) - _QTYPE_KEYS
             if extra:
-                fail(f"qtype '{q}': unknown keys {sorted(extra)}; allowed: ['answer_map', 'views']")
-            qmap, entry = entry.get("answer_map"), entry.get("views")
+                fail(f"qtype '{q}': unknown keys {sorted(extra)}; allowed: {sorted(_QTYPE_KEYS)}")
+            qdef, entry = entry, entry.get("views")
         if not isinstance(entry, list) or not entry:
             fail(f"qtype '{q}': needs a non-empty list of views")
         specs: List[ViewSpec] = []
         for i, v in enumerate(entry):
-            specs.append(ViewSet._parse_view(q, i, v, qmap, roles, fail))
+            specs.append(ViewSet._parse_view(q, i, v, qdef, roles, fail))
         names = [s.name for s in specs]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -160,7 +166,7 @@ class ViewSet:
         return anchors + [s for s in specs if s.role != "anchor"]
 
     @staticmethod
-    def _parse_view(q, i, v, qmap, roles, fail) -> ViewSpec:
+    def _parse_view(q, i, v, qdef, roles, fail) -> ViewSpec:
         if not isinstance(v, dict):
             fail(f"qtype '{q}', view #{i}: must be a mapping")
         name = v.get("name")
@@ -188,12 +194,16 @@ class ViewSet:
         effect = v.get("effect", info.effect)
         if effect not in EFFECTS:
             fail(f"{at}: unknown effect {effect!r}; known: {list(EFFECTS)}")
-        amap = v.get("answer_map", qmap)
+        amap = v.get("answer_map", qdef.get("answer_map"))
+        ameta = v.get("answer_meta", qdef.get("answer_meta"))
+        if ameta is not None and not isinstance(ameta, str):
+            fail(f"{at}: 'answer_meta' must name a key of the sample's meta")
         if amap is not None and not (isinstance(amap, dict) and all(isinstance(k, str) and isinstance(x, str)
                                                                      for k, x in amap.items())):
             fail(f"{at}: 'answer_map' must map candidate text to candidate text")
-        if effect == MAPPED and not amap:
-            fail(f"{at}: transform '{tname}' maps the answer; give an 'answer_map' or an explicit 'effect'")
+        if effect == MAPPED and not (amap or ameta):
+            fail(f"{at}: transform '{tname}' maps the answer; give an 'answer_map' (or 'answer_meta') "
+                 f"or an explicit 'effect'")
         if role == "anchor" and info.fn is not transform_info("identity").fn:
             fail(f"{at}: the anchor view shows the original media; its transform must be 'identity'")
         if role == "abstain" and effect != DESTROYED:
@@ -202,7 +212,7 @@ class ViewSet:
             weight = float(v.get("weight", 1.0))
         except (TypeError, ValueError):
             fail(f"{at}: 'weight' must be a number")
-        return ViewSpec(name, role, str(tname), dict(params), effect, amap, weight,
+        return ViewSpec(name, role, str(tname), dict(params), effect, amap, ameta, weight,
                         info.needs_for(params), info)
 
     # ---- per sample ---------------------------------------------------------------------------------------
@@ -258,6 +268,9 @@ class ViewSet:
         if spec.effect == DESTROYED:
             return ANSWER_ABSTAIN
         if spec.effect == MAPPED:
+            if spec.answer_meta and sample.meta.get(spec.answer_meta) is not None:
+                target = _norm(sample.meta[spec.answer_meta])
+                return next((LETTERS[i] for i, c in enumerate(cands) if _norm(c) == target), None)
             return map_answer(sample.answer, spec.answer_map or {}, cands)
         return None
 

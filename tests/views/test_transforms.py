@@ -75,12 +75,12 @@ def _masked(out, orig):
 
 @pytest.mark.parametrize("fill", ["black", "gray", "mean", "blur", 17])
 def test_mask_segment_touches_exactly_the_frames_in_span(clip, sample, fill):
-    out = run("mask_segment", clip, sample, span=[1.0, 2.0], fill=fill)  # timestamps 1.0, 1.5, 2.0
-    assert _masked(out, clip) == [2, 3, 4]
+    out = run("mask_segment", clip, sample, span=[1.0, 2.0], fill=fill)  # [1.0, 2.0): timestamps 1.0, 1.5
+    assert _masked(out, clip) == [2, 3]
     if fill == "black":
-        assert (out.frames[2:5] == 0).all()
+        assert (out.frames[2:4] == 0).all()
     if fill == "gray":
-        assert (out.frames[2:5] == 128).all()
+        assert (out.frames[2:4] == 128).all()
     if fill == "mean":
         assert torch.equal(out.frames[2], clip.frames.float().mean(0).round().to(torch.uint8))
 
@@ -91,13 +91,24 @@ def test_mask_segment_by_fraction(clip, sample):
 
 
 def test_mask_evidence_and_its_complement(clip):
-    s = make_sample(segments=[(0.4, 1.0), (3.0, 3.2)])
+    s = make_sample(segments=[(0.4, 1.0), (3.0, 3.2)])  # half-open: frames at 0.5 and 3.0, not 1.0
     ev = run("mask_evidence", clip, s)
-    assert _masked(ev, clip) == [1, 2, 6] and (ev.frames[[1, 2, 6]] == 0).all()
+    assert _masked(ev, clip) == [1, 6] and (ev.frames[[1, 6]] == 0).all()
     out = run("mask_outside", clip, s)
-    assert _masked(out, clip) == [0, 3, 4, 5, 7]
+    assert _masked(out, clip) == [0, 2, 3, 4, 5, 7]
     span = run("mask_outside", clip, s, span=[0.5, 3.0])
-    assert _masked(span, clip) == [0, 7]
+    assert _masked(span, clip) == [0, 6, 7]
+
+
+def test_evidence_segment_in_frame_units_with_rounded_times():
+    # synthetic-world convention: frames f0..f1 at fps 3 have the segment [round(f0/3, 6), round((f1+1)/3, 6)]
+    clip = make_clip(t=9)
+    clip.timestamps = [i / 3 for i in range(9)]
+    s = make_sample(segments=[(round(2 / 3, 6), round(5 / 3, 6))])  # frames 2, 3, 4
+    assert _masked(run("mask_evidence", clip, s), clip) == [2, 3, 4]
+    whole = make_sample(segments=[(0.0, 3.0)])  # the whole clip
+    assert _masked(run("mask_evidence", clip, whole), clip) == list(range(9))
+    assert _masked(run("mask_outside", clip, whole), clip) == []
 
 
 def test_mask_evidence_segment_between_frames_masks_nearest(clip):

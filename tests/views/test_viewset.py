@@ -33,7 +33,7 @@ def test_bpo_covers_the_synthetic_question_types(bpo):
     for q in ("color", "location", "count", "direction", "order"):
         assert roles[q] == ["anchor", "stable", "sensitive", "abstain"]
     assert [s.transform for s in bpo.qtypes["direction"]] == ["identity", "mask_outside", "reverse", "gray"]
-    assert [s.transform for s in bpo.qtypes["count"]] == ["identity", "mask_outside", "mask_evidence", "gray"]
+    assert [s.transform for s in bpo.qtypes["count"]] == ["identity", "shuffle", "mask_evidence", "gray"]
     assert [s.transform for s in bpo.qtypes["color"]] == ["identity", "shuffle", "occlude_box", "gray"]
     assert bpo.has_abstain and bpo.abstain_text == "cannot be determined"
 
@@ -73,6 +73,10 @@ def test_order_answer_map_and_unknown_when_undecided(bpo, clip):
                     answer="The red ball moves first")
     assert {v.name: v.expected for v in bpo.expand(s, clip)}["reverse"] == "B"
     s2 = make_sample(qtype="order", candidates=["red ball", "blue ball"], answer="red ball")
+    assert {v.name: v.expected for v in bpo.expand(s2, clip)}["reverse"] is None
+    s2.meta["reversed_answer"] = "Blue ball"  # the synthetic world's counterfactual label wins
+    assert {v.name: v.expected for v in bpo.expand(s2, clip)}["reverse"] == "B"
+    s2.meta["reversed_answer"] = "green ball"  # not a candidate: unknown
     assert {v.name: v.expected for v in bpo.expand(s2, clip)}["reverse"] is None
 
 
@@ -124,6 +128,9 @@ def test_abstain_text_configurable_and_not_duplicated(tmp_path):
     assert vs.candidates_for(make_sample(candidates=["a", "b"], answer="a")) == ["a", "b", "not enough information"]
     s = make_sample(candidates=["a", "Not enough information"], answer="a")
     assert vs.candidates_for(s) == ["a", "Not enough information"]
+    over = ViewSet.load(tmp_path / "myset.yaml", abstain_text="unanswerable")  # e.g. from the run config
+    assert over.abstain_text == "unanswerable"
+    assert over.candidates_for(make_sample(candidates=["a"], answer="a")) == ["a", "unanswerable"]
 
 
 @pytest.mark.parametrize("view, match", [

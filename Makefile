@@ -1,0 +1,31 @@
+# The two commands of the README:  make demo  (embedded end-to-end job)  and  make test  (the test suite).
+# Both create the virtual environment they need first (.venv, about 6 GB with torch's CUDA build).
+PY      := .venv/bin/python
+STAMP   := .venv/.mmrl-installed
+PIP     := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: setup demo test test-fast bench-demo clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PIP) install torch==2.14.1 torchvision==0.29.1
+	$(PIP) install -e ".[dev]"
+	$(PIP) install deepspeed==0.19.8 || echo "deepspeed not installed: the 2-rank DeepSpeed test will be skipped"
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m mmrl demo --out runs/demo
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench-demo: setup
+	$(PY) bench/demo_seeds.py --out runs/demo_seeds
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,72 @@
+"""GDPO (NVlabs/GDPO TRL version) and the Stream-GDPO reading of it (specs/algorithms.md §5)."""
+import pytest
+import torch
+
+from mmrl.algos import ADVANTAGES, AdvantageInputs, AlgoParams, gdpo_advantages, grpo_advantages
+
+C = torch.tensor([1.0, 1.0, 0.0, 0.0])
+F = torch.tensor([1.0, 0.0, 1.0, 1.0])
+G0 = torch.zeros(4, dtype=torch.long)
+
+
+def test_grpo_on_sum_collapses():
+    a = grpo_advantages(C + F, G0, eps=1e-4)
+    assert torch.allclose(a, torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-3)
+    assert a[1] == a[2] == a[3]
+
+
+def test_spec_vector_pre_and_post_batch_norm():
+    pre = gdpo_advantages({"c": C, "f": F}, G0, batch_norm=False)
+    assert torch.allclose(pre, torch.tensor([1.366, -0.634, -0.366, -0.366]), atol=1e-3)
+    post = gdpo_advantages({"c": C, "f": F}, G0)
+    assert torch.allclose(post, torch.tensor([1.486, -0.689, -0.398, -0.398]), atol=1e-3)
+    assert post[1] != post[2]  # rollout 2 no longer collapses with 3/4
+
+
+def test_eps_is_1e4_by_default():
+    pre = gdpo_advantages({"c": C}, G0, batch_norm=False)
+    assert pre[0].item() == pytest.approx(0.5 / (0.5773503 + 1e-4), abs=1e-6)
+
+
+def test_stream_gdpo_vector_no_batch_norm():
+    comps = {
+        "out": torch.tensor([1.0, 0.5, 0.5, 0.0]),
+        "fmt": torch.tensor([1.0, 1.0, 1.0, 0.0]),
+        "tool": torch.tensor([1.0, 0.0, 0.0, 0.0]),
+        "mem": torch.tensor([0.2, 0.1, 0.0, -0.1]),
+    }
+    a = gdpo_advantages(comps, G0, weights={"tool": 0.5, "mem": 0.5}, batch_norm=False)
+    assert torch.allclose(a, torch.tensor([3.055, 0.443, 0.056, -3.555]), atol=1e-3)
+
+
+def test_zero_variance_component_contributes_zero():
+    base = gdpo_advantages({"c": C, "f": F}, G0, batch_norm=False)
+    with_const = gdpo_advantages({"c": C, "f": F, "k": torch.full((4,), 0.3)}, G0, batch_norm=False)
+    assert torch.equal(base, with_const)
+
+
+def test_groups_normalise_independently():
+    gid = torch.tensor([5, 5, 5, 5, 2, 2, 2, 2])
+    c2 = torch.cat([C, torch.tensor([0.0, 1.0, 1.0, 1.0])])
+    f2 = torch.cat([F, torch.tensor([1.0, 1.0, 0.0, 0.0])])
+    a = gdpo_advantages({"c": c2, "f": f2}, gid, batch_norm=False)
+    assert torch.allclose(a[:4], gdpo_advantages({"c": C, "f": F}, G0, batch_norm=False))
+    assert torch.allclose(a[4:], gdpo_advantages({"c": c2[4:], "f": f2[4:]}, G0, batch_norm=False))
+
+
+def test_weights_validation_and_zero_weight():
+    with pytest.raises(ValueError, match="unknown components"):
+        gdpo_advantages({"c": C}, G0, weights={"fmt": 1.0})
+    only_c = gdpo_advantages({"c": C, "f": F}, G0, weights={"f": 0.0}, batch_norm=False)
+    assert torch.allclose(only_c, gdpo_advantages({"c": C}, G0, batch_norm=False))
+
+
+def test_registered_gdpo():
+    inp = AdvantageInputs(rewards=C + F, group_ids=G0, components={"c": C, "f": F})
+    out = ADVANTAGES.get("gdpo")(inp, AlgoParams())
+    assert torch.allclose(out.advantages, torch.tensor([1.486, -0.689, -0.398, -0.398]), atol=1e-3)
+    out = ADVANTAGES.get("gdpo")(inp, AlgoParams(gdpo_batch_norm=False))
+    assert torch.allclose(out.advantages, torch.tensor([1.366, -0.634, -0.366, -0.366]), atol=1e-3)
+    # without components GDPO falls back to the total reward
+    out = ADVANTAGES.get("gdpo")(AdvantageInputs(rewards=C + F, group_ids=G0), AlgoParams(gdpo_batch_norm=False))
+    assert torch.allclose(out.advantages, torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-3)

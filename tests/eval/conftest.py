@@ -1,0 +1,14 @@
+"""Shared fixtures for the eval tests: the OVO-Bench fixture lives outside the repo (licensed data)."""
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+OVO_DIR = REPO_ROOT.parent / "shared" / "fixtures" / "ovo_bench"
+
+
+@pytest.fixture
+def ovo_dir() -> Path:
+    if not (OVO_DIR / "ovo_bench_new.json").is_file():
+        pytest.skip(f"OVO-Bench fixture not found at {OVO_DIR} (licensed data is not in the repo)")
+    return OVO_DIR
