@@ -14,6 +14,7 @@ from mmrl.config import load_config
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 N_TRAIN, N_TEST = 1024, 256
+WORLD = dict(size=56, n_frames=4, fps=2.0)  # 2 s clips; every frame is fed to the model (data.nframes=4)
 
 
 def _table(rows: Dict[str, Dict]) -> str:
@@ -38,7 +39,7 @@ def run_demo(out_dir: str = "runs/demo", seed: int = 0, quick: bool = False, ove
     out = Path(out_dir)
     world = out / "world"
     n_train, n_test = (64, 32) if quick else (N_TRAIN, N_TEST)
-    make_video_world(str(world), n_train, n_test, seed=seed)
+    make_video_world(str(world), n_train, n_test, seed=seed, **WORLD)
     ensure_tiny_model()
     common = [f"data.train={world / 'train.json'}", f"data.test={world / 'test.json'}", f"train.seed={seed}"]
     quick_o = ["sft.steps=4", "train.steps=3", "train.prompts_per_step=4", "rollout.n=4"] if quick else []

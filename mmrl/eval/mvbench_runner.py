@@ -68,8 +68,12 @@ def definitions(protocol: str, layout: str, num_segments: Optional[int]) -> Tupl
 def present_tasks(root: str, ddef: BenchmarkDef, layout: str, tasks: List[str]) -> Tuple[List[str], List[str]]:
     """``(tasks to run, tasks without annotations)``: without ``--tasks``, the official layout runs the tasks
     whose ``json/<task>.json`` exists and reports the others as missing (an explicit task must exist)."""
+    by_key = {task_key(t.name): t.name for t in ddef.tasks}
+    unknown = [t for t in tasks if task_key(t) not in by_key]
+    if unknown:
+        raise ConfigError(f"unknown MVBench task(s) {', '.join(unknown)}; known: {', '.join(by_key.values())}")
     if tasks or layout != "official":
-        return list(tasks), []
+        return [by_key[task_key(t)] for t in tasks], []
     json_dir = Path(root) / ddef.data.get("json_dir", "json")
     have = [t.name for t in ddef.tasks if (json_dir / (t.json or f"{t.name}.json")).is_file()]
     return have, [t.name for t in ddef.tasks if t.name not in have]

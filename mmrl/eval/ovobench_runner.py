@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from mmrl.data.schema import Media
-from mmrl.errors import DataError
+from mmrl.errors import ConfigError, DataError
 from mmrl.eval.benchmark_def import EvalQuery, load_benchmark
 from mmrl.eval.cli_bench import (EvalSettings, check_run, final_records, generate_records, print_report,
                                  sampling_params)
@@ -58,7 +58,8 @@ def make_prepare(nframes: int, max_pixels: int, chunked: bool):
         except DataError as e:
             raise DataError(str(e), sample_id=q.id) from None
         media = decode_indices(info, idx, q.id, max_pixels)
-        return media, {"frames": idx, "prefix_end": end, "last_frame_t": round(media.timestamps[-1], 4),
+        shown = None if end is None else min(end, info.duration)  # capped at the duration, as the chunks are
+        return media, {"frames": idx, "prefix_end": shown, "last_frame_t": round(media.timestamps[-1], 4),
                        "video_duration": round(info.duration, 4)}
     return prepare
 
@@ -69,6 +70,9 @@ def run_ovobench(anno: str, video_root: str, settings: EvalSettings, processor, 
     bdef = copy.deepcopy(load_benchmark("ovobench"))
     bdef.sampling.max_frames = settings.nframes
     bdef.sampling.max_pixels = settings.max_pixels
+    unknown = [t for t in settings.tasks if t.upper() not in bdef.task_names()]
+    if unknown:
+        raise ConfigError(f"unknown OVO-Bench task(s) {', '.join(unknown)}; known: {', '.join(bdef.task_names())}")
     annotations = select(load_annotations(anno, bdef), settings.tasks, settings.limit)
     if not annotations:
         raise DataError("no OVO-Bench items selected (check --tasks)", path=anno)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 from mmrl.data.annotations import load_samples
@@ -19,7 +20,10 @@ def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 
                      batch_prompts: int = 32, engine=None, predictions_path: Optional[str] = None) -> Dict:
     engine = engine or build_engine("hf", model=model, processor=processor)
     per_type: Dict[str, List[float]] = defaultdict(list)
-    rows, skipped, vm_acc = [], [], defaultdict(list)
+    rows, skipped = [], []
+    # view metrics are ratios (and F1 is not even a ratio of sums): pool every trajectory of the split and
+    # compute them once, never as a weighted mean of per-chunk values
+    all_trajs, seen = [], SimpleNamespace(candidates={}, samples={})
     params = SamplingParams(max_new_tokens=max_new_tokens, greedy=True)
     for s in range(0, len(samples), batch_prompts):
         chunk = samples[s : s + batch_prompts]
@@ -36,8 +40,9 @@ def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 
             rows.append({"id": t.sample_id, "qtype": sample.qtype, "view": t.view, "role": t.role, "response": t.text,
                          "pred": pred, "expected": t.expected, "correct": bool(correct)})
         if viewset is not None and trajs:
-            for k, v in view_metrics(trajs, si, viewset.abstain_text).items():
-                vm_acc[k].append((v, len(trajs)))
+            all_trajs.extend(trajs)
+            seen.candidates.update(si.candidates)
+            seen.samples.update(si.samples)
     for sid, why in skipped:  # never silently dropped: listed and scored wrong
         rows.append({"id": sid, "error": why, "correct": False})
     n = sum(len(v) for v in per_type.values()) + len(skipped)
@@ -48,8 +53,8 @@ def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 
         "macro_accuracy": (sum(sum(v) / len(v) for v in per_type.values()) / len(per_type)) if per_type else 0.0,
         "n": n, "errors": len(skipped),
     }
-    if vm_acc:
-        result["view_metrics"] = {k: sum(v * w for v, w in vals) / sum(w for _, w in vals) for k, vals in vm_acc.items()}
+    if all_trajs:
+        result["view_metrics"] = view_metrics(all_trajs, seen, viewset.abstain_text)
     if predictions_path:
         Path(predictions_path).parent.mkdir(parents=True, exist_ok=True)
         with open(predictions_path, "w") as f:

@@ -25,14 +25,10 @@ def format_reward(ctx: List[RewardContext]) -> List[float]:
 
 @REWARDS.register("length")
 def length(ctx: List[RewardContext], max_len: int = 20480, cache_len: int = 4096) -> List[float]:
-    """DAPO overlong shaping: 0 up to L_max-L_cache, then linear down to -1 at L_max, -1 beyond."""
-    out = []
-    for c in ctx:
-        n = int(c.trajectory.response_ids.numel())
-        if n <= max_len - cache_len:
-            out.append(0.0)
-        elif n <= max_len:
-            out.append(((max_len - cache_len) - n) / cache_len)
-        else:
-            out.append(-1.0)
-    return out
+    """DAPO overlong shaping (``mmrl.algos.dapo.overlong_penalty``): 0 up to L_max-L_cache, linear to -1 at L_max."""
+    import torch
+
+    from mmrl.algos.dapo import overlong_penalty
+
+    lengths = torch.tensor([int(c.trajectory.response_ids.numel()) for c in ctx])
+    return overlong_penalty(lengths, max_len, cache_len).tolist()

@@ -6,7 +6,8 @@ from typing import List
 
 from mmrl.train.metrics import MetricsLogger
 
-_CURVES = [("reward/total", "total reward"), ("reward/accuracy", "accuracy reward"), ("reward/format", "format reward")]
+_CURVES = [("reward/total", "total reward"), ("reward/accuracy", "accuracy reward"), ("reward/format", "format reward"),
+           ("eval/accuracy", "held-out accuracy")]
 
 
 def _plot(rows: List[dict], keys, out_png: Path, title: str) -> bool:

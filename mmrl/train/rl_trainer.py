@@ -23,6 +23,7 @@ from mmrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_check
 from mmrl.train.data_stream import DataStream
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
+from mmrl.train.precision import autocast_factory
 from mmrl.train.scoring import response_logprobs
 from mmrl.train.step_inputs import StepInputs, build_step_inputs
 from mmrl.train.update import policy_update
@@ -61,6 +62,8 @@ class RLTrainer:
             self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
         self.estimator = ADVANTAGES.get(cfg.algorithm.name)
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
+        self.autocast = autocast_factory(cfg.train.precision, next(self.model.parameters()).device)
+        self.test_samples = None
         self.step = 0
 
     def _build_ref(self):
@@ -147,7 +150,7 @@ class RLTrainer:
         upd: Dict[str, float] = {}
         for _ in range(cfg.algorithm.ppo_epochs):
             upd = policy_update(self.model, self.optimizer, t_trajs, inputs, adv[train_idx], cfg.algorithm, cfg.train,
-                                cfg.rollout.temperature, self.pad_id, old_lps, ref_lps)
+                                cfg.rollout.temperature, self.pad_id, old_lps, ref_lps, self.autocast)
         self.scheduler.step()
         self.engine.sync_weights(self.model)
         t3 = time.perf_counter()
@@ -188,6 +191,18 @@ class RLTrainer:
         self.stream.load_state_dict(state["data"])
         return True
 
+    def evaluate(self) -> Dict[str, float]:
+        """Greedy held-out accuracy on ``data.test`` (first ``train.eval_limit`` samples; 0 = all)."""
+        from mmrl.eval.synthetic import evaluate_samples
+
+        if self.test_samples is None:
+            self.test_samples, _ = load_samples(self.cfg.data.test, self.cfg.data.media_root, on_error="skip")
+            if self.cfg.train.eval_limit:
+                self.test_samples = self.test_samples[: self.cfg.train.eval_limit]
+        res = evaluate_samples(self.model, self.processor, self.test_samples, self.cfg.data,
+                               max_new_tokens=self.cfg.rollout.max_new_tokens, viewset=None, engine=self.engine)
+        return {"eval/accuracy": res["accuracy"], **{f"eval/acc_{k}": v for k, v in res["per_qtype"].items()}}
+
     def run(self, resume: bool = False, eval_fn=None) -> List[Dict[str, float]]:
         cfg = self.cfg
         out_dir = Path(cfg.train.out_dir)
@@ -197,6 +212,8 @@ class RLTrainer:
             self.resume()
         logger = MetricsLogger(str(out_dir), resume_step=self.step)
         history = []
+        if eval_fn is None and cfg.train.eval_every and cfg.data.test:
+            eval_fn = RLTrainer.evaluate
         with progress(cfg.train.steps, "train", disable=self.quiet) as bar:
             task = bar.add_task("train", total=cfg.train.steps, completed=self.step, info="")
             while self.step < cfg.train.steps:
@@ -212,6 +229,9 @@ class RLTrainer:
         self.save()
         logger.close()
         self.export(str(out_dir / "final"))
+        from mmrl.train.report import write_report
+
+        write_report(str(out_dir), title=f"mmrl {cfg.algorithm.name} run")
         return history
 
     def export(self, path: str) -> str:

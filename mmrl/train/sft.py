@@ -21,6 +21,7 @@ from mmrl.models.loading import load_model_and_processor
 from mmrl.train.data_stream import DataStream
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
+from mmrl.train.precision import autocast_factory
 from mmrl.train.rl_trainer import set_seed
 from mmrl.train.scoring import response_logprobs
 from mmrl.train.step_inputs import budget_from, style_from
@@ -45,6 +46,7 @@ def run_sft(cfg: Config, quiet: bool = False) -> List[Dict[str, float]]:
     (out_dir / "config.yaml").write_text(to_yaml(cfg))
     logger = MetricsLogger(str(out_dir))
     pad_id = processor.tokenizer.pad_token_id
+    autocast = autocast_factory(cfg.train.precision, next(model.parameters()).device)
     history = []
 
     def item(sample):
@@ -77,7 +79,8 @@ def run_sft(cfg: Config, quiet: bool = False) -> List[Dict[str, float]]:
             loss_sum = 0.0
             for i in range(0, len(items), cfg.train.micro_batch):
                 chunk = items[i : i + cfg.train.micro_batch]
-                lps = response_logprobs(model, chunk, micro_batch=len(chunk), pad_id=pad_id)
+                with autocast():
+                    lps = response_logprobs(model, chunk, micro_batch=len(chunk), pad_id=pad_id)
                 loss = -torch.cat(lps).sum() / n_tok
                 loss.backward()
                 loss_sum += float(loss.detach())

@@ -5,6 +5,7 @@ seq-mean modes), so gradient accumulation gives the same gradient as one big bat
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Dict, List, Optional
 
 import torch
@@ -38,8 +39,7 @@ def policy_update(model, optimizer, trajs: List[Trajectory], inputs: List[Prompt
     for s in range(0, n, mb):
         idx = list(range(s, min(n, s + mb)))
         items = [(inputs[trajs[i].inputs_key], trajs[i].response_ids) for i in idx]
-        ctx = autocast() if autocast else torch.autocast("cpu", enabled=False)
-        with ctx:
+        with autocast() if autocast else contextlib.nullcontext():
             lps = response_logprobs(model, items, temperature=temperature, micro_batch=len(items), pad_id=pad_id)
         logp = _pad(lps)
         mask = _pad([trajs[i].loss_mask for i in idx])

@@ -4,7 +4,10 @@ answer-without-looking rate (non-abstaining answers on views whose evidence is d
 Definitions (per trajectory, ``pred`` = parsed letter, ``ABST`` = the abstention option's letter):
 - stability rate: share of ``stable``-role responses whose answer equals the view's expected answer;
 - sensitivity rate: share of ``sensitive``-role responses that do NOT give the original gold answer;
-- abstention precision = P(expected abstain | pred ABST), recall = P(pred ABST | expected abstain), F1;
+- abstention precision = P(expected abstain | pred ABST), recall = P(pred ABST | expected abstain), F1; a view
+  whose expected answer is unknown (``expected`` None, e.g. a ``sensitive`` view with effect ``unknown`` such as
+  BPO's ``mask_support`` / ``occlude_obj``) does not enter precision: abstaining there may well be right (the BPO
+  contract rewards it), so it is neither a true nor a false abstention;
 - answer-without-looking: share of responses on expected-abstain views that answer something other than ABST.
 """
 from __future__ import annotations
@@ -31,7 +34,8 @@ def view_metrics(trajs, si, abstain_text: Optional[str] = None) -> Dict[str, flo
         if t.role == "sensitive":
             sensitive.append(float(pred != gold))
         is_abst = abst is not None and pred == abst
-        abst_pred += is_abst
+        if t.expected is not None:  # undetermined views: abstaining is neither right nor wrong
+            abst_pred += is_abst
         if t.expected == "abstain":
             abst_exp += 1
             abst_tp += is_abst

@@ -96,3 +96,20 @@ def test_view_algorithms_train_end_to_end(video_world, tiny_model_path, tmp_path
         assert {"stability_rate", "sensitivity_rate", "abstain_f1", "answer_without_looking"} <= set(hist[-1])
     else:
         assert "view_acc/shuffled" in hist[-1]
+
+
+def test_bf16_autocast_step_and_periodic_eval_and_report(video_world, tiny_model_path, tmp_path):
+    cfg = load_config(None, small_overrides(video_world, tmp_path / "bf16", tiny_model_path)
+                      + ["train.steps=2", "train.precision=bf16", "train.eval_every=2", "train.eval_limit=4"])
+    hist = RLTrainer(cfg, quiet=True).run()
+    assert "eval/accuracy" in hist[-1] and "eval/accuracy" not in hist[0]
+    report = (tmp_path / "bf16" / "report.md").read_text()
+    assert "reward/total" in report and (tmp_path / "bf16" / "final" / "model.safetensors").exists()
+
+
+def test_fp16_on_cpu_is_a_config_error(video_world, tiny_model_path, tmp_path):
+    from mmrl.errors import ConfigError
+
+    cfg = load_config(None, small_overrides(video_world, tmp_path / "fp16", tiny_model_path) + ["train.precision=fp16"])
+    with pytest.raises(ConfigError, match="train.precision"):
+        RLTrainer(cfg, quiet=True)

@@ -1,0 +1,303 @@
+"""The miniature of BPO's table (specs/algorithms.md §1, issue 3): GRPO vs T-GRPO vs BPO, budget-matched, from the
+same SFT checkpoint, on the synthetic video world, over seeds.
+
+    .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--sft-steps 400] [--rl-steps 40] [--n-train 320]
+        [--n-test 160] [--prompts-per-step 8] [--out runs/bpo_vs_grpo] [--report FILE] [overrides ...]
+
+Per seed: one synthetic video world (``make_video_world``), one SFT warm-up with ``configs/demo.yaml``'s SFT
+settings (batch, lr; ``--sft-steps`` steps), then three RL arms from that checkpoint with the same steps, lr,
+prompts per step and prompt format:
+
+- ``grpo``  ``configs/demo.yaml``: G = 8 responses on the original clip (8 generations per prompt);
+- ``tgrpo`` ``configs/tgrpo_demo.yaml``: as in Video-R1, 8 ordered + 4 shuffled-frame responses (12 generations
+  per prompt, 1.5x the budget; only the 8 ordered ones are trained);
+- ``bpo``   ``configs/bpo_demo.yaml``: 2 packs x 4 views (original, stable, sensitive, blank) = 8 generations.
+
+The three arms are stepped round-robin in one process (each with its own saved RNG state, so an arm's run is the
+one it would have alone), so the step-time ratio BPO/GRPO is measured side by side under the same machine load.
+
+Prompt format. The abstention option ("cannot be determined") is appended as the last candidate of every
+question of the world, for every stage and arm: SFT (never as a target), GRPO, T-GRPO and BPO training, and the
+eval. GRPO and T-GRPO therefore see the option in training too but are never rewarded for it (accuracy against
+the gold letter), so the comparison differs only in views and rewards, not in the prompt.
+
+Eval: every arm (and the SFT checkpoint, for reference) on the held-out split with the BPO view set
+(``views/bpo_video.yaml``), greedy: macro accuracy and temporal accuracy (direction + order, pooled) on the
+original clips, and over the whole split the abstention F1, stability, sensitivity and answer-without-looking
+rates of ``mmrl.train.view_metrics``. Printed as mean +- std over seeds, with the per-step cost: BPO step time /
+GRPO step time (median step, per seed) and the view-construction share of BPO's step time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "configs" / "demo.yaml"
+ARMS: Dict[str, List[str]] = {
+    "grpo": [],
+    "tgrpo": [str(REPO / "configs" / "tgrpo_demo.yaml")],
+    "bpo": [str(REPO / "configs" / "bpo_demo.yaml")],
+}
+ARM_LABEL = {"sft": "SFT (start point)", "grpo": "GRPO (G=8)", "tgrpo": "T-GRPO (8+4)", "bpo": "BPO (2x4)"}
+BUDGET = {"grpo": "8", "tgrpo": "8 ordered + 4 shuffled = 12", "bpo": "2 packs x 4 views = 8"}
+EVAL_VIEWS = REPO / "views" / "bpo_video.yaml"
+TEMPORAL = ("direction", "order")
+PAPER = {"macro": 4.7, "temporal": 7.8, "abstain_f1": 20.0}
+COLUMNS = [  # key, header
+    ("macro", "macro acc"), ("temporal", "temporal acc (dir+order)"), ("abstain_f1", "abstention F1"),
+    ("stability", "stability"), ("sensitivity", "sensitivity"), ("no_look", "answer w/o looking"),
+]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def add_abstain_option(src: str, dst: str, text: str) -> None:
+    """Copy an annotation file with ``text`` appended as the last candidate of every question."""
+    items = json.loads(Path(src).read_text())
+    for it in items:
+        if text.lower() not in {c.lower() for c in it["candidates"]}:
+            it["candidates"] = list(it["candidates"]) + [text]
+    Path(dst).write_text(json.dumps(items, indent=1) + "\n")
+
+
+# ---- RL arms stepped side by side ------------------------------------------------------------------------------
+def _rng_state():
+    import numpy as np
+    import torch
+
+    return torch.get_rng_state(), random.getstate(), np.random.get_state()
+
+
+def _set_rng(state) -> None:
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state[0])
+    random.setstate(state[1])
+    np.random.set_state(state[2])
+
+
+class Arm:
+    """One RL run (``RLTrainer``) that can be advanced one step at a time with its own RNG stream."""
+
+    def __init__(self, name: str, cfg):
+        from mmrl.config import to_yaml
+        from mmrl.train.metrics import MetricsLogger
+        from mmrl.train.rl_trainer import RLTrainer
+
+        self.name, self.cfg = name, cfg
+        self.trainer = RLTrainer(cfg, quiet=True)  # seeds the global RNGs
+        self.rng = _rng_state()
+        out = Path(cfg.train.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(to_yaml(cfg))
+        self.logger = MetricsLogger(str(out), tensorboard=False)
+        self.history: List[Dict[str, float]] = []
+
+    def step(self) -> Dict[str, float]:
+        _set_rng(self.rng)
+        m = self.trainer.train_step()
+        self.rng = _rng_state()
+        self.logger.log(self.trainer.step, m)
+        self.history.append(m)
+        return m
+
+    def finish(self) -> str:
+        self.trainer.save()
+        self.logger.close()
+        path = self.trainer.export(str(Path(self.cfg.train.out_dir) / "final"))
+        self.trainer = None  # free the model and optimizer before the next arm's eval
+        return str(path)
+
+
+def step_costs(history: List[Dict[str, float]]) -> Dict[str, float]:
+    steps = [h["time/step"] for h in history if "time/step" in h]
+    views = sum(h.get("time/views", 0.0) for h in history)
+    return {"median_step_s": statistics.median(steps) if steps else float("nan"), "total_step_s": sum(steps),
+            "view_share": views / max(sum(steps), 1e-9),
+            "rollout_s": statistics.median([h.get("time/rollout", 0.0) for h in history]) if history else 0.0,
+            "update_s": statistics.median([h.get("time/update", 0.0) for h in history]) if history else 0.0}
+
+
+def summarize(res: Dict, n_per_qtype: Dict[str, int]) -> Dict[str, float]:
+    vm = res.get("view_metrics", {})
+    pq = res["per_qtype"]
+    n_t = sum(n_per_qtype.get(q, 0) for q in TEMPORAL if q in pq)
+    temporal = sum(pq[q] * n_per_qtype[q] for q in TEMPORAL if q in pq) / n_t if n_t else float("nan")
+    return {"macro": res["macro_accuracy"], "accuracy": res["accuracy"], "temporal": temporal,
+            "abstain_f1": vm.get("abstain_f1", float("nan")), "abstain_precision": vm.get("abstain_precision", float("nan")),
+            "abstain_recall": vm.get("abstain_recall", float("nan")), "stability": vm.get("stability_rate", float("nan")),
+            "sensitivity": vm.get("sensitivity_rate", float("nan")), "no_look": vm.get("answer_without_looking", float("nan")),
+            "per_qtype": pq, "view_acc": {k[len("view_acc/"):]: v for k, v in vm.items() if k.startswith("view_acc/")}}
+
+
+def run_seed(seed: int, args, out: Path) -> Dict:
+    from mmrl.config import load_config
+    from mmrl.data.synth_video import make_video_world
+    from mmrl.eval.synthetic import evaluate_checkpoint
+    from mmrl.models.tiny import ensure_tiny_model
+    from mmrl.train.sft import run_sft
+    from mmrl.views import ViewSet
+
+    t_seed = time.time()
+    world = out / "world"
+    info = make_video_world(str(world), args.n_train, args.n_test, seed=seed)
+    ensure_tiny_model()
+    base = load_config([str(DEMO)], list(args.overrides))
+    abst = base.data.prompt.abstain_text
+    train, test = world / "train_abst.json", world / "test_abst.json"
+    add_abstain_option(info["train"], str(train), abst)
+    add_abstain_option(info["test"], str(test), abst)
+    common = [f"data.train={train}", f"data.test={test}", f"train.seed={seed}",
+              f"train.prompts_per_step={args.prompts_per_step}", "train.save_every=0"]
+    log(f"[seed {seed}] world {args.n_train}/{args.n_test} ready ({time.time() - t_seed:.0f} s); SFT {args.sft_steps} steps")
+
+    t = time.time()
+    sft_cfg = load_config([str(DEMO)], common + [f"train.out_dir={out / 'sft'}", f"sft.steps={args.sft_steps}"]
+                          + list(args.overrides))
+    run_sft(sft_cfg, quiet=True)
+    sft_path = str(out / "sft" / "final")
+    sft_min = (time.time() - t) / 60
+    log(f"[seed {seed}] SFT done ({sft_min:.1f} min); RL {args.rl_steps} steps x {args.prompts_per_step} prompts, "
+        f"arms {list(ARMS)} side by side")
+
+    t = time.time()
+    arms = {}
+    for name, files in ARMS.items():
+        cfg = load_config([str(DEMO)] + files, common + [f"train.out_dir={out / name}", f"model.path={sft_path}",
+                                                         f"train.steps={args.rl_steps}"] + list(args.overrides))
+        arms[name] = Arm(name, cfg)
+    order = list(arms)
+    for step in range(args.rl_steps):
+        rot = order[step % len(order):] + order[: step % len(order)]  # rotate who goes first
+        for name in rot:
+            arms[name].step()
+        if (step + 1) % max(1, args.rl_steps // 5) == 0:
+            log(f"[seed {seed}] RL step {step + 1}/{args.rl_steps}: " + ", ".join(
+                f"{n} {arms[n].history[-1].get('time/step', 0):.1f}s acc {arms[n].history[-1].get('reward/accuracy', float('nan')):.2f}"
+                for n in order))
+    costs = {n: step_costs(a.history) for n, a in arms.items()}
+    paths = {n: a.finish() for n, a in arms.items()}
+    rl_min = (time.time() - t) / 60
+
+    t = time.time()
+    data_cfg = sft_cfg.data
+    viewset = ViewSet.load(str(EVAL_VIEWS), abstain_text=abst)
+    n_per_qtype = info["counts"]["test"]
+    evals = {}
+    for name, path in [("sft", sft_path)] + list(paths.items()):
+        res = evaluate_checkpoint(path, str(test), data_cfg, out_dir=str(out / f"eval_{name}"), viewset=viewset)
+        evals[name] = summarize(res, n_per_qtype)
+    eval_min = (time.time() - t) / 60
+    minutes = (time.time() - t_seed) / 60
+    log(f"[seed {seed}] done in {minutes:.1f} min (SFT {sft_min:.1f}, RL {rl_min:.1f}, eval {eval_min:.1f}): "
+        + ", ".join(f"{n} macro {100 * e['macro']:.1f} F1 {100 * e['abstain_f1']:.1f}" for n, e in evals.items()))
+    result = {"seed": seed, "eval": evals, "costs": costs, "minutes": {"total": minutes, "sft": sft_min, "rl": rl_min,
+                                                                        "eval": eval_min}}
+    (out / "seed_result.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+# ---- the table ------------------------------------------------------------------------------------------------
+def _ms(xs: List[float], scale: float = 100.0, signed: bool = False) -> str:
+    xs = [scale * x for x in xs]
+    m = statistics.mean(xs)
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{m:+.1f} ± {sd:.1f}" if signed else f"{m:.1f} ± {sd:.1f}"
+
+
+def render(results: List[Dict], args, wall_min: float) -> str:
+    seeds = [r["seed"] for r in results]
+    lines = [f"# BPO vs GRPO vs T-GRPO, miniature (seeds {seeds})", "",
+             "Command: `.venv/bin/python bench/bpo_vs_grpo.py " + " ".join(sys.argv[1:]) + "`", "",
+             f"World: synthetic video (`make_video_world`), {args.n_train} train / {args.n_test} held-out clips per seed, "
+             f"5 question types. SFT {args.sft_steps} steps (configs/demo.yaml SFT settings); RL {args.rl_steps} steps x "
+             f"{args.prompts_per_step} prompts, same lr for every arm. Rollouts per prompt: "
+             + "; ".join(f"{ARM_LABEL[a]}: {BUDGET[a]}" for a in ARMS) + ".",
+             "Eval: greedy, held-out split, BPO view set (views/bpo_video.yaml) for every arm; the abstention option "
+             "is in every prompt of every stage. Percent, mean ± std over seeds.", ""]
+    head = "| arm | " + " | ".join(h for _, h in COLUMNS) + " |"
+    lines += [head, "|" + "---|" * (len(COLUMNS) + 1)]
+    for arm in ["sft"] + list(ARMS):
+        cells = [_ms([r["eval"][arm][k] for r in results]) for k, _ in COLUMNS]
+        lines.append(f"| {ARM_LABEL[arm]} | " + " | ".join(cells) + " |")
+    for ref in ("grpo", "tgrpo"):
+        cells = [_ms([r["eval"]["bpo"][k] - r["eval"][ref][k] for r in results], signed=True) for k, _ in COLUMNS]
+        lines.append(f"| BPO − {ARM_LABEL[ref].split(' ')[0]} (pp) | " + " | ".join(cells) + " |")
+    paper = [f"+{PAPER[k]:.1f}" if k in PAPER else "" for k, _ in COLUMNS]
+    lines.append("| paper: BPO − budget-matched GRPO (pp) | " + " | ".join(paper) + " |")
+    lines.append("")
+    lines.append("Per-seed held-out accuracy per question type (original clips):")
+    lines.append("")
+    qtypes = sorted(results[0]["eval"]["sft"]["per_qtype"])
+    lines += ["| seed | arm | " + " | ".join(qtypes) + " | macro | abst. P | abst. R |", "|" + "---|" * (len(qtypes) + 5)]
+    for r in results:
+        for arm in ["sft"] + list(ARMS):
+            e = r["eval"][arm]
+            lines.append(f"| {r['seed']} | {arm} | " + " | ".join(f"{100 * e['per_qtype'].get(q, 0):.1f}" for q in qtypes)
+                         + f" | {100 * e['macro']:.1f} | {100 * e['abstain_precision']:.1f} | {100 * e['abstain_recall']:.1f} |")
+    lines.append("")
+    ratio = [r["costs"]["bpo"]["median_step_s"] / r["costs"]["grpo"]["median_step_s"] for r in results]
+    tratio = [r["costs"]["tgrpo"]["median_step_s"] / r["costs"]["grpo"]["median_step_s"] for r in results]
+    share = [r["costs"]["bpo"]["view_share"] for r in results]
+    lines.append("Per-step cost (median step time per seed, arms stepped round-robin in the same process):")
+    lines.append("")
+    lines.append("| seed | GRPO s/step | T-GRPO s/step | BPO s/step | BPO / GRPO | T-GRPO / GRPO | BPO view-construction share |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for r, a, b, c in zip(results, ratio, tratio, share):
+        cs = r["costs"]
+        lines.append(f"| {r['seed']} | {cs['grpo']['median_step_s']:.2f} | {cs['tgrpo']['median_step_s']:.2f} | "
+                     f"{cs['bpo']['median_step_s']:.2f} | {a:.3f} | {b:.3f} | {100 * c:.2f}% |")
+    lines.append("")
+    ok_ratio, ok_share = statistics.mean(ratio) <= 1.1, max(share) < 0.05
+    lines.append(f"BPO step time / GRPO step time at matched budget (8 generations per prompt): "
+                 f"{statistics.mean(ratio):.3f} ± {statistics.stdev(ratio) if len(ratio) > 1 else 0.0:.3f} "
+                 f"({'within' if ok_ratio else 'ABOVE'} the 1.1 bound)")
+    lines.append(f"View construction share of BPO's step time: {100 * statistics.mean(share):.2f}% "
+                 f"(max {100 * max(share):.2f}%; {'below' if ok_share else 'NOT below'} the 5% bound)")
+    lines.append(f"T-GRPO step time / GRPO step time (12 vs 8 generations per prompt): {statistics.mean(tratio):.3f}")
+    lines.append("")
+    mins = [r["minutes"]["total"] for r in results]
+    lines.append(f"Wall time: {wall_min:.1f} min in all ({statistics.mean(mins):.1f} min per seed: "
+                 f"SFT {statistics.mean(r['minutes']['sft'] for r in results):.1f}, "
+                 f"RL {statistics.mean(r['minutes']['rl'] for r in results):.1f} for the three arms, "
+                 f"eval {statistics.mean(r['minutes']['eval'] for r in results):.1f}).")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--sft-steps", type=int, default=400)
+    ap.add_argument("--rl-steps", type=int, default=40)
+    ap.add_argument("--n-train", type=int, default=320)
+    ap.add_argument("--n-test", type=int, default=160)
+    ap.add_argument("--prompts-per-step", type=int, default=8)
+    ap.add_argument("--out", default="runs/bpo_vs_grpo")
+    ap.add_argument("--report", default=None, help="also write the markdown table here")
+    ap.add_argument("overrides", nargs="*", help="dotted config overrides applied to SFT and every arm")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    out = Path(args.out)
+    results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
+    table = render(results, args, (time.time() - t0) / 60)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(table)
+    print(table, flush=True)
+
+
+if __name__ == "__main__":
+    main()

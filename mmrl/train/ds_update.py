@@ -1,0 +1,87 @@
+"""The policy update on a DeepSpeed engine: ``mmrl.train.update.policy_update`` with ZeRO's backward and step.
+
+Same loss, same micro-batching, same share weighting as ``policy_update``; the differences are only those
+ZeRO needs (see ``mmrl.train.distributed``):
+
+- token / sequence counts are all-reduced, so shares are of the GLOBAL batch, and each rank's loss is scaled by
+  the world size because ZeRO averages gradients over ranks;
+- every rank runs the same number of backward passes (ZeRO-2 reduces, ZeRO-3 gathers, in each): a rank with fewer
+  micro-batches runs zero-weight passes on one of its trajectories;
+- ``engine.backward`` per micro-batch with the accumulation boundary set on the last, then one ``engine.step``
+  (clipping by ``gradient_clipping`` in the DeepSpeed config = ``train.grad_clip``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional
+
+import torch
+
+from mmrl.algos.base import POLICY_LOSSES
+from mmrl.algos.losses import aggregate, k3_kl
+from mmrl.data.schema import Trajectory
+from mmrl.media.inputs import PromptInputs
+from mmrl.train.distributed import all_reduce, world_size
+from mmrl.train.scoring import response_logprobs
+from mmrl.train.update import _pad
+
+
+def lockstep_logprobs(model, items, temperature: float, micro_batch: int, pad_id: int, fallback=None) -> List[torch.Tensor]:
+    """``response_logprobs`` with the item count padded to the largest rank's (ZeRO-3 forwards are collective)."""
+    n = len(items)
+    n_max = int(all_reduce([n], "max")[0])
+    pad = items[0] if items else fallback
+    lps = response_logprobs(model, list(items) + [pad] * (n_max - n), temperature, micro_batch, pad_id)
+    return lps[:n]
+
+
+def ds_policy_update(engine, trajs: List[Trajectory], inputs: List[PromptInputs], advantages: torch.Tensor,
+                     cfg_algo, cfg_train, temperature: float, pad_id: int,
+                     old_logps: Optional[List[torch.Tensor]] = None, ref_logps: Optional[List[torch.Tensor]] = None,
+                     fallback: Optional[Trajectory] = None) -> Dict[str, float]:
+    """One optimizer step of ``engine`` over this rank's ``trajs``; returns global stats (same on every rank)."""
+    loss_fn = POLICY_LOSSES.get(cfg_algo.loss)
+    model = engine.module
+    n = len(trajs)
+    agg = cfg_algo.gspo_loss_agg if cfg_algo.loss.startswith("gspo") else cfg_algo.loss_agg
+    seq_mode = agg != "token-mean"
+    W = world_size()
+    total_tokens, total_rows = all_reduce([sum(int(t.loss_mask.sum()) for t in trajs),
+                                           sum(1 for t in trajs if bool(t.loss_mask.any()))])
+    mb = cfg_train.micro_batch
+    n_mb = int(all_reduce([math.ceil(n / mb)], "max")[0])
+    stats = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
+    model.train()
+    for k in range(n_mb):
+        idx = list(range(k * mb, min(n, (k + 1) * mb)))
+        dummy = not idx
+        mb_trajs = [trajs[i] for i in idx] if idx else [trajs[0] if trajs else fallback]
+        items = [(inputs[t.inputs_key], t.response_ids) for t in mb_trajs]
+        lps = response_logprobs(model, items, temperature=temperature, micro_batch=len(items), pad_id=pad_id)
+        logp = _pad(lps)
+        mask = _pad([t.loss_mask for t in mb_trajs])
+        old = _pad(old_logps[i] for i in idx) if (old_logps is not None and not dummy) else logp.detach()
+        adv = advantages[idx].to(logp.dtype) if not dummy else torch.zeros(1, dtype=logp.dtype)
+        loss, m = loss_fn(logp, old, adv.to(logp.device), mask.to(logp.device), cfg_algo)
+        kl_val = torch.zeros((), device=logp.device)
+        if ref_logps is not None and cfg_algo.kl_coef > 0 and not dummy:
+            ref = _pad([ref_logps[i] for i in idx]).to(logp.device)
+            kl_val = aggregate(k3_kl(logp, ref), mask.to(logp.device), cfg_algo.loss_agg, cfg_algo.max_response_len)
+            loss = loss + cfg_algo.kl_coef * kl_val
+        if dummy:
+            share = 0.0
+        else:
+            rows = int((mask.sum(dim=1) > 0).sum())
+            share = (rows / max(total_rows, 1)) if seq_mode else (float(mask.sum()) / max(total_tokens, 1))
+        engine.set_gradient_accumulation_boundary(k == n_mb - 1)
+        engine.backward(loss * (share * W))
+        stats["loss"] += float(loss.detach()) * share
+        stats["kl"] += float(kl_val.detach()) * share
+        stats["clip_frac"] += float(m.get("clip_frac", 0.0)) * share
+        stats["ratio_mean"] += float(m.get("ratio_mean", 1.0)) * share
+    engine.step()
+    keys = list(stats)
+    stats = dict(zip(keys, all_reduce([stats[k] for k in keys])))
+    norm = engine.get_global_grad_norm()
+    stats["grad_norm"] = float(norm) if norm is not None else float("nan")
+    return stats

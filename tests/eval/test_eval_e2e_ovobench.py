@@ -1,0 +1,136 @@
+"""OVO-Bench end to end on the tiny model (prefix cut on the fly or pre-chunked), resume, and --score-only."""
+import json
+import math
+import os
+
+import pytest
+
+from mmrl.cli import main
+from mmrl.eval.benchmark_def import load_benchmark
+from mmrl.eval.cli_bench import EvalSettings, load_for_eval
+from mmrl.eval.frames import prefix_indices, probe
+from mmrl.eval.ovobench_runner import run_ovobench
+from mmrl.eval.report import read_jsonl
+from mmrl.eval.synth_bench import make_ovobench_set
+
+
+class CountingEngine:
+    def __init__(self, engine):
+        self.engine, self.calls, self.prompts = engine, 0, 0
+
+    def generate(self, requests, params):
+        self.calls += 1
+        self.prompts += len(requests)
+        return self.engine.generate(requests, params)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, processor, engine = load_for_eval("tiny", device="cpu")
+    return processor, engine
+
+
+@pytest.fixture(scope="module")
+def ovodata(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ovo")
+    return make_ovobench_set(str(root), seed=0, n_per_task=1, chunked=True)
+
+
+def _settings(out, **kw):
+    base = dict(out_dir=str(out), batch=4, max_pixels=56 * 56, nframes=4, max_new_tokens=4, progress=False,
+                model_name="tiny")
+    base.update(kw)
+    return EvalSettings(**base)
+
+
+def test_prefix_indices_never_pass_the_end(ovodata):
+    info = probe(os.path.join(ovodata["video_root"], "synth", "EPM_0.mp4"), "x")
+    assert (info.num_frames, info.fps) == (24, 4.0)
+    assert prefix_indices(info, 2.0, 4) == [0, 3, 5, 8]  # frames 0..8 have t <= 2.0 s
+    assert prefix_indices(info, 2.0, 64) == [0, 1, 2, 3, 5, 6, 7, 8]  # 9 frames under the cap: 8 (even)
+    assert prefix_indices(info, 99.0, 4)[-1] == 23  # capped at the last frame
+    assert prefix_indices(info, None, 5) == [0, 8, 15, 23]  # odd caps round down to even (Qwen: x2)
+
+
+def test_ovobench_end_to_end(tmp_path, tiny, ovodata, capsys):
+    processor, engine = tiny
+    anno = json.loads(open(ovodata["annotations"]).read())
+    src = os.path.join(ovodata["video_root"], "synth", "SSR_0.mp4")
+    hidden = str(tmp_path / "hidden.mp4")
+    os.replace(src, hidden)  # the SSR item's video is missing: both its probes are errors
+    try:
+        out = tmp_path / "run"
+        eng = CountingEngine(engine)
+        summary = run_ovobench(ovodata["annotations"], ovodata["video_root"], _settings(out), processor, eng)
+    finally:
+        os.replace(hidden, src)
+    bdef = load_benchmark("ovobench")
+    assert summary["protocol"] == bdef.protocol
+    assert summary["parser"]["REC"] == "ovo_rec" and summary["parser"]["EPM"] == "ovo_mcq"
+    sc = summary["scores"]
+    assert {t: v["n"] for t, v in sc["tasks"].items()} == {"EPM": 1, "ASI": 1, "OCR": 1, "STU": 1, "REC": 2,
+                                                         "SSR": 2, "CRR": 2}
+    assert set(sc["modes"]) == {"backward", "realtime", "forward"}
+    assert summary["n_errors"] == 2 and {e["id"] for e in summary["errors"]} == {"5_0", "5_1"}
+    assert sc["tasks"]["SSR"]["none"] == 2 and sc["tasks"]["SSR"]["correct"] == 0
+    assert (eng.calls, eng.prompts) == (3, 8)  # 10 queries in chunks of 4, 2 without a video
+    rows = read_jsonl(out / "predictions.jsonl")
+    assert len(rows) == ovodata["n_queries"] == 10 and len({r["id"] for r in rows}) == 10
+    realtime = {str(it["id"]): it["realtime"] for it in anno if "realtime" in it}
+    realtime.update({f"{it['id']}_{j}": p["realtime"] for it in anno for j, p in enumerate(it.get("test_info", []))})
+    for r in rows:
+        if r.get("error"):
+            continue
+        end = min(math.ceil(realtime[r["id"]]), ovodata["duration"])
+        assert r["prefix_end"] == end and r["last_frame_t"] <= end + 1e-6 and len(r["frames"]) <= 4
+    results = json.loads((out / "results.json").read_text())
+    assert [len(results[m]) for m in ("backward", "realtime", "forward")] == [2, 2, 3]
+    assert all("response" in p for it in results["forward"] for p in it["test_info"])
+    md = (out / "summary.md").read_text()
+    assert f"- protocol: {bdef.protocol}" in md and "- errors: 2" in md
+    assert "**Total (official)**" in md and "**Weighted overall**" in md
+    assert "; total " in capsys.readouterr().out
+
+    eng2 = CountingEngine(engine)  # rerun: resumes, generates nothing, writes no duplicates
+    again = run_ovobench(ovodata["annotations"], ovodata["video_root"], _settings(out), processor, eng2)
+    assert eng2.calls == 0 and len(read_jsonl(out / "predictions.jsonl")) == 10
+    assert again["scores"]["total"] == sc["total"] and again["n_errors"] == 2
+
+
+def test_ovobench_prechunked(tmp_path, tiny, ovodata):
+    processor, engine = tiny
+    out = tmp_path / "chunked"
+    summary = run_ovobench(ovodata["annotations"], ovodata["chunk_dir"], _settings(out), processor, engine,
+                           chunked=True)
+    assert summary["n_errors"] == 0 and summary["meta"]["chunked"] is True
+    rows = {r["id"]: r for r in read_jsonl(out / "predictions.jsonl")}
+    assert len(rows) == 10
+    # the item whose realtime is past the clip sees the whole clip; a chunk never holds more than its prefix
+    assert rows["2"]["video_duration"] == ovodata["duration"]
+    assert rows["0"]["video_duration"] == 2.25 and rows["0"]["prefix_end"] is None  # [0, ceil(1.8)]: 9 frames
+
+
+def test_ovobench_cli_end_to_end(tmp_path, ovodata, capsys):
+    out = tmp_path / "cli"
+    rc = main(["eval", "ovobench", "--model", "tiny", "--anno", ovodata["annotations"], "--video-root",
+               ovodata["video_root"], "--out", str(out), "--nframes", "4", "--max-pixels", str(56 * 56),
+               "--max-new-tokens", "4", "--batch", "8", "--tasks", "EPM,rec", "--no-progress", "--device", "cpu"])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["scores"]["tasks"]) == {"EPM", "REC"} and summary["meta"]["nframes"] == 4
+    text = capsys.readouterr().out
+    assert "**Total (official)**" in text and "; total " in text and "RT " not in text.splitlines()[-1]
+
+
+def test_score_only_cli_gemini(ovo_dir, capsys):
+    files = sorted(str(p) for p in ovo_dir.glob("Gemini_*_offline*.json"))
+    assert main(["eval", "ovobench", "--score-only", *files]) == 0
+    out = capsys.readouterr().out
+    assert "BT 62.54" in out and "RT 69.32" in out and "FT 57.15" in out and "total 63.00" in out
+    assert "| BT | **BT mean** | 62.54 |" in out and "**Total (official)**: 63.00" in out
+    assert "**Weighted overall**" in out
+
+
+def test_score_only_needs_files(capsys):
+    assert main(["eval", "ovobench", "--score-only"]) == 2
+    assert "--score-only needs result files" in capsys.readouterr().err
