@@ -198,6 +198,12 @@ def score_only(paths: Sequence[str], out: Optional[str] = None) -> Dict[str, Any
     return scores
 
 
+def _exists(path: str, flag: str) -> None:
+    """Fail before loading a model when a data path is wrong."""
+    if not Path(path).exists():
+        raise ConfigError(f"{flag} {path}: not found")
+
+
 def run_benchmark_cli(args) -> Dict[str, Any]:
     """Entry point of ``mmrl eval mvbench|ovobench`` (see ``mmrl/cli.py`` for the arguments)."""
     if args.bench == "ovobench" and args.score_only is not None:
@@ -209,6 +215,7 @@ def run_benchmark_cli(args) -> Dict[str, Any]:
 
         if not args.data_root:
             raise ConfigError("mmrl eval mvbench: --data-root is required (json/ + video folders, or test.json)")
+        _exists(args.data_root, "--data-root")
         proto = protocol_name(args.protocol)
         settings = settings_from_args(args, "mvbench" if proto == "original" else "mvbench_lmms")
         model, processor, engine = load_for_eval(args.model, getattr(args, "device", None),
@@ -220,6 +227,8 @@ def run_benchmark_cli(args) -> Dict[str, Any]:
 
         if not args.anno or not args.video_root:
             raise ConfigError("mmrl eval ovobench: --anno and --video-root are required (or --score-only FILES)")
+        _exists(args.anno, "--anno")
+        _exists(args.video_root, "--video-root")
         settings = settings_from_args(args, "ovobench")
         model, processor, engine = load_for_eval(args.model, getattr(args, "device", None),
                                                  getattr(args, "dtype", None))

@@ -4,9 +4,8 @@
 """
 from __future__ import annotations
 
-import math
+import contextlib
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -112,6 +111,16 @@ class RLTrainer:
                               pack_ids=torch.tensor([t.pack_id for t in trajs]))
         return self.estimator(inp, self.cfg.algorithm)
 
+    @torch.no_grad()
+    def _frozen_logprobs(self, trajs, inputs, reference: bool = False):
+        """Old (behaviour-policy) or reference log-probs of the responses; the reference is the frozen copy, or
+        the policy with its LoRA adapter disabled."""
+        items = [(inputs[t.inputs_key], t.response_ids) for t in trajs]
+        model = self.ref_model if (reference and self.ref_model is not None) else self.model
+        adapter_off = self.model.disable_adapter() if (reference and self.ref_model is None) else contextlib.nullcontext()
+        with adapter_off, self.autocast():
+            return response_logprobs(model, items, self.cfg.rollout.temperature, self.cfg.train.micro_batch, self.pad_id)
+
     # ---- one step -----------------------------------------------------------------------------------------------
     def train_step(self) -> Dict[str, float]:
         cfg = self.cfg
@@ -132,20 +141,8 @@ class RLTrainer:
         train_idx = keep.nonzero().flatten().tolist()
         inputs = [r.inputs for r in si.requests]
         t_trajs = [trajs[i] for i in train_idx]
-        ref_lps = None
-        if cfg.algorithm.kl_coef > 0:
-            with torch.no_grad():
-                items = [(inputs[t.inputs_key], t.response_ids) for t in t_trajs]
-                if self.ref_model is not None:
-                    ref_lps = response_logprobs(self.ref_model, items, cfg.rollout.temperature, cfg.train.micro_batch, self.pad_id)
-                else:
-                    with self.model.disable_adapter():
-                        ref_lps = response_logprobs(self.model, items, cfg.rollout.temperature, cfg.train.micro_batch, self.pad_id)
-        old_lps = None
-        if cfg.algorithm.ppo_epochs > 1:
-            with torch.no_grad():
-                old_lps = response_logprobs(self.model, [(inputs[t.inputs_key], t.response_ids) for t in t_trajs],
-                                            cfg.rollout.temperature, cfg.train.micro_batch, self.pad_id)
+        ref_lps = self._frozen_logprobs(t_trajs, inputs, reference=True) if cfg.algorithm.kl_coef > 0 else None
+        old_lps = self._frozen_logprobs(t_trajs, inputs) if cfg.algorithm.ppo_epochs > 1 else None
         t2 = time.perf_counter()
         upd: Dict[str, float] = {}
         for _ in range(cfg.algorithm.ppo_epochs):

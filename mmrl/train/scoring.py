@@ -3,10 +3,17 @@
 One function serves the policy (with gradient, for the loss), old log-probs, the reference model, and
 re-scoring the same response under an intervened view (PACG, VPPO, DSPO): pass that view's ``PromptInputs``.
 Only response positions go through the LM head, so the ``[B, L, V]`` logits tensor is never materialised.
+
+Shared prompts are computed once. The ``n`` responses of a group share one ``PromptInputs`` object, so a
+micro-batch is scored in two passes: the distinct prompts (vision tower + language model, KV cache kept,
+gradients flow through it) and then only the response tokens of every item, attending to its prompt's cached
+keys/values. The result equals one forward over each full ``prompt + response`` sequence (same positions, same
+causal attention), at the cost of ``U`` prompts instead of ``N`` (``U = N / n``). ``prefill_prompts`` is the
+first pass; the HF rollout engine uses it too, so sampling and scoring read the model the same way.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 
@@ -19,28 +26,105 @@ def backbone(model):
     return base.model, base.lm_head
 
 
+def positions(starts: torch.Tensor, length: int) -> torch.Tensor:
+    """Position ids ``[3, B, length]``: row ``b`` counts from ``starts[b]``.
+
+    The same values the HF path gives these inputs today: ``build_prompt_inputs`` keeps no ``mm_token_type_ids``,
+    so ``generate`` and a plain forward fall back to text positions on all three M-RoPE axes. This is the one
+    place to change for 3-D vision positions (``core.get_rope_index`` per distinct prompt).
+    """
+    pos = starts.view(-1, 1) + torch.arange(length, device=starts.device).view(1, -1)
+    return pos.unsqueeze(0).expand(3, -1, -1)
+
+
+def unique_prompts(prompts: Sequence[PromptInputs]) -> Tuple[List[PromptInputs], torch.Tensor]:
+    """Distinct prompt objects in first-seen order and, for each input, the index of its distinct prompt."""
+    seen: Dict[int, int] = {}
+    uniq: List[PromptInputs] = []
+    owner = []
+    for p in prompts:
+        k = id(p)
+        if k not in seen:
+            seen[k] = len(uniq)
+            uniq.append(p)
+        owner.append(seen[k])
+    return uniq, torch.tensor(owner, dtype=torch.long)
+
+
+def prefill_prompts(core, prompts: Sequence[PromptInputs], pad_id: int, device):
+    """Forward ``U`` prompts (right-padded) through vision + language model with a KV cache.
+
+    Returns ``(last_hidden [U, H], cache, mask [U, Pmax] long, lengths [U] long)``; ``last_hidden[u]`` is the
+    final-norm hidden state at prompt ``u``'s last token (it predicts the first response token).
+    """
+    ids = pad_right([p.input_ids for p in prompts], pad_id).to(device)
+    lengths = torch.tensor([p.num_tokens for p in prompts], dtype=torch.long, device=device)
+    mask = (torch.arange(ids.shape[1], device=device).view(1, -1) < lengths.view(-1, 1)).long()
+    vision = {k: v.to(device) for k, v in collate_vision(prompts).items()}
+    out = core(input_ids=ids, attention_mask=mask, position_ids=positions(torch.zeros_like(lengths), ids.shape[1]),
+               use_cache=True, **vision)
+    last = out.last_hidden_state[torch.arange(len(prompts), device=device), lengths - 1]
+    return last, out.cache, mask, lengths
+
+
+def _can_share(model) -> bool:
+    # gradient checkpointing drops the KV cache in training mode: score whole sequences then
+    return not (model.training and getattr(model, "is_gradient_checkpointing", False))
+
+
 def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
                       micro_batch: int = 16, pad_id: int = 0) -> List[torch.Tensor]:
     """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled."""
     out: List[torch.Tensor] = []
     core, head = backbone(model)
     device = next(model.parameters()).device
+    score = _score_shared if _can_share(model) else _score_full
     for s in range(0, len(items), micro_batch):
-        chunk = items[s : s + micro_batch]
-        seqs = [torch.cat([p.input_ids, r.to(p.input_ids.dtype)]) for p, r in chunk]
-        ids = pad_right(seqs, pad_id).to(device)
-        attn = pad_right([torch.ones_like(x) for x in seqs], 0).to(device)
-        vision = {k: v.to(device) for k, v in collate_vision([p for p, _ in chunk]).items()}
-        hidden = core(input_ids=ids, attention_mask=attn, **vision).last_hidden_state
-        # position t predicts token t+1: responses start at P, so read hidden states P-1 .. P+R-2
-        rows, cols = [], []
-        for i, (p, r) in enumerate(chunk):
-            P, R = p.num_tokens, int(r.numel())
-            rows.append(torch.full((R,), i, dtype=torch.long))
-            cols.append(torch.arange(P - 1, P + R - 1))
-        rows_t, cols_t = torch.cat(rows).to(device), torch.cat(cols).to(device)
-        logits = head(hidden[rows_t, cols_t]).float() / temperature
-        targets = ids[rows_t, cols_t + 1]
-        lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        out.extend(lp.split([int(r.numel()) for _, r in chunk]))
+        out.extend(score(core, head, items[s : s + micro_batch], temperature, pad_id, device))
     return out
+
+
+def _score_shared(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+    uniq, owner = unique_prompts([p for p, _ in chunk])
+    owner = owner.to(device)
+    last, cache, pmask, plen = prefill_prompts(core, uniq, pad_id, device)
+    resp = [r.to(device=device, dtype=torch.long) for _, r in chunk]
+    rlen = torch.tensor([int(r.numel()) for r in resp], dtype=torch.long, device=device)
+    R = int(rlen.max()) if rlen.numel() else 0
+    n = len(chunk)
+    if R == 0:
+        return [last.new_zeros(0) for _ in chunk]
+    if R > 1:  # responses attend to their prompt's cached keys/values (mask hides the prompt padding)
+        cache.batch_select_indices(owner)
+        ids = pad_right(resp, pad_id)[:, : R - 1]
+        rmask = (torch.arange(R - 1, device=device).view(1, -1) < rlen.view(-1, 1)).long()
+        hid = core(input_ids=ids, attention_mask=torch.cat([pmask[owner], rmask], dim=1),
+                   position_ids=positions(plen[owner], R - 1), cache=cache, use_cache=True).last_hidden_state
+        hidden = torch.cat([last[owner].unsqueeze(1), hid], dim=1)  # [N, R, H]: position t predicts token t
+    else:
+        hidden = last[owner].unsqueeze(1)
+    valid = torch.arange(R, device=device).view(1, -1) < rlen.view(-1, 1)
+    targets = pad_right(resp, pad_id)[valid]
+    logits = head(hidden[valid]).float() / temperature
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return list(lp.split(rlen.tolist())) if n else []
+
+
+def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+    """One forward per full ``prompt + response`` sequence (used under gradient checkpointing)."""
+    seqs = [torch.cat([p.input_ids, r.to(p.input_ids.dtype)]) for p, r in chunk]
+    ids = pad_right(seqs, pad_id).to(device)
+    attn = pad_right([torch.ones_like(x) for x in seqs], 0).to(device)
+    vision = {k: v.to(device) for k, v in collate_vision([p for p, _ in chunk]).items()}
+    hidden = core(input_ids=ids, attention_mask=attn, **vision).last_hidden_state
+    # position t predicts token t+1: responses start at P, so read hidden states P-1 .. P+R-2
+    rows, cols = [], []
+    for i, (p, r) in enumerate(chunk):
+        P, R = p.num_tokens, int(r.numel())
+        rows.append(torch.full((R,), i, dtype=torch.long))
+        cols.append(torch.arange(P - 1, P + R - 1))
+    rows_t, cols_t = torch.cat(rows).to(device), torch.cat(cols).to(device)
+    logits = head(hidden[rows_t, cols_t]).float() / temperature
+    targets = ids[rows_t, cols_t + 1]
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return list(lp.split([int(r.numel()) for _, r in chunk]))

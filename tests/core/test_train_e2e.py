@@ -113,3 +113,25 @@ def test_fp16_on_cpu_is_a_config_error(video_world, tiny_model_path, tmp_path):
     cfg = load_config(None, small_overrides(video_world, tmp_path / "fp16", tiny_model_path) + ["train.precision=fp16"])
     with pytest.raises(ConfigError, match="train.precision"):
         RLTrainer(cfg, quiet=True)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["algorithm.kl_coef=0.04", "algorithm.ppo_epochs=2"],
+    ["algorithm.name=dapo", "algorithm.dynamic_sampling=true", "algorithm.max_resample_rounds=1", "algorithm.clip_high=0.28"],
+    ["algorithm.name=gdpo"],
+    ["algorithm.name=drgrpo", "algorithm.loss_agg=seq-mean-token-sum-norm", "algorithm.max_response_len=3"],
+    ["algorithm.loss=gspo"],
+])
+def test_algorithm_variants_run_through_the_trainer(video_world, tiny_model_path, tmp_path, overrides):
+    from mmrl.config import RewardConfig
+
+    cfg = _varying_reward_cfg(small_overrides(video_world, tmp_path / "v", tiny_model_path) + ["train.steps=1"] + overrides)
+    cfg.rewards = [RewardConfig("accuracy", 1.0), RewardConfig("test_even_tokens", 1.0)]
+    m = RLTrainer(cfg, quiet=True).run()[-1]
+    assert m["step"] == 1
+    if cfg.algorithm.kl_coef > 0:
+        assert 0.0 < m["kl"] < 1.0  # second PPO epoch: the policy has moved away from the reference
+    if cfg.algorithm.dynamic_sampling:
+        assert m["resample_rounds"] == 1.0  # a random model gets no accuracy: no mixed group, one refill round
+    else:
+        assert abs(m["loss"]) > 0
