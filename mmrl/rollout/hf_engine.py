@@ -1,4 +1,11 @@
-"""HF ``generate`` backend: all prompts of a step in a few left-padded batched calls, ``n`` samples each."""
+"""HF backend: all prompts of a step in a few batched calls, ``n`` samples each.
+
+Each distinct prompt is prefilled once (vision tower + language model, ``mmrl.train.scoring.prefill_prompts``),
+its KV cache is repeated ``n`` times, and the ``n`` samples are decoded from it with the sampling rules of
+``transformers`` (suppressed tokens, temperature, top-k, top-p; greedy = argmax). ``generate`` with
+``num_return_sequences`` would instead prefill every prompt ``n`` times. ``shared_prefill=False`` uses
+``model.generate`` (kept as the reference the tests compare against).
+"""
 from __future__ import annotations
 
 from typing import List
@@ -8,6 +15,7 @@ import torch
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
+from mmrl.train.scoring import backbone, positions, prefill_prompts
 
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
@@ -21,8 +29,9 @@ def vision_token_ids(tokenizer) -> List[int]:
 
 @ENGINES.register("hf")
 class HFEngine(RolloutEngine):
-    def __init__(self, model, processor, max_batch_sequences: int = 64):
+    def __init__(self, model, processor, max_batch_sequences: int = 64, shared_prefill: bool = True):
         self.model = model
+        self.shared_prefill = shared_prefill
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.max_batch_sequences = max_batch_sequences
@@ -47,13 +56,58 @@ class HFEngine(RolloutEngine):
         was_training = self.model.training
         self.model.eval()
         try:
+            gen = self._generate_chunk if self.shared_prefill else self._generate_chunk_hf
             for chunk in self._chunks(requests):
-                out.extend(self._generate_chunk([requests[i] for i in chunk], [i for i in chunk], params))
+                out.extend(gen([requests[i] for i in chunk], [i for i in chunk], params))
         finally:
             self.model.train(was_training)
         return out
 
+    def _sample(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        """One token per row from raw logits ``[N, V]``, as ``transformers`` samples (processors, then warpers)."""
+        scores = logits.clone()
+        if self.suppress:
+            scores[:, self.suppress] = -float("inf")
+        if params.greedy:
+            return scores.argmax(dim=-1)
+        scores = scores / params.temperature
+        if params.top_k and params.top_k > 0:
+            kth = torch.topk(scores, min(params.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, -float("inf"))
+        if params.top_p is not None and params.top_p < 1.0:
+            sorted_scores, order = torch.sort(scores, descending=False)
+            remove = sorted_scores.softmax(dim=-1).cumsum(dim=-1) <= (1 - params.top_p)
+            remove[:, -1] = False  # keep at least one token
+            scores = scores.masked_fill(remove.scatter(1, order, remove), -float("inf"))
+        return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+
     def _generate_chunk(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
+        n = reqs[0].n
+        core, head = backbone(self.model)
+        device = next(self.model.parameters()).device
+        last, cache, mask, plen = prefill_prompts(core, [r.inputs for r in reqs], self.pad_id, device)
+        owner = torch.arange(len(reqs), device=device).repeat_interleave(n)
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+        logits, mask, start = head(last).float()[owner], mask[owner], plen[owner]
+        temp = 1.0 if params.greedy else params.temperature
+        done = torch.zeros(len(owner), dtype=torch.bool, device=device)
+        toks, lps = [], []
+        for t in range(params.max_new_tokens):
+            nxt = self._sample(logits, params)
+            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+            toks.append(nxt)
+            lps.append(torch.log_softmax(logits / temp, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
+            done = done | (nxt == self.eos_id)
+            if bool(done.all()) or t == params.max_new_tokens - 1:
+                break
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+            hid = core(input_ids=nxt.unsqueeze(1), attention_mask=mask, position_ids=positions(start + t, 1),
+                       cache=cache, use_cache=True).last_hidden_state[:, -1]
+            logits = head(hid).float()
+        return self._trajectories(reqs, keys, n, torch.stack(toks, dim=1).cpu(), torch.stack(lps, dim=1).cpu())
+
+    def _generate_chunk_hf(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
         n = reqs[0].n
         ids, mask = pad_left([r.inputs.input_ids for r in reqs], self.pad_id)
         vision = collate_vision([r.inputs for r in reqs])
@@ -74,6 +128,9 @@ class HFEngine(RolloutEngine):
         temp = 1.0 if params.greedy else params.temperature
         logits = torch.stack(gen.logits, dim=1).float().cpu() / temp  # [B*n, L, V]
         logps = torch.log_softmax(logits, dim=-1).gather(-1, seqs.unsqueeze(-1)).squeeze(-1)
+        return self._trajectories(reqs, keys, n, seqs, logps)
+
+    def _trajectories(self, reqs, keys, n: int, seqs: torch.Tensor, logps: torch.Tensor) -> List[Trajectory]:
         trajs = []
         for row in range(seqs.shape[0]):
             req, key = reqs[row // n], keys[row // n]
