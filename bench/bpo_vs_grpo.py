@@ -119,6 +119,18 @@ class Arm:
         return str(path)
 
 
+def rollout_budget(arm: "Arm", samples) -> Dict[str, int]:
+    """Generations per prompt, per question type, as the arm's trainer would request them (no generation)."""
+    from mmrl.train.step_inputs import build_step_inputs
+
+    tr = arm.trainer
+    out = {}
+    for s in samples:
+        si = build_step_inputs([s], tr.processor, tr.cfg.data, tr.n_for_role, tr.viewset)
+        out[s.qtype] = sum(r.n for r in si.requests)
+    return out
+
+
 def step_costs(history: List[Dict[str, float]]) -> Dict[str, float]:
     steps = [h["time/step"] for h in history if "time/step" in h]
     views = sum(h.get("time/views", 0.0) for h in history)
@@ -143,6 +155,7 @@ def summarize(res: Dict, n_per_qtype: Dict[str, int]) -> Dict[str, float]:
 def run_seed(seed: int, args, out: Path) -> Dict:
     from mmrl.config import load_config
     from mmrl.data.synth_video import make_video_world
+    from mmrl.demo import WORLD
     from mmrl.eval.synthetic import evaluate_checkpoint
     from mmrl.models.tiny import ensure_tiny_model
     from mmrl.train.sft import run_sft
@@ -150,7 +163,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
 
     t_seed = time.time()
     world = out / "world"
-    info = make_video_world(str(world), args.n_train, args.n_test, seed=seed)
+    info = make_video_world(str(world), args.n_train, args.n_test, seed=seed, **WORLD)  # the demo's world
     ensure_tiny_model()
     base = load_config([str(DEMO)], list(args.overrides))
     abst = base.data.prompt.abstain_text
@@ -176,6 +189,11 @@ def run_seed(seed: int, args, out: Path) -> Dict:
         cfg = load_config([str(DEMO)] + files, common + [f"train.out_dir={out / name}", f"model.path={sft_path}",
                                                          f"train.steps={args.rl_steps}"] + list(args.overrides))
         arms[name] = Arm(name, cfg)
+    one_per_qtype = list({s.qtype: s for s in arms["grpo"].trainer.samples}.values())
+    budgets = {n: rollout_budget(a, one_per_qtype) for n, a in arms.items()}
+    if budgets["bpo"] != budgets["grpo"]:
+        raise RuntimeError(f"BPO and GRPO budgets differ: {budgets}")
+    log(f"[seed {seed}] generations per prompt: " + ", ".join(f"{n} {sorted(set(b.values()))}" for n, b in budgets.items()))
     order = list(arms)
     for step in range(args.rl_steps):
         rot = order[step % len(order):] + order[: step % len(order)]  # rotate who goes first
@@ -201,7 +219,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     minutes = (time.time() - t_seed) / 60
     log(f"[seed {seed}] done in {minutes:.1f} min (SFT {sft_min:.1f}, RL {rl_min:.1f}, eval {eval_min:.1f}): "
         + ", ".join(f"{n} macro {100 * e['macro']:.1f} F1 {100 * e['abstain_f1']:.1f}" for n, e in evals.items()))
-    result = {"seed": seed, "eval": evals, "costs": costs, "minutes": {"total": minutes, "sft": sft_min, "rl": rl_min,
+    result = {"seed": seed, "eval": evals, "costs": costs, "budgets": budgets, "minutes": {"total": minutes, "sft": sft_min, "rl": rl_min,
                                                                         "eval": eval_min}}
     (out / "seed_result.json").write_text(json.dumps(result, indent=2))
     return result
@@ -218,7 +236,7 @@ def _ms(xs: List[float], scale: float = 100.0, signed: bool = False) -> str:
 def render(results: List[Dict], args, wall_min: float) -> str:
     seeds = [r["seed"] for r in results]
     lines = [f"# BPO vs GRPO vs T-GRPO, miniature (seeds {seeds})", "",
-             "Command: `.venv/bin/python bench/bpo_vs_grpo.py " + " ".join(sys.argv[1:]) + "`", "",
+             "Command: `.venv/bin/python bench/bpo_vs_grpo.py " + " ".join(args.argv) + "`", "",
              f"World: synthetic video (`make_video_world`), {args.n_train} train / {args.n_test} held-out clips per seed, "
              f"5 question types. SFT {args.sft_steps} steps (configs/demo.yaml SFT settings); RL {args.rl_steps} steps x "
              f"{args.prompts_per_step} prompts, same lr for every arm. Rollouts per prompt: "
@@ -249,14 +267,17 @@ def render(results: List[Dict], args, wall_min: float) -> str:
     ratio = [r["costs"]["bpo"]["median_step_s"] / r["costs"]["grpo"]["median_step_s"] for r in results]
     tratio = [r["costs"]["tgrpo"]["median_step_s"] / r["costs"]["grpo"]["median_step_s"] for r in results]
     share = [r["costs"]["bpo"]["view_share"] for r in results]
-    lines.append("Per-step cost (median step time per seed, arms stepped round-robin in the same process):")
+    lines.append("Per-step cost (median step time per seed, arms stepped round-robin in the same process; rollout = "
+                 "decode + views + processor + generation, update = teacher-forced forward/backward + AdamW):")
     lines.append("")
-    lines.append("| seed | GRPO s/step | T-GRPO s/step | BPO s/step | BPO / GRPO | T-GRPO / GRPO | BPO view-construction share |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("| seed | GRPO s/step | T-GRPO s/step | BPO s/step | BPO / GRPO | BPO / GRPO rollout | BPO / GRPO update "
+                 "| T-GRPO / GRPO | BPO view-construction share |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for r, a, b, c in zip(results, ratio, tratio, share):
         cs = r["costs"]
         lines.append(f"| {r['seed']} | {cs['grpo']['median_step_s']:.2f} | {cs['tgrpo']['median_step_s']:.2f} | "
-                     f"{cs['bpo']['median_step_s']:.2f} | {a:.3f} | {b:.3f} | {100 * c:.2f}% |")
+                     f"{cs['bpo']['median_step_s']:.2f} | {a:.2f} | {cs['bpo']['rollout_s'] / cs['grpo']['rollout_s']:.2f} | "
+                     f"{cs['bpo']['update_s'] / cs['grpo']['update_s']:.2f} | {b:.2f} | {100 * c:.2f}% |")
     lines.append("")
     ok_ratio, ok_share = statistics.mean(ratio) <= 1.1, max(share) < 0.05
     lines.append(f"BPO step time / GRPO step time at matched budget (8 generations per prompt): "
@@ -277,7 +298,7 @@ def render(results: List[Dict], args, wall_min: float) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--sft-steps", type=int, default=400)
+    ap.add_argument("--sft-steps", type=int, default=None, help="default: configs/demo.yaml's sft.steps")
     ap.add_argument("--rl-steps", type=int, default=40)
     ap.add_argument("--n-train", type=int, default=320)
     ap.add_argument("--n-test", type=int, default=160)
@@ -286,6 +307,11 @@ def main(argv=None) -> None:
     ap.add_argument("--report", default=None, help="also write the markdown table here")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides applied to SFT and every arm")
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.sft_steps is None:
+        from mmrl.config import load_config
+
+        args.sft_steps = load_config([str(DEMO)], list(args.overrides)).sft.steps
     t0 = time.time()
     out = Path(args.out)
     results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
@@ -296,7 +322,7 @@ def main(argv=None) -> None:
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(table)
-    print(table, flush=True)
+    print(table, end="", flush=True)
 
 
 if __name__ == "__main__":

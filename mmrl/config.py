@@ -95,6 +95,7 @@ class TrainConfig:
     warmup_steps: int = 0
     grad_clip: float = 1.0
     seed: int = 0
+    num_threads: int = 0  # torch intra-op CPU threads; 0 = torch's default
     precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast where the device supports it)
     backend: str = "torch"  # torch | deepspeed
     deepspeed_config: Optional[str] = None

@@ -102,8 +102,9 @@ def place_region(rng: np.random.Generator, size: int, s: int, where: str) -> Lis
 class Balancer:
     """Balances gold values (shuffled cycles per question type) and gold letter positions (per candidate count)."""
 
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self, rng: np.random.Generator, fixed_options: bool = False):
         self.rng = rng
+        self.fixed_options = fixed_options
         self.cycles: Dict[str, List[str]] = {}
         self.pos_counts: Dict[int, List[int]] = {}
 
@@ -114,7 +115,12 @@ class Balancer:
         return cyc.pop()
 
     def candidates(self, gold: str, pool: Sequence[str], must: Sequence[str] = (), kmax: int = 4) -> List[str]:
-        """2..kmax candidates from ``pool`` containing ``gold`` and ``must``; gold placed at the least-used letter."""
+        """2..kmax candidates from ``pool`` containing ``gold`` and ``must``; gold placed at the least-used letter.
+
+        With ``fixed_options`` the candidates are the whole pool in its canonical order (a letter always means
+        the same value: a classification task a tiny model learns in minutes; used by the demo)."""
+        if self.fixed_options:
+            return list(pool)
         kmin = max(2, 1 + len(set(must) - {gold}))
         k = int(self.rng.integers(kmin, min(kmax, len(pool)) + 1))
         required = [m for m in dict.fromkeys(must) if m != gold]
@@ -301,11 +307,13 @@ def make_video_world(
     fps: float = 4,
     qtypes: Optional[Sequence[str]] = None,
     codec: Optional[str] = None,
+    fixed_options: bool = False,
 ) -> dict:
     """Write ``out_dir/videos/*.mp4``, ``out_dir/train.json`` and ``out_dir/test.json``.
 
-    Question types cycle over ``qtypes`` (default: all of ``VIDEO_QTYPES``). Returns the paths, the codec
-    and per-split question-type counts.
+    Question types cycle over ``qtypes`` (default: all of ``VIDEO_QTYPES``). ``fixed_options``: every
+    question lists its whole answer pool in a fixed order (see ``Balancer.candidates``). Returns the paths,
+    the codec and per-split question-type counts.
     """
     check_world_args(size, n_frames, fps)
     qs = resolve_qtypes(qtypes, VIDEO_QTYPES)
@@ -314,7 +322,7 @@ def make_video_world(
     result = {"out_dir": out_dir, "codec": codec, "qtypes": qs, "counts": {}}
     for split, n in (("train", n_train), ("test", n_test)):
         rng = split_rng(seed, split)
-        bal = Balancer(rng)
+        bal = Balancer(rng, fixed_options)
         items = []
         for i in range(n):
             qtype = qs[i % len(qs)]

@@ -22,6 +22,7 @@ class PromptInputs:
     input_ids: torch.Tensor  # [P]
     vision: Dict[str, torch.Tensor] = field(default_factory=dict)  # keys from _VISION_KEYS
     text: str = ""
+    media: Optional[Media] = field(default=None, repr=False)  # what the processor got (vLLM re-processes it)
 
     @property
     def num_tokens(self) -> int:
@@ -52,7 +53,7 @@ def build_prompt_inputs(processor, messages: list, media: Media, prefill: str = 
         raise DataError(f"prompt has {ids.numel()} tokens, over the budget of {max_prompt_tokens} "
                         f"(lower data.nframes or data.max_pixels)", sample_id=sample_id)
     vision = {k: torch.as_tensor(out[k]) for k in _VISION_KEYS if k in out}
-    return PromptInputs(input_ids=ids, vision=vision, text=text)
+    return PromptInputs(input_ids=ids, vision=vision, text=text, media=media)
 
 
 def collate_vision(items: Sequence[PromptInputs]) -> Dict[str, torch.Tensor]:

@@ -40,13 +40,17 @@ class HFEngine(RolloutEngine):
         self.suppress = vision_token_ids(self.tokenizer)
 
     def _chunks(self, requests: List[RolloutRequest]):
-        """Consecutive requests with the same n, at most max_batch_sequences sequences per chunk."""
+        """Consecutive requests, at most max_batch_sequences sequences per chunk (and one n per chunk for
+        ``model.generate``; the shared-prefill path mixes n, e.g. T-GRPO's G and G/2 groups)."""
         chunk: List[int] = []
+        total = 0
         for i, r in enumerate(requests):
-            if chunk and (requests[chunk[0]].n != r.n or (len(chunk) + 1) * r.n > self.max_batch_sequences):
+            if chunk and ((not self.shared_prefill and requests[chunk[0]].n != r.n)
+                          or total + r.n > self.max_batch_sequences):
                 yield chunk
-                chunk = []
+                chunk, total = [], 0
             chunk.append(i)
+            total += r.n
         if chunk:
             yield chunk
 
@@ -82,13 +86,11 @@ class HFEngine(RolloutEngine):
         return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
 
     def _generate_chunk(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
-        n = reqs[0].n
         core, head = backbone(self.model)
         device = next(self.model.parameters()).device
         last, cache, mask, plen = prefill_prompts(core, [r.inputs for r in reqs], self.pad_id, device)
-        owner = torch.arange(len(reqs), device=device).repeat_interleave(n)
-        if n > 1:
-            cache.batch_repeat_interleave(n)
+        owner = torch.arange(len(reqs), device=device).repeat_interleave(torch.tensor([r.n for r in reqs], device=device))
+        cache.batch_select_indices(owner)
         logits, mask, start = head(last).float()[owner], mask[owner], plen[owner]
         temp = 1.0 if params.greedy else params.temperature
         done = torch.zeros(len(owner), dtype=torch.bool, device=device)
@@ -105,7 +107,7 @@ class HFEngine(RolloutEngine):
             hid = core(input_ids=nxt.unsqueeze(1), attention_mask=mask, position_ids=positions(start + t, 1),
                        cache=cache, use_cache=True).last_hidden_state[:, -1]
             logits = head(hid).float()
-        return self._trajectories(reqs, keys, n, torch.stack(toks, dim=1).cpu(), torch.stack(lps, dim=1).cpu())
+        return self._trajectories(reqs, keys, torch.stack(toks, dim=1).cpu(), torch.stack(lps, dim=1).cpu())
 
     def _generate_chunk_hf(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
         n = reqs[0].n
@@ -128,12 +130,14 @@ class HFEngine(RolloutEngine):
         temp = 1.0 if params.greedy else params.temperature
         logits = torch.stack(gen.logits, dim=1).float().cpu() / temp  # [B*n, L, V]
         logps = torch.log_softmax(logits, dim=-1).gather(-1, seqs.unsqueeze(-1)).squeeze(-1)
-        return self._trajectories(reqs, keys, n, seqs, logps)
+        return self._trajectories(reqs, keys, seqs, logps)
 
-    def _trajectories(self, reqs, keys, n: int, seqs: torch.Tensor, logps: torch.Tensor) -> List[Trajectory]:
+    def _trajectories(self, reqs, keys, seqs: torch.Tensor, logps: torch.Tensor) -> List[Trajectory]:
+        """One trajectory per row; rows are the requests' samples in order (``n`` consecutive rows each)."""
         trajs = []
-        for row in range(seqs.shape[0]):
-            req, key = reqs[row // n], keys[row // n]
+        rows = [(r, j) for r in range(len(reqs)) for j in range(reqs[r].n)]
+        for row, (ri, pack) in enumerate(rows):
+            req, key = reqs[ri], keys[ri]
             resp = seqs[row]
             stop = (resp == self.eos_id).nonzero()
             length = int(stop[0]) + 1 if stop.numel() else int(resp.numel())
@@ -143,6 +147,6 @@ class HFEngine(RolloutEngine):
                 prompt_ids=req.inputs.input_ids, response_ids=resp_ids, logprobs=logps[row, :length].clone(),
                 loss_mask=torch.ones(length, dtype=torch.bool),
                 text=self.tokenizer.decode(resp_ids, skip_special_tokens=True),
-                truncated=not stop.numel(), expected=req.expected, inputs_key=key, pack_id=row % n,
+                truncated=not stop.numel(), expected=req.expected, inputs_key=key, pack_id=pack,
             ))
         return trajs

@@ -20,7 +20,6 @@ How prompt groups are spread over ranks, and why the result equals the 1-process
 """
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from contextlib import contextmanager, nullcontext
@@ -33,69 +32,17 @@ from mmrl.algos.base import AdvantageInputs, AdvantageOutput
 from mmrl.config import Config, to_yaml
 from mmrl.errors import ConfigError, MMRLError
 from mmrl.train import distributed as dist
+from mmrl.train.ds_config import load_ds_config, require_deepspeed
 from mmrl.train.ds_update import ds_policy_update, lockstep_logprobs
 from mmrl.train.rl_trainer import RLTrainer
 from mmrl.train.scoring import response_logprobs
-
-DS_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
-
-
-def _require_deepspeed():
-    try:
-        import deepspeed  # noqa: F401
-    except ImportError as e:
-        raise ConfigError("config key 'train.backend' = 'deepspeed' needs DeepSpeed: "
-                          "pip install deepspeed (or the 'deepspeed' extra)") from e
-
-
-def load_ds_config(cfg: Config, device_type: str, world: int) -> dict:
-    """Read ``train.deepspeed_config`` (default ``configs/deepspeed/zero2.json``) and fill the "auto" values."""
-    path = Path(cfg.train.deepspeed_config) if cfg.train.deepspeed_config else DS_CONFIG_DIR / "zero2.json"
-    if not path.exists() and (DS_CONFIG_DIR.parent.parent / path).exists():
-        path = DS_CONFIG_DIR.parent.parent / path
-    if not path.exists():
-        raise ConfigError(f"config key 'train.deepspeed_config': file not found: {path}")
-    ds = json.loads(path.read_text())
-    if "scheduler" in ds:
-        raise ConfigError(f"{path}: remove 'scheduler'; mmrl drives the LR schedule (train.lr, train.warmup_steps)")
-    gpu = device_type != "cpu"
-    fill = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "train_batch_size": world,
-            "gradient_clipping": float(cfg.train.grad_clip)}
-    for k, v in fill.items():
-        if ds.get(k, "auto") == "auto":
-            ds[k] = v
-    for key, on in (("bf16", gpu and cfg.train.precision == "bf16"), ("fp16", gpu and cfg.train.precision == "fp16")):
-        if ds.get(key, {}).get("enabled", "auto") == "auto":
-            ds.setdefault(key, {})["enabled"] = on
-    opt = ds.get("optimizer", {}).get("params", {})
-    for k, v in (("lr", cfg.train.lr), ("weight_decay", cfg.train.weight_decay)):
-        if opt.get(k) == "auto":
-            opt[k] = v
-    zero = ds.setdefault("zero_optimization", {"stage": 0})
-    if not gpu:  # no CUDA streams to overlap with; pinned memory needs CUDA
-        zero["overlap_comm"] = False
-        for k in ("offload_optimizer", "offload_param"):
-            if k in zero:
-                zero[k]["pin_memory"] = False
-    left = [k for k, v in _walk(ds) if v == "auto"]
-    if left:
-        raise ConfigError(f"{path}: mmrl cannot fill 'auto' for {', '.join(left)}; give a value")
-    return ds
-
-
-def _walk(d, prefix=""):
-    for k, v in d.items():
-        if isinstance(v, dict):
-            yield from _walk(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v
 
 
 class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
     """``RLTrainer`` whose update, checkpoints and export go through a DeepSpeed engine, one process per rank."""
 
     def __init__(self, cfg: Config, quiet: bool = False):
-        _require_deepspeed()
+        require_deepspeed()
         import deepspeed
         from deepspeed.accelerator import get_accelerator
 
@@ -125,10 +72,10 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(base, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         self.optimizer = opt
         del hf_ds  # generation must not run in lockstep (HF's synced_gpus): rollouts gather full weights instead
-        if self.cfg.rollout.engine != "hf":
-            self.sync_rollout_weights()
 
     # ---- models -------------------------------------------------------------------------------------------------
+    _ref_engine = None
+
     def _build_ref(self):
         if self.cfg.model.lora.enabled:
             return None  # the policy with its adapter disabled
@@ -136,8 +83,10 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
 
         ref = load_model(self.cfg.model.path, self.cfg.model.dtype)
         ref.eval().requires_grad_(False)
-        if self.stage != 3:
-            return ref
+        if self.stage != 3:  # a whole frozen copy on this rank's device
+            from deepspeed.accelerator import get_accelerator
+
+            return ref.to(get_accelerator().current_device_name())
         import deepspeed
 
         ref_cfg = {k: v for k, v in self.ds_config.items() if k not in ("optimizer", "scheduler")}
@@ -146,9 +95,9 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
         if "offload_param" in self.ds_config["zero_optimization"]:
             zero["offload_param"] = dict(self.ds_config["zero_optimization"]["offload_param"])
         ref_cfg["zero_optimization"] = zero
-        engine = deepspeed.initialize(model=ref, config=ref_cfg)[0]
-        engine.eval()
-        return engine.module
+        self._ref_engine = deepspeed.initialize(model=ref, config=ref_cfg)[0]
+        self._ref_engine.eval()
+        return self._ref_engine.module
 
     def rollout_context(self):
         """ZeRO-3 + HF engine: gather the full policy weights for generation (one collective per step)."""
@@ -158,15 +107,21 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
 
     @contextmanager
     def _gathered_for_generation(self):
+        """Whole weights and no ZeRO-3 module hooks while generating (as TRL's ``unwrap_model_for_generation``)."""
         import deepspeed
 
         offload = self.ds_engine.optimizer.parameter_offload
         with deepspeed.zero.GatheredParameters(list(self.model.parameters())):
-            offload._remove_module_hooks()  # plain local forwards while the weights are whole
+            for p in self.model.parameters():
+                p.ds_active_sub_modules.clear()
+            for hook in offload.forward_hooks + offload.backward_hooks:
+                hook.remove()
+            offload.forward_hooks, offload.backward_hooks = [], []
             try:
                 yield
             finally:
-                offload.setup_zero_stage3_hooks()
+                register = getattr(offload, "_register_deepspeed_module", None) or offload._register_hooks_recursively
+                register(offload.module)
 
     def sync_rollout_weights(self) -> None:
         """Push the updated weights to the rollout engine (a no-op for the HF engine, which shares the module)."""
@@ -228,10 +183,13 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
         ref_lps = old_lps = None
         with torch.no_grad():
             if cfg.algorithm.kl_coef > 0:
-                with (self.model.disable_adapter() if self.ref_model is None else nullcontext()):
-                    ref_lps = self._score(self.ref_model or self.model, items, fallback_item)
+                if self.ref_model is None:  # LoRA: the policy with its adapter disabled
+                    with self.model.disable_adapter():
+                        ref_lps = self._score(self.ds_engine, items, fallback_item)
+                else:
+                    ref_lps = self._score(self._ref_engine or self.ref_model, items, fallback_item)
             if cfg.algorithm.ppo_epochs > 1:
-                old_lps = self._score(self.model, items, fallback_item)
+                old_lps = self._score(self.ds_engine, items, fallback_item)
         t2 = time.perf_counter()
         upd: Dict[str, float] = {}
         for _ in range(cfg.algorithm.ppo_epochs):
@@ -260,12 +218,14 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
         })
         return metrics
 
-    def _score(self, model, items, fallback):
-        """Teacher-forced log-probs; under ZeRO-3 every rank runs the same number of forwards."""
+    def _score(self, target, items, fallback):
+        """Teacher-forced log-probs through an engine (every rank runs the same number of forwards) or a module."""
+        from deepspeed.runtime.engine import DeepSpeedEngine
+
         r = self.cfg
-        if self.stage == 3:
-            return lockstep_logprobs(model, items, r.rollout.temperature, r.train.micro_batch, self.pad_id, fallback)
-        return response_logprobs(model, items, r.rollout.temperature, r.train.micro_batch, self.pad_id)
+        if not isinstance(target, DeepSpeedEngine):
+            return response_logprobs(target, items, r.rollout.temperature, r.train.micro_batch, self.pad_id)
+        return lockstep_logprobs(target, items, r.rollout.temperature, r.train.micro_batch, self.pad_id, fallback)
 
     def _view_metrics(self, trajs, si) -> Dict[str, float]:
         from mmrl.train.view_metrics import view_metrics
@@ -322,7 +282,7 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
 
                 m = self.cfg.model
                 fresh = load_model(m.path, m.dtype, lora=m.lora)
-                fresh.load_state_dict(state, strict=False)
+                fresh.load_state_dict(state)
                 export_merged(fresh, self.processor, path)
         elif dist.is_main():
             RLTrainer.export(self, path)
@@ -331,6 +291,7 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
 
     # ---- run ----------------------------------------------------------------------------------------------------
     def run(self, resume: bool = False, eval_fn=None) -> List[Dict[str, float]]:
+        """``RLTrainer.run`` for N ranks: every rank trains; rank 0 logs, reports and writes the export."""
         from mmrl.train.metrics import MetricsLogger
 
         cfg = self.cfg
@@ -342,6 +303,8 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
         if resume:
             self.resume()
         logger = MetricsLogger(str(out_dir), resume_step=self.step) if dist.is_main() else None
+        if eval_fn is None and cfg.train.eval_every and cfg.data.test:
+            eval_fn = DeepSpeedTrainer.evaluate
         history = []
         while self.step < cfg.train.steps:
             m = self.train_step()
@@ -356,10 +319,19 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
             if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                 self.save()
         self.save()
+        self.export(str(out_dir / "final"))
         if logger is not None:
             logger.close()
-        self.export(str(out_dir / "final"))
+            from mmrl.train.report import write_report
+
+            write_report(str(out_dir), title=f"mmrl {cfg.algorithm.name} run ({dist.world_size()} ranks, ZeRO-{self.stage})")
+        dist.barrier()
         return history
+
+    def evaluate(self) -> Dict[str, float]:
+        """Held-out accuracy (every rank evaluates the same samples; under ZeRO-3 with whole weights)."""
+        with self.rollout_context():
+            return RLTrainer.evaluate(self)
 
 
 def _mean_over_ranks(metrics: Dict[str, float]) -> Dict[str, float]:

@@ -7,8 +7,9 @@ ZeRO needs (see ``mmrl.train.distributed``):
   the world size because ZeRO averages gradients over ranks;
 - every rank runs the same number of backward passes (ZeRO-2 reduces, ZeRO-3 gathers, in each): a rank with fewer
   micro-batches runs zero-weight passes on one of its trajectories;
-- ``engine.backward`` per micro-batch with the accumulation boundary set on the last, then one ``engine.step``
-  (clipping by ``gradient_clipping`` in the DeepSpeed config = ``train.grad_clip``).
+- forwards go through ``engine(...)`` (``engine_logprobs``); ``engine.backward`` per micro-batch with the
+  accumulation boundary set on the last, then one ``engine.step`` (clipping by ``gradient_clipping`` in the
+  DeepSpeed config = ``train.grad_clip``).
 """
 from __future__ import annotations
 
@@ -26,12 +27,27 @@ from mmrl.train.scoring import response_logprobs
 from mmrl.train.update import _pad
 
 
-def lockstep_logprobs(model, items, temperature: float, micro_batch: int, pad_id: int, fallback=None) -> List[torch.Tensor]:
-    """``response_logprobs`` with the item count padded to the largest rank's (ZeRO-3 forwards are collective)."""
+def engine_logprobs(engine, items, temperature: float, micro_batch: int, pad_id: int) -> List[torch.Tensor]:
+    """``response_logprobs`` run as the forward of a DeepSpeed engine.
+
+    Going through ``engine(...)`` runs what DeepSpeed does around a forward (ZeRO-3 step reset, the micro-step
+    bookkeeping that makes gradients accumulate instead of overwrite, the backward-prologue hooks); calling the
+    model's submodules directly skips it (on ZeRO-3 only the last micro-batch's gradient would survive).
+    """
+    module = engine.module
+    module.forward = lambda batch: response_logprobs(module, batch, temperature, micro_batch, pad_id)
+    try:
+        return engine(items)
+    finally:
+        del module.forward
+
+
+def lockstep_logprobs(engine, items, temperature: float, micro_batch: int, pad_id: int, fallback=None) -> List[torch.Tensor]:
+    """``engine_logprobs`` with the item count padded to the largest rank's (ZeRO-3 forwards are collective)."""
     n = len(items)
     n_max = int(all_reduce([n], "max")[0])
     pad = items[0] if items else fallback
-    lps = response_logprobs(model, list(items) + [pad] * (n_max - n), temperature, micro_batch, pad_id)
+    lps = engine_logprobs(engine, list(items) + [pad] * (n_max - n), temperature, micro_batch, pad_id)
     return lps[:n]
 
 
@@ -57,7 +73,7 @@ def ds_policy_update(engine, trajs: List[Trajectory], inputs: List[PromptInputs]
         dummy = not idx
         mb_trajs = [trajs[i] for i in idx] if idx else [trajs[0] if trajs else fallback]
         items = [(inputs[t.inputs_key], t.response_ids) for t in mb_trajs]
-        lps = response_logprobs(model, items, temperature=temperature, micro_batch=len(items), pad_id=pad_id)
+        lps = engine_logprobs(engine, items, temperature, len(items), pad_id)
         logp = _pad(lps)
         mask = _pad([t.loss_mask for t in mb_trajs])
         old = _pad(old_logps[i] for i in idx) if (old_logps is not None and not dummy) else logp.detach()

@@ -29,7 +29,8 @@ from mmrl.train.update import policy_update
 from mmrl.train.view_metrics import view_metrics
 
 
-def set_seed(seed: int) -> None:
+def set_seed(seed: int, num_threads: int = 0) -> None:
+    """Seed python, numpy and torch; fix the CPU thread count (results on CPU depend on it)."""
     import random
 
     import numpy as np
@@ -37,6 +38,8 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
 
 
 class RLTrainer:
@@ -44,8 +47,7 @@ class RLTrainer:
         import mmrl.algos  # noqa: F401  (registers estimators and losses)
 
         self.cfg, self.quiet = cfg, quiet
-        set_seed(cfg.train.seed)
-        torch.set_num_threads(max(1, torch.get_num_threads()))
+        set_seed(cfg.train.seed, cfg.train.num_threads)
         self.model, self.processor = load_model_and_processor(cfg.model)
         self.pad_id = self.processor.tokenizer.pad_token_id
         self.engine = build_engine(cfg.rollout.engine, model=self.model, processor=self.processor,

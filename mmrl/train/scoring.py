@@ -69,7 +69,8 @@ def prefill_prompts(core, prompts: Sequence[PromptInputs], pad_id: int, device):
 
 def _can_share(model) -> bool:
     # gradient checkpointing drops the KV cache in training mode: score whole sequences then
-    return not (model.training and getattr(model, "is_gradient_checkpointing", False))
+    flag = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    return not (model.training and getattr(model, flag, False))
 
 
 def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
@@ -84,30 +85,51 @@ def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]],
     return out
 
 
+def slots(owner: torch.Tensor) -> torch.Tensor:
+    """For each item, its rank among the items of the same prompt (0, 1, ... in order)."""
+    out = torch.zeros_like(owner)
+    seen: Dict[int, int] = {}
+    for i, u in enumerate(owner.tolist()):
+        out[i] = seen.get(u, 0)
+        seen[u] = int(out[i]) + 1
+    return out
+
+
+def packed_mask(prompt_mask: torch.Tensor, k: int, w: int) -> torch.Tensor:
+    """Boolean attention mask ``[U, 1, k*w, P + k*w]`` for ``k`` continuations of ``w`` tokens packed after each
+    cached prompt: every query sees its prompt's real tokens and the earlier tokens of its own continuation."""
+    q = torch.arange(k * w, device=prompt_mask.device)
+    own = (q.view(-1, 1) // w == q.view(1, -1) // w) & (q.view(1, -1) <= q.view(-1, 1))  # [Q, Q] block-causal
+    u = prompt_mask.shape[0]
+    return torch.cat([prompt_mask.bool()[:, None, None, :].expand(u, 1, k * w, -1), own.expand(u, 1, -1, -1)], dim=-1)
+
+
 def _score_shared(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+    """Prompts once (cached), then the responses of each prompt packed side by side in that prompt's row
+    (block-causal mask, positions restart at the prompt length for each response): no copy of the prompt cache."""
     uniq, owner = unique_prompts([p for p, _ in chunk])
-    owner = owner.to(device)
+    slot = slots(owner)
+    owner, slot = owner.to(device), slot.to(device)
     last, cache, pmask, plen = prefill_prompts(core, uniq, pad_id, device)
     resp = [r.to(device=device, dtype=torch.long) for _, r in chunk]
     rlen = torch.tensor([int(r.numel()) for r in resp], dtype=torch.long, device=device)
-    R = int(rlen.max()) if rlen.numel() else 0
-    n = len(chunk)
-    if R == 0:
-        return [last.new_zeros(0) for _ in chunk]
-    if R > 1:  # responses attend to their prompt's cached keys/values (mask hides the prompt padding)
-        cache.batch_select_indices(owner)
-        ids = pad_right(resp, pad_id)[:, : R - 1]
-        rmask = (torch.arange(R - 1, device=device).view(1, -1) < rlen.view(-1, 1)).long()
-        hid = core(input_ids=ids, attention_mask=torch.cat([pmask[owner], rmask], dim=1),
-                   position_ids=positions(plen[owner], R - 1), cache=cache, use_cache=True).last_hidden_state
-        hidden = torch.cat([last[owner].unsqueeze(1), hid], dim=1)  # [N, R, H]: position t predicts token t
-    else:
-        hidden = last[owner].unsqueeze(1)
+    R = int(rlen.max())
+    # Always one call, even when no response has a second token (a dummy column): under ZeRO-3 every rank must
+    # run the same sequence of module calls.
+    W, K, U = max(R - 1, 1), int(slot.max()) + 1, len(uniq)
+    cols = pad_right([r[:W] for r in resp] + [resp[0].new_full((W,), pad_id)], pad_id)[:-1]  # [N, W]
+    ids = cols.new_full((U, K, W), pad_id)
+    ids[owner, slot] = cols
+    pos = (plen.view(U, 1, 1) + torch.arange(W, device=device).view(1, 1, W)).expand(U, K, W).reshape(U, K * W)
+    hid = core(input_ids=ids.view(U, K * W), attention_mask=packed_mask(pmask, K, W),
+               position_ids=pos.unsqueeze(0).expand(3, -1, -1), cache=cache, use_cache=True).last_hidden_state
+    hid = hid.view(U, K, W, -1)[owner, slot]  # [N, W, H]
+    hidden = torch.cat([last[owner].unsqueeze(1), hid], dim=1)[:, :R]  # [N, R, H]: position t predicts token t
     valid = torch.arange(R, device=device).view(1, -1) < rlen.view(-1, 1)
-    targets = pad_right(resp, pad_id)[valid]
+    targets = pad_right(resp + [resp[0].new_zeros(0)], pad_id)[:-1][valid] if R else cols.new_zeros(0)
     logits = head(hidden[valid]).float() / temperature
     lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return list(lp.split(rlen.tolist())) if n else []
+    return list(lp.split(rlen.tolist()))
 
 
 def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:

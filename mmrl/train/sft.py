@@ -33,7 +33,7 @@ def answer_ids(tokenizer, text: str) -> torch.Tensor:
 
 
 def run_sft(cfg: Config, quiet: bool = False) -> List[Dict[str, float]]:
-    set_seed(cfg.train.seed)
+    set_seed(cfg.train.seed, cfg.train.num_threads)
     model, processor = load_model_and_processor(cfg.model)
     samples, skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
     stream = DataStream(samples, cfg.train.seed, cfg.data.shuffle)

@@ -1,0 +1,332 @@
+"""mmrl vs TRL's GRPOTrainer on one CPU, at equal work; plus mmrl on video and the algorithms side by side.
+
+    .venv/bin/python bench/vs_trl.py [--steps 6] [--warmup 1] [--reps 3] [--threads 2] [--out runs/vs_trl]
+                                     [--no-algos] [--no-video] [--algo-sft-steps 120] [--mmrl-baseline]
+
+Every run is a fresh subprocess (fair peak RSS, no shared caches), in the order ``mmrl, TRL, mmrl-video,
+algorithms...`` repeated ``--reps`` times (A B A B ...). Both frameworks get the same tiny Qwen2.5-VL checkpoint,
+the same synthetic single-image task (``make_image_world``: 56x56 PNGs, 4 image tokens), ``--prompts`` prompts x
+``--n`` responses per step, ``--max-new-tokens``, temperature 1.0, AdamW at ``--lr`` (constant), grad clip 1.0,
+micro-batch ``--micro-batch``, fp32, ``--threads`` torch/OpenMP threads, and ``--steps`` optimizer steps of which
+the first ``--warmup`` are not timed. Rewards: mmrl's ``accuracy`` + 0.1 x ``format`` (TRL: the same rules).
+
+Printed per run kind: steps/s, samples/s (generated completions), generated tokens/s, peak RSS, and seconds per
+step in generation / scoring / update (definitions in ``bench/README.md``); then mmrl/TRL ratios with
+min/median/max over the repetitions (pairs of the same repetition). Then the algorithm table on the video world:
+time per step of GRPO, DAPO, GSPO, BPO (configs/bpo_demo.yaml), T-GRPO (configs/tgrpo_demo.yaml) as ratios to
+GRPO, and BPO's ``view_time_share``. The algorithms start from a short SFT warm-up of the tiny model
+(``--algo-sft-steps``, made once per invocation) so that rewards vary and DAPO's dynamic sampling is not degenerate.
+
+``--mmrl-baseline`` adds an arm with mmrl's shared-prompt prefill/scoring switched off (``model.generate`` with
+``num_return_sequences`` and one forward per full sequence), to show what that change buys.
+Results: ``<out>/results.json`` and ``<out>/table.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parent.parent
+MARK = "@@VS_TRL_RESULT@@"
+
+
+# ---------------------------------------------------------------- arms (run inside a fresh subprocess) ----------
+def run_mmrl(spec: Dict) -> Dict:
+    import torch
+
+    from mmrl.config import load_config
+    from mmrl.train.rl_trainer import RLTrainer
+
+    cfg = load_config([str(REPO / c) for c in spec["configs"]], spec["overrides"])
+    tr = RLTrainer(cfg, quiet=True)
+    if spec.get("baseline"):
+        import mmrl.train.scoring as scoring
+
+        tr.engine.shared_prefill = False
+        scoring._can_share = lambda model: False
+    acc = {"gen": 0.0, "score": 0.0, "tokens": 0, "samples": 0}
+
+    def wrap(obj, name, key):
+        fn = getattr(obj, name)
+
+        def timed(*a, **k):
+            t = time.perf_counter()
+            out = fn(*a, **k)
+            acc[key] += time.perf_counter() - t
+            return out
+
+        setattr(obj, name, timed)
+
+    engine_generate = tr.engine.generate
+
+    def generate(requests, params):
+        trajs = engine_generate(requests, params)
+        acc["tokens"] += sum(int(t.response_ids.numel()) for t in trajs)
+        acc["samples"] += len(trajs)
+        return trajs
+
+    tr.engine.generate = generate
+    wrap(tr, "rollout", "gen")
+    for name in ("rewards", "advantages", "_frozen_logprobs"):
+        if hasattr(tr, name):
+            wrap(tr, name, "score")
+    per_step: List[Dict] = []
+    last, last_cpu = [time.perf_counter()], [time.process_time()]
+    rss = [0]
+    step_fn = tr.train_step
+
+    def train_step():
+        m = step_fn()
+        now = time.perf_counter()
+        cpu = time.process_time()
+        per_step.append({"step": now - last[0], "cpu": cpu - last_cpu[0], "gen": acc["gen"], "score": acc["score"], "tokens": acc["tokens"],
+                         "samples": acc["samples"], "view_time_share": m.get("view_time_share", 0.0),
+                         "resample_rounds": m.get("resample_rounds", 0.0), "reward": m.get("reward/total", 0.0)})
+        acc.update(gen=0.0, score=0.0, tokens=0, samples=0)
+        last[0], last_cpu[0] = now, cpu
+        rss[0] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return m
+
+    tr.train_step = train_step
+    last[0], last_cpu[0] = time.perf_counter(), time.process_time()
+    tr.run()
+    return {"per_step": per_step, "peak_rss_kb": rss[0], "threads": torch.get_num_threads()}
+
+
+def _child(arm: str, spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    sys.path.insert(0, str(REPO / "bench"))
+    if arm == "trl":
+        from _trl_arm import run_trl
+
+        res = run_trl(spec)
+        res["threads"] = torch.get_num_threads()
+    else:
+        res = run_mmrl(spec)
+    print(MARK + json.dumps(res), flush=True)
+
+
+# ---------------------------------------------------------------- orchestration --------------------------------
+def _spawn(kind: str, arm: str, spec: Dict, out: Path, threads: int) -> Dict:
+    out.mkdir(parents=True, exist_ok=True)
+    spec_path = out / f"{kind}.spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false",
+               PYTHONWARNINGS="ignore", TRANSFORMERS_VERBOSITY="error", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+    t = time.time()
+    p = subprocess.run([sys.executable, __file__, "--_arm", arm, "--_spec", str(spec_path)], cwd=REPO, env=env,
+                       capture_output=True, text=True)
+    (out / f"{kind}.log").write_text(p.stdout + "\n---- stderr ----\n" + p.stderr)
+    lines = [l for l in p.stdout.splitlines() if l.startswith(MARK)]
+    if p.returncode != 0 or not lines:
+        raise RuntimeError(f"{kind} run failed (exit {p.returncode}); see {out / (kind + '.log')}:\n{p.stderr[-3000:]}")
+    res = json.loads(lines[-1][len(MARK):])
+    res["wall_s"] = time.time() - t
+    return res
+
+
+def summarize(res: Dict, warmup: int) -> Dict:
+    steps = res["per_step"][warmup:] or res["per_step"][-1:]
+    T = sum(s["step"] for s in steps)
+    k = len(steps)
+    samples = sum(s["samples"] for s in steps)
+    out = {
+        "steps_per_s": k / T, "samples_per_s": samples / T, "tokens_per_s": sum(s["tokens"] for s in steps) / T,
+        "peak_rss_mb": res["peak_rss_kb"] / 1024, "s_per_step": T / k, "cpu_per_step": sum(s["cpu"] for s in steps) / k,
+        "gen": sum(s["gen"] for s in steps) / k, "score": sum(s["score"] for s in steps) / k,
+        "view_time_share": sum(s.get("view_time_share", 0.0) for s in steps) / k,
+        "resample_rounds": sum(s.get("resample_rounds", 0.0) for s in steps) / k,
+        "samples_per_step": samples / k,
+    }
+    out["update"] = out["s_per_step"] - out["gen"] - out["score"]
+    return out
+
+
+def _mmrl_spec(a, model: str, world: Path, configs: List[str], extra: List[str], out: Path) -> Dict:
+    ov = [f"model.path={model}", f"data.train={world / 'train.json'}", f"train.out_dir={out}", f"train.steps={a.steps}",
+          f"train.prompts_per_step={a.prompts}", f"rollout.n={a.n}", f"rollout.max_new_tokens={a.max_new_tokens}",
+          "rollout.temperature=1.0", "rollout.top_p=1.0", f"train.lr={a.lr}", f"train.micro_batch={a.micro_batch}",
+          "train.grad_clip=1.0", f"train.seed={a.seed}", "train.save_every=0", "train.eval_every=0",
+          "data.max_pixels=3136"]
+    return {"configs": configs, "overrides": ov + extra, "threads": a.threads, "seed": a.seed}
+
+
+ALGOS = [  # name, config files (on top of configs/demo.yaml), overrides
+    ("GRPO", [], []),
+    ("DAPO", [], ["algorithm.name=dapo", "algorithm.loss_agg=token-mean", "algorithm.clip_high=0.28",
+                  "algorithm.dynamic_sampling=true"]),
+    ("GSPO", [], ["algorithm.name=gspo", "algorithm.loss=gspo"]),
+    ("BPO", ["configs/bpo_demo.yaml"], []),
+    ("T-GRPO", ["configs/tgrpo_demo.yaml"], []),
+]
+
+
+def _prepare(a, out: Path) -> Dict:
+    from mmrl.data.synth_image import make_image_world
+    from mmrl.data.synth_video import make_video_world
+    from mmrl.models.tiny import ensure_tiny_model
+
+    model = str(ensure_tiny_model())
+    img, vid = out / "world_image", out / "world_video"
+    if not (img / "train.json").exists():
+        make_image_world(str(img), a.n_train, 8, seed=a.seed)
+    if (a.video or a.algos) and not (vid / "train.json").exists():
+        from mmrl.demo import WORLD
+
+        make_video_world(str(vid), a.n_train, 8, seed=a.seed, **WORLD)
+    warm = model
+    if a.algos and a.algo_sft_steps > 0:
+        warm_dir = out / f"sft_warm_{a.algo_sft_steps}"
+        if not (warm_dir / "final" / "config.json").exists():
+            from mmrl.config import load_config
+            from mmrl.train.sft import run_sft
+
+            cfg = load_config([str(REPO / "configs/demo.yaml")],
+                              [f"model.path={model}", f"data.train={vid / 'train.json'}", f"train.out_dir={warm_dir}",
+                               f"sft.steps={a.algo_sft_steps}", "sft.lr=1e-3", f"train.seed={a.seed}"])
+            t = time.time()
+            run_sft(cfg, quiet=True)
+            print(f"[vs_trl] SFT warm-up for the algorithm table: {a.algo_sft_steps} steps in {time.time() - t:.0f} s", flush=True)
+        warm = str(warm_dir / "final")
+    return {"model": model, "image": img, "video": vid, "warm": warm}
+
+
+def _stats(xs: List[float]) -> str:
+    return f"{min(xs):.2f} / {statistics.median(xs):.2f} / {max(xs):.2f}"
+
+
+def _fmt_row(name: str, s: Dict) -> str:
+    return (f"| {name} | {s['steps_per_s']:.3f} | {s['samples_per_s']:.1f} | {s['tokens_per_s']:.1f} | "
+            f"{s['peak_rss_mb']:.0f} | {s['s_per_step']:.3f} | {s['cpu_per_step']:.3f} | {s['gen']:.3f} | {s['score']:.3f} | {s['update']:.3f} |")
+
+
+def _median_summary(runs: List[Dict]) -> Dict:
+    keys = runs[0].keys()
+    return {k: statistics.median(r[k] for r in runs) for k in keys}
+
+
+def report(a, results: Dict[str, List[Dict]]) -> str:
+    S = {k: [summarize(r, a.warmup) for r in v] for k, v in results.items()}
+    lines = [f"Settings: {a.prompts} prompts x {a.n} responses per step, max_new_tokens {a.max_new_tokens}, temperature 1.0, "
+             f"AdamW lr {a.lr}, micro-batch {a.micro_batch}, {a.steps} steps ({a.warmup} warm-up not timed), "
+             f"{a.threads} threads, {a.reps} repetitions, fresh process per run.", "",
+             "Medians over repetitions (seconds per step split into generation / scoring / update):", "",
+             "| run | steps/s | samples/s | gen tokens/s | peak RSS MB | s/step | CPU s/step | gen s | score s | update s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    names = {"mmrl": "mmrl (image)", "trl": "TRL GRPOTrainer (image)", "mmrl_baseline": "mmrl, shared prefill off (image)",
+             "mmrl_video": "mmrl (video, 4 frames)"}
+    for k in ("mmrl", "trl", "mmrl_baseline", "mmrl_video"):
+        if k in S:
+            lines.append(_fmt_row(names[k], _median_summary(S[k])))
+    if "mmrl" in S and "trl" in S:
+        pairs = list(zip(S["mmrl"], S["trl"]))
+        lines += ["", "mmrl / TRL, per repetition pair (min / median / max):", "",
+                  "| metric | min / median / max |", "|---|---|",
+                  f"| steps/s ratio | {_stats([m['steps_per_s'] / t['steps_per_s'] for m, t in pairs])} |",
+                  f"| samples/s ratio | {_stats([m['samples_per_s'] / t['samples_per_s'] for m, t in pairs])} |",
+                  f"| generated tokens/s ratio | {_stats([m['tokens_per_s'] / t['tokens_per_s'] for m, t in pairs])} |",
+                  f"| peak RSS ratio | {_stats([m['peak_rss_mb'] / t['peak_rss_mb'] for m, t in pairs])} |",
+                  f"| CPU seconds per step, TRL / mmrl | {_stats([t['cpu_per_step'] / m['cpu_per_step'] for m, t in pairs])} |"]
+        if "mmrl_baseline" in S:
+            pb = list(zip(S["mmrl"], S["mmrl_baseline"]))
+            lines.append(f"| steps/s, shared prefill on / off | {_stats([m['steps_per_s'] / b['steps_per_s'] for m, b in pb])} |")
+    algos = [n for n, _, _ in ALGOS if f"algo_{n}" in S]
+    if algos:
+        lines += ["", "Algorithms on the video world (same settings, SFT-warmed tiny model), time per step as a ratio "
+                  "to GRPO (per repetition, min / median / max):", "",
+                  "| algorithm | s/step (median) | / GRPO | responses per step | gen s | score s | update s | view_time_share | resample rounds |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for n in algos:
+            runs = S[f"algo_{n}"]
+            med = _median_summary(runs)
+            ratio = _stats([r["s_per_step"] / g["s_per_step"] for r, g in zip(runs, S["algo_GRPO"])])
+            lines.append(f"| {n} | {med['s_per_step']:.3f} | {ratio} | {med['samples_per_step']:.0f} | {med['gen']:.3f} | "
+                         f"{med['score']:.3f} | {med['update']:.3f} | {med['view_time_share']:.3f} | {med['resample_rounds']:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
+    ap.add_argument("--warmup", type=int, default=1, help="leading steps not timed (default 1)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions, A B A B ... (default 3)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch / OpenMP threads in every run (default 1: stable on a shared 2-core box, see README)")
+    ap.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
+    ap.add_argument("--n", type=int, default=8, help="responses per prompt, the group size (default 8)")
+    ap.add_argument("--max-new-tokens", type=int, default=4)
+    ap.add_argument("--micro-batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-train", type=int, default=256, help="training samples in each synthetic world")
+    ap.add_argument("--algo-sft-steps", type=int, default=40,
+                    help="SFT steps (lr 1e-3) warming the model for the algorithm table (0 = random init)")
+    ap.add_argument("--no-video", dest="video", action="store_false", help="skip the mmrl video-world run")
+    ap.add_argument("--no-algos", dest="algos", action="store_false", help="skip the algorithm table")
+    ap.add_argument("--no-trl", dest="trl", action="store_false", help="skip TRL (mmrl figures only)")
+    ap.add_argument("--mmrl-baseline", action="store_true", help="add mmrl with shared-prompt prefill/scoring off")
+    ap.add_argument("--out", default="runs/vs_trl")
+    ap.add_argument("--_arm", help=argparse.SUPPRESS)
+    ap.add_argument("--_spec", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a._arm:
+        return _child(a._arm, a._spec)
+    if a.warmup >= a.steps:
+        ap.error("--warmup must be below --steps")
+    if a.trl:
+        try:
+            import trl  # noqa: F401
+        except ImportError:
+            ap.error("trl is not installed: pip install -e '.[bench]' (or pass --no-trl)")
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    torch.set_num_threads(a.threads)
+    prep = _prepare(a, out)
+    plan = [("mmrl", "mmrl", _mmrl_spec(a, prep["model"], prep["image"], ["configs/demo.yaml"], [], out / "mmrl"))]
+    if a.trl:
+        plan.append(("trl", "trl", {"model": prep["model"], "world": str(prep["image"]), "seed": a.seed, "threads": a.threads,
+                                    "prompts_per_step": a.prompts, "n": a.n, "micro_batch": a.micro_batch,
+                                    "max_new_tokens": a.max_new_tokens, "temperature": 1.0, "lr": a.lr, "grad_clip": 1.0,
+                                    "steps": a.steps, "out": str(out / "trl")}))
+    if a.mmrl_baseline:
+        spec = _mmrl_spec(a, prep["model"], prep["image"], ["configs/demo.yaml"], [], out / "mmrl_baseline")
+        plan.append(("mmrl_baseline", "mmrl", dict(spec, baseline=True)))
+    if a.video:
+        plan.append(("mmrl_video", "mmrl", _mmrl_spec(a, prep["model"], prep["video"], ["configs/demo.yaml"], [],
+                                                      out / "mmrl_video")))
+    if a.algos:
+        for name, files, extra in ALGOS:
+            plan.append((f"algo_{name}", "mmrl", _mmrl_spec(a, prep["warm"], prep["video"], ["configs/demo.yaml"] + files,
+                                                             extra, out / f"algo_{name}")))
+    results: Dict[str, List[Dict]] = {k: [] for k, _, _ in plan}
+    for rep in range(a.reps):
+        for kind, arm, spec in plan:
+            spec = dict(spec)
+            if arm == "mmrl":
+                spec["overrides"] = [o if not o.startswith("train.out_dir=") else f"{o}/rep{rep}" for o in spec["overrides"]]
+            res = _spawn(f"{kind}_rep{rep}", arm, spec, out / "logs", a.threads)
+            results[kind].append(res)
+            s = summarize(res, a.warmup)
+            print(f"[vs_trl] rep {rep + 1}/{a.reps} {kind:14s} {s['s_per_step']:.3f} s/step  {s['samples_per_s']:.1f} samples/s  "
+                  f"peak RSS {s['peak_rss_mb']:.0f} MB  (run {res['wall_s']:.0f} s)", flush=True)
+    table = report(a, results)
+    print("\n" + table)
+    (out / "results.json").write_text(json.dumps({"args": vars(a), "results": results}, indent=1))
+    (out / "table.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

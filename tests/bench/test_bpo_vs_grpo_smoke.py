@@ -1,0 +1,102 @@
+"""Smoke run of bench/bpo_vs_grpo.py (the miniature of BPO's table): 1 seed, a tiny world, a few SFT and RL steps.
+
+Checks the plumbing, not the numbers: every arm trains from the same SFT checkpoint at the stated budgets, every
+arm is evaluated with the BPO view set over the whole test split, and the table carries the metrics and costs."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bpo_vs_grpo.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_bpo_vs_grpo", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
+    bench = _load()
+    out = tmp_path / "bench"
+    bench.main(["--seeds", "0", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "10", "--n-test", "5",
+                "--prompts-per-step", "2", "--out", str(out), "--report", str(tmp_path / "report.md"),
+                "sft.batch_size=4", "train.micro_batch=32"])
+    table = capsys.readouterr().out
+    for text in ("GRPO (G=8)", "T-GRPO (8+4)", "BPO (2x4)", "abstention F1", "stability", "sensitivity",
+                 "answer w/o looking", "temporal acc", "BPO step time / GRPO step time", "View construction share"):
+        assert text in table, text
+    assert (tmp_path / "report.md").read_text() == table
+    (res,) = json.loads((out / "results.json").read_text())
+    # budgets: GRPO 8, BPO 2 packs x 4 views = 8 on every question type, T-GRPO 8 ordered + 4 shuffled
+    assert set(res["budgets"]["grpo"].values()) == {8}
+    assert res["budgets"]["bpo"] == res["budgets"]["grpo"]
+    assert set(res["budgets"]["tgrpo"].values()) == {12}
+    # every arm (and the SFT start point) evaluated with the BPO view set
+    assert set(res["eval"]) == {"sft", "grpo", "tgrpo", "bpo"}
+    for arm, e in res["eval"].items():
+        assert {"blank", "original", "reverse", "mask_irrelevant"} <= set(e["view_acc"]), arm
+        assert 0.0 <= e["no_look"] <= 1.0 and 0.0 <= e["stability"] <= 1.0, arm
+    # the eval's view metrics cover the whole test split: one blank view per test clip, all in the predictions
+    rows = [json.loads(x) for x in (out / "seed0" / "eval_bpo" / "predictions.jsonl").read_text().splitlines()]
+    assert sum(r["view"] == "blank" for r in rows) == 5
+    # the abstention option is in every prompt the SFT and RL stages saw
+    train = json.loads((out / "seed0" / "world" / "train_abst.json").read_text())
+    assert all(it["candidates"][-1] == "cannot be determined" for it in train)
+    for arm in ("grpo", "tgrpo", "bpo"):
+        assert (out / "seed0" / arm / "final" / "config.json").exists()
+        steps = [json.loads(x)["step"] for x in (out / "seed0" / arm / "metrics.jsonl").read_text().splitlines()]
+        assert steps == [1, 2]
+    assert 0 < res["costs"]["bpo"]["view_share"] < 1
+
+
+
+class _ScriptedEngine:
+    """Answers without a model: the abstention letter on every third prompt, else the expected letter or "A"."""
+
+    def generate(self, requests, params):
+        import re
+
+        import torch
+
+        from mmrl.data.schema import Trajectory
+
+        out = []
+        for k, r in enumerate(requests):
+            abst = re.search(r"\(([A-Z])\) cannot be determined", r.inputs.text).group(1)
+            text = abst if k % 3 == 0 else (r.expected if r.expected and len(r.expected) == 1 and k % 2 else "A")
+            out.append(Trajectory(sample_id=r.sample_id, group_id=r.group_id, view=r.view, role=r.role,
+                                  prompt_ids=r.inputs.input_ids, response_ids=torch.tensor([0]),
+                                  logprobs=torch.zeros(1), loss_mask=torch.ones(1, dtype=torch.bool), text=text,
+                                  expected=r.expected, inputs_key=k))
+        return out
+
+
+def test_eval_view_metrics_pool_the_whole_split(tiny_model_path, video_world):
+    """evaluate_samples computes the view metrics once over every trajectory of the split: how the split is
+    chunked into prompt batches cannot change them (they used to be a weighted mean of per-chunk values)."""
+    from mmrl.config import load_config
+    from mmrl.data.annotations import load_samples
+    from mmrl.eval.synthetic import evaluate_samples
+    from mmrl.models.loading import load_processor
+    from mmrl.train.view_metrics import view_metrics
+    from mmrl.views import ViewSet
+
+    cfg = load_config(None, ["data.max_pixels=3136", "data.nframes=8"])
+    samples, _ = load_samples(str(video_world / "test.json"), None)
+    processor = load_processor(tiny_model_path)
+    vs = ViewSet.load(str(SCRIPT.parents[1] / "views" / "bpo_video.yaml"))
+    res = {b: evaluate_samples(None, processor, samples, cfg.data, viewset=vs, batch_prompts=b, engine=_ScriptedEngine())
+           for b in (64, 3)}
+    whole, chunked = res[64]["view_metrics"], res[3]["view_metrics"]
+    assert 0 < whole["abstain_f1"] < 1 and 0 < whole["stability_rate"] < 1
+    assert chunked == pytest.approx(whole)
+    # and they are view_metrics over the whole split at once
+    from mmrl.train.step_inputs import build_step_inputs
+
+    si = build_step_inputs(samples, processor, cfg.data, lambda role: 1, vs, seed=0)
+    assert view_metrics(_ScriptedEngine().generate(si.requests, None), si, vs.abstain_text) == pytest.approx(whole)

@@ -1,0 +1,177 @@
+"""The vLLM engine without vLLM: the clear error, and everything around ``vllm.LLM`` (prompt building, the
+expanded-prompt check, trajectories, weight names, sleep / wake / cache resets, the server transport) against a
+stand-in backend that expands placeholders the way vLLM's Qwen2-VL processor does."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+import threading
+
+import pytest
+import torch
+
+from mmrl.data.schema import Media
+from mmrl.errors import ConfigError, MMRLError
+from mmrl.media.inputs import build_prompt_inputs
+from mmrl.media.prompts import build_messages
+from mmrl.models.loading import load_model, load_processor
+from mmrl.rollout.base import RolloutRequest, SamplingParams, build_engine
+
+HAS_VLLM_GPU = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+def requests_for(proc):
+    g = torch.Generator().manual_seed(0)
+    reqs = []
+    for i in range(3):
+        if i < 2:
+            m = Media(str(i), frames=torch.randint(0, 255, (4, 3, 56, 56), dtype=torch.uint8, generator=g),
+                      timestamps=[0, .5, 1, 1.5], fps=2.0)
+        else:
+            m = Media(str(i), image=torch.randint(0, 255, (3, 56, 84), dtype=torch.uint8, generator=g))
+        pi = build_prompt_inputs(proc, build_messages("What colour is the square?", ["red", "green"], m), m)
+        reqs.append(RolloutRequest(inputs=pi, n=2 + i % 2, sample_id=str(i), group_id=i, meta={"seed": 10 + i}))
+    return reqs
+
+
+class FakeVLLM:
+    """Qwen2-VL placeholder expansion (patch 14, merge 2, temporal patch 2) and canned completions."""
+
+    def __init__(self, proc, extra_tokens: int = 0):
+        tok = proc.tokenizer
+        self.video, self.image = tok.convert_tokens_to_ids("<|video_pad|>"), tok.convert_tokens_to_ids("<|image_pad|>")
+        self.eos = tok.convert_tokens_to_ids("<|im_end|>")
+        self.extra, self.calls, self.weights = extra_tokens, [], {}
+
+    def _count(self, mm):
+        if "video" in mm:
+            frames, meta = mm["video"]
+            t, h, w, _ = frames.shape
+            assert meta["fps"] == 2.0 and meta["total_num_frames"] == t
+            return math.ceil(t / 2) * (h // 14) * (w // 14) // 4
+        h, w, _ = mm["image"].shape
+        return (h // 14) * (w // 14) // 4
+
+    def generate(self, prompts, sampling):
+        self.calls.append(("generate", [s["seed"] for s in sampling]))
+        outs = []
+        for p, s in zip(prompts, sampling):
+            ids = p["prompt_token_ids"]
+            assert sum(t in (self.video, self.image) for t in ids) == 1  # collapsed: one placeholder per item
+            ph = [t for t in ids if t in (self.video, self.image)][0]
+            i = ids.index(ph)
+            expanded = ids[:i] + [ph] * (self._count(p["multi_modal_data"]) + self.extra) + ids[i + 1:]
+            comps = [{"token_ids": [5, 6, self.eos] if j % 2 == 0 else [7, 8, 9], "logprobs": [-0.5, -0.25, -0.125],
+                      "finish_reason": "stop" if j % 2 == 0 else "length"} for j in range(s["n"])]
+            outs.append({"prompt_token_ids": expanded, "completions": comps})
+        return outs
+
+    def load_weights(self, weights):
+        self.calls.append(("load_weights", len(weights)))
+        self.weights = {n: t.detach().clone() for n, t in weights}
+
+    def reset_caches(self):
+        self.calls.append(("reset_caches",))
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake(self, tags):
+        self.calls.append(("wake", tags))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_path):
+    return load_processor(tiny_model_path), load_model(tiny_model_path)
+
+
+@pytest.mark.skipif(HAS_VLLM_GPU, reason="vLLM and a GPU are present: the engine would start")
+def test_build_engine_vllm_without_vllm_or_gpu_is_a_config_error(tiny):
+    proc, model = tiny
+    with pytest.raises(ConfigError, match="rollout.engine"):
+        build_engine("vllm", model=model, processor=proc)
+
+
+def test_prompts_trajectories_and_colocate_cycle(tiny):
+    from mmrl.rollout.vllm_engine import VLLMEngine
+
+    proc, model = tiny
+    fake = FakeVLLM(proc)
+    engine = VLLMEngine(model, proc, backend=fake)
+    reqs = requests_for(proc)
+    trajs = engine.generate(reqs, SamplingParams(temperature=0.7, max_new_tokens=3))
+    assert len(trajs) == 2 + 3 + 2
+    assert [(t.sample_id, t.inputs_key, t.pack_id) for t in trajs][:3] == [("0", 0, 0), ("0", 0, 1), ("1", 1, 0)]
+    assert [t.truncated for t in trajs[:2]] == [False, True]
+    assert torch.equal(trajs[0].logprobs, torch.tensor([-0.5, -0.25, -0.125]))
+    assert all(torch.equal(t.prompt_ids, reqs[t.inputs_key].inputs.input_ids) for t in trajs)
+    assert fake.calls == [("generate", [10, 11, 12]), ("sleep", 1)]  # per-request seeds; asleep while training
+    params = engine.sampling(reqs[0], SamplingParams(temperature=0.7, max_new_tokens=3))
+    assert params["logprobs"] == 0 and params["stop_token_ids"] == [engine.eos_id] and params["top_k"] == -1
+    assert set(params["logit_bias"]) == set(engine.suppress)
+    engine.sync_weights(model)
+    engine.generate(reqs[:1], SamplingParams(max_new_tokens=3))
+    assert [c[0] for c in fake.calls[2:]] == ["wake", "load_weights", "reset_caches", "wake", "generate", "sleep"]
+    assert fake.calls[2] == ("wake", ["weights"])
+
+
+def test_expanded_prompt_mismatch_names_the_sample(tiny):
+    from mmrl.rollout.vllm_engine import VLLMEngine
+
+    proc, model = tiny
+    engine = VLLMEngine(model, proc, backend=FakeVLLM(proc, extra_tokens=1))
+    with pytest.raises(MMRLError, match="sample '0'.*token counts"):
+        engine.generate(requests_for(proc), SamplingParams(max_new_tokens=3))
+
+
+def test_weights_sent_full_and_lora(tiny_model_path, tiny):
+    from mmrl.config import LoraConfig
+    from mmrl.rollout.vllm_engine import VLLMEngine
+
+    proc, model = tiny
+    fake = FakeVLLM(proc)
+    VLLMEngine(model, proc, backend=fake).sync_weights(model)
+    # full fine-tuning: every weight under its HF name (a tied lm_head travels as embed_tokens, as vLLM ties it too)
+    assert set(fake.weights) == {n for n, _ in model.named_parameters()}
+    frozen = load_model(tiny_model_path, freeze_vision=True)
+    VLLMEngine(frozen, proc, backend=fake).sync_weights(frozen)
+    assert fake.weights and not any("visual" in n for n in fake.weights)
+    lora = load_model(tiny_model_path, lora=LoraConfig(enabled=True, r=4, alpha=8))
+    with torch.no_grad():
+        for n, p in lora.named_parameters():
+            if "lora_B" in n:
+                p.normal_()
+    VLLMEngine(lora, proc, backend=fake).sync_weights(lora)
+    merged = copy.deepcopy(lora).merge_and_unload().state_dict()
+    assert fake.weights and all(k.endswith((".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight",
+                                            ".q_proj.bias", ".k_proj.bias", ".v_proj.bias")) for k in fake.weights)
+    assert all("language_model" in k for k in fake.weights)
+    for k, v in fake.weights.items():
+        assert torch.allclose(v, merged[k], atol=1e-6), k
+    base = dict(lora.named_parameters())
+    assert all(not torch.allclose(fake.weights[k], base[k.replace("model.", "base_model.model.model.", 1)
+                                                        .replace(".weight", ".base_layer.weight")])
+               for k in fake.weights if k.endswith("q_proj.weight"))  # the merged copy, not the base
+
+
+def test_server_transport_round_trip(tiny):
+    from mmrl.rollout.vllm_engine import VLLMEngine
+    from mmrl.rollout.vllm_server import serve
+
+    proc, model = tiny
+    fake = FakeVLLM(proc)
+    server = serve(fake, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        engine = VLLMEngine(model, proc, mode="server", server_url=f"http://127.0.0.1:{server.server_address[1]}")
+        trajs = engine.generate(requests_for(proc), SamplingParams(max_new_tokens=3))
+        assert len(trajs) == 7 and trajs[1].truncated and not trajs[0].truncated
+        engine.sync_weights(model)
+        sd = dict(model.named_parameters())
+        assert set(fake.weights) == set(sd) and all(torch.equal(fake.weights[k], sd[k]) for k in sd)
+        assert [c[0] for c in fake.calls] == ["generate", "load_weights", "reset_caches"]  # servers never sleep
+    finally:
+        server.shutdown()
+        server.server_close()
