@@ -299,19 +299,23 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--sft-steps", type=int, default=None, help="default: configs/demo.yaml's sft.steps")
-    ap.add_argument("--rl-steps", type=int, default=40)
-    ap.add_argument("--n-train", type=int, default=320)
-    ap.add_argument("--n-test", type=int, default=160)
-    ap.add_argument("--prompts-per-step", type=int, default=8)
+    ap.add_argument("--rl-steps", type=int, default=None, help="default: configs/demo.yaml's train.steps")
+    ap.add_argument("--n-train", type=int, default=None, help="default: the demo's world (mmrl.demo.N_TRAIN)")
+    ap.add_argument("--n-test", type=int, default=None, help="default: mmrl.demo.N_TEST")
+    ap.add_argument("--prompts-per-step", type=int, default=None, help="default: configs/demo.yaml's")
     ap.add_argument("--out", default="runs/bpo_vs_grpo")
     ap.add_argument("--report", default=None, help="also write the markdown table here")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides applied to SFT and every arm")
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    if args.sft_steps is None:
-        from mmrl.config import load_config
+    from mmrl.config import load_config
+    from mmrl.demo import N_TEST, N_TRAIN
 
-        args.sft_steps = load_config([str(DEMO)], list(args.overrides)).sft.steps
+    demo = load_config([str(DEMO)], list(args.overrides))
+    for key, value in (("sft_steps", demo.sft.steps), ("rl_steps", demo.train.steps), ("n_train", N_TRAIN),
+                       ("n_test", N_TEST), ("prompts_per_step", demo.train.prompts_per_step)):
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     t0 = time.time()
     out = Path(args.out)
     results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]

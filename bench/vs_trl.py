@@ -157,8 +157,8 @@ def _mmrl_spec(a, model: str, world: Path, configs: List[str], extra: List[str],
     ov = [f"model.path={model}", f"data.train={world / 'train.json'}", f"train.out_dir={out}", f"train.steps={a.steps}",
           f"train.prompts_per_step={a.prompts}", f"rollout.n={a.n}", f"rollout.max_new_tokens={a.max_new_tokens}",
           "rollout.temperature=1.0", "rollout.top_p=1.0", f"train.lr={a.lr}", f"train.micro_batch={a.micro_batch}",
-          "train.grad_clip=1.0", f"train.seed={a.seed}", "train.save_every=0", "train.eval_every=0",
-          "data.max_pixels=3136"]
+          "train.grad_clip=1.0", f"train.seed={a.seed}", f"train.num_threads={a.threads}", "train.save_every=0",
+          "train.eval_every=0", "data.max_pixels=3136"]
     return {"configs": configs, "overrides": ov + extra, "threads": a.threads, "seed": a.seed}
 
 
@@ -194,7 +194,8 @@ def _prepare(a, out: Path) -> Dict:
 
             cfg = load_config([str(REPO / "configs/demo.yaml")],
                               [f"model.path={model}", f"data.train={vid / 'train.json'}", f"train.out_dir={warm_dir}",
-                               f"sft.steps={a.algo_sft_steps}", "sft.lr=1e-3", f"train.seed={a.seed}"])
+                               f"sft.steps={a.algo_sft_steps}", "sft.lr=1e-3", f"train.seed={a.seed}",
+                               f"train.num_threads={a.threads}"])
             t = time.time()
             run_sft(cfg, quiet=True)
             print(f"[vs_trl] SFT warm-up for the algorithm table: {a.algo_sft_steps} steps in {time.time() - t:.0f} s", flush=True)
@@ -218,7 +219,9 @@ def _median_summary(runs: List[Dict]) -> Dict:
 
 def report(a, results: Dict[str, List[Dict]]) -> str:
     S = {k: [summarize(r, a.warmup) for r in v] for k, v in results.items()}
-    lines = [f"Settings: {a.prompts} prompts x {a.n} responses per step, max_new_tokens {a.max_new_tokens}, temperature 1.0, "
+    threads = sorted({r.get("threads") for v in results.values() for r in v})
+    lines = [] if threads == [a.threads] else [f"WARNING: runs used {threads} threads, not {a.threads}", ""]
+    lines += [f"Settings: {a.prompts} prompts x {a.n} responses per step, max_new_tokens {a.max_new_tokens}, temperature 1.0, "
              f"AdamW lr {a.lr}, micro-batch {a.micro_batch}, {a.steps} steps ({a.warmup} warm-up not timed), "
              f"{a.threads} threads, {a.reps} repetitions, fresh process per run.", "",
              "Medians over repetitions (seconds per step split into generation / scoring / update):", "",

@@ -65,7 +65,7 @@ def cmd_train(args) -> None:
     if cfg.train.backend == "deepspeed":
         from mmrl.train.deepspeed_backend import run_deepspeed
 
-        run_deepspeed(cfg, resume=args.resume)
+        run_deepspeed(cfg, resume=args.resume, quiet=args.quiet)
         return
     from mmrl.train.rl_trainer import RLTrainer
 

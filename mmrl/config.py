@@ -28,6 +28,7 @@ class LoraConfig:
 class ModelConfig:
     path: str = "tiny"  # "tiny" = the embedded tiny Qwen2.5-VL (built into the cache on first use), or a local checkpoint
     dtype: str = "float32"  # float32 | bfloat16 | float16
+    device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
     freeze_vision: bool = False
     gradient_checkpointing: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)

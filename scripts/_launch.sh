@@ -5,7 +5,9 @@ OVERRIDES=("model.path=$MODEL_PATH" "data.train=$DATA_PATH" "train.out_dir=$OUT_
 if [ -n "$MEDIA_ROOT" ]; then OVERRIDES+=("data.media_root=$MEDIA_ROOT"); fi
 OVERRIDES+=("$@")
 
-LAUNCH=(deepspeed --num_gpus "$NUM_GPUS" --master_port "$MASTER_PORT" --no_local_rank)
+DEEPSPEED=$(dirname "$PY")/deepspeed                # the venv's launcher, else the one on PATH
+[ -x "$DEEPSPEED" ] || DEEPSPEED=deepspeed
+LAUNCH=("$DEEPSPEED" --num_gpus "$NUM_GPUS" --master_port "$MASTER_PORT" --no_local_rank)
 if [ "$NUM_NODES" -gt 1 ]; then
   if [ -z "$HOSTFILE" ] && [ "${DRY_RUN:-0}" != 1 ]; then
     echo "NUM_NODES=$NUM_NODES needs HOSTFILE (one line per node: '<host> slots=$NUM_GPUS')" >&2

@@ -32,7 +32,7 @@ def test_dry_run_prints_the_plan(script, tmp_path):
     assert "# plan: mmrl train (dry run" in out
     assert "7 steps x" in out and f"algorithm {algo}" in out and "backend deepspeed, engine vllm" in out
     assert f"configs/deepspeed/{ds}" in out and model in out
-    assert "# launch: deepspeed --num_gpus 8" in out and "--no_local_rank --module mmrl train" in out
+    assert "# launch: " in out and "deepspeed --num_gpus 8 --master_port" in out and "--no_local_rank --module mmrl train" in out
     if "lora" in script:
         assert "enabled: true" in out
     if algo == "bpo":

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 from mmrl.data.annotations import load_samples
-from mmrl.data.schema import LETTERS
+from mmrl.data.schema import ANSWER_ABSTAIN, LETTERS
 from mmrl.rewards.parsing import parse_choice
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.train.step_inputs import build_step_inputs
@@ -35,6 +35,9 @@ def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 
             pred = parse_choice(t.text, LETTERS[: len(cands)])
             sample = si.samples[t.sample_id]
             correct = pred is not None and pred == t.expected
+            if t.expected == ANSWER_ABSTAIN:  # right when the abstention option is chosen, whatever its letter
+                abst = viewset.abstain_text if viewset is not None else None
+                correct = pred is not None and abst in cands and pred == LETTERS[cands.index(abst)]
             if t.role == "anchor":
                 per_type[sample.qtype].append(float(correct))
             rows.append({"id": t.sample_id, "qtype": sample.qtype, "view": t.view, "role": t.role, "response": t.text,

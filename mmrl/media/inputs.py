@@ -20,6 +20,7 @@ class PromptInputs:
     """Processor output for ONE prompt: token ids plus its vision tensors."""
 
     input_ids: torch.Tensor  # [P]
+    mm_token_type_ids: Optional[torch.Tensor] = None  # [P]: 0 text, 1 image, 2 video (for M-RoPE positions)
     vision: Dict[str, torch.Tensor] = field(default_factory=dict)  # keys from _VISION_KEYS
     text: str = ""
     media: Optional[Media] = field(default=None, repr=False)  # what the processor got (vLLM re-processes it)
@@ -53,7 +54,9 @@ def build_prompt_inputs(processor, messages: list, media: Media, prefill: str = 
         raise DataError(f"prompt has {ids.numel()} tokens, over the budget of {max_prompt_tokens} "
                         f"(lower data.nframes or data.max_pixels)", sample_id=sample_id)
     vision = {k: torch.as_tensor(out[k]) for k in _VISION_KEYS if k in out}
-    return PromptInputs(input_ids=ids, vision=vision, text=text, media=media)
+    mm = out.get("mm_token_type_ids")
+    return PromptInputs(input_ids=ids, mm_token_type_ids=None if mm is None else torch.as_tensor(mm)[0],
+                        vision=vision, text=text, media=media)
 
 
 def collate_vision(items: Sequence[PromptInputs]) -> Dict[str, torch.Tensor]:

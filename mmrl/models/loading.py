@@ -69,9 +69,17 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False, l
     return model
 
 
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"config key 'model.device' = {name!r} but no CUDA device is available")
+    return name
+
+
 def load_model_and_processor(cfg_model) -> Tuple[torch.nn.Module, object]:
     model = load_model(cfg_model.path, cfg_model.dtype, cfg_model.freeze_vision, cfg_model.lora,
-                       cfg_model.gradient_checkpointing)
+                       cfg_model.gradient_checkpointing, device=resolve_device(cfg_model.device))
     return model, load_processor(cfg_model.path)
 
 

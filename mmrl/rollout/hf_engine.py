@@ -86,12 +86,17 @@ class HFEngine(RolloutEngine):
         return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
 
     def _generate_chunk(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
+        """Prefill each prompt once; decode its ``n`` samples side by side in the prompt's row of the KV cache
+        (one key column per sample and step, block mask: a sample sees the prompt and its own tokens)."""
         core, head = backbone(self.model)
         device = next(self.model.parameters()).device
-        last, cache, mask, plen = prefill_prompts(core, [r.inputs for r in reqs], self.pad_id, device)
-        owner = torch.arange(len(reqs), device=device).repeat_interleave(torch.tensor([r.n for r in reqs], device=device))
-        cache.batch_select_indices(owner)
-        logits, mask, start = head(last).float()[owner], mask[owner], plen[owner]
+        last, cache, mask, start = prefill_prompts(core, [r.inputs for r in reqs], self.pad_id, device)
+        U, K = len(reqs), max(r.n for r in reqs)
+        owner = torch.tensor([u for u, r in enumerate(reqs) for _ in range(r.n)], dtype=torch.long, device=device)
+        slot = torch.tensor([j for r in reqs for j in range(r.n)], dtype=torch.long, device=device)
+        prompt_keys = mask.bool()[:, None, None, :].expand(U, 1, K, mask.shape[1])
+        own = torch.eye(K, dtype=torch.bool, device=device)
+        logits = head(last).float()[owner]
         temp = 1.0 if params.greedy else params.temperature
         done = torch.zeros(len(owner), dtype=torch.bool, device=device)
         toks, lps = [], []
@@ -103,19 +108,23 @@ class HFEngine(RolloutEngine):
             done = done | (nxt == self.eos_id)
             if bool(done.all()) or t == params.max_new_tokens - 1:
                 break
-            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
-            hid = core(input_ids=nxt.unsqueeze(1), attention_mask=mask, position_ids=positions(start + t, 1),
-                       cache=cache, use_cache=True).last_hidden_state[:, -1]
-            logits = head(hid).float()
+            ids = nxt.new_full((U, K), self.pad_id)
+            ids[owner, slot] = nxt
+            attn = torch.cat([prompt_keys, own.repeat(1, t + 1).expand(U, 1, K, K * (t + 1))], dim=-1)
+            hid = core(input_ids=ids, attention_mask=attn, position_ids=positions(start + t, 1).expand(3, U, K),
+                       cache=cache, use_cache=True).last_hidden_state
+            logits = head(hid[owner, slot]).float()
         return self._trajectories(reqs, keys, torch.stack(toks, dim=1).cpu(), torch.stack(lps, dim=1).cpu())
 
     def _generate_chunk_hf(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
         n = reqs[0].n
         ids, mask = pad_left([r.inputs.input_ids for r in reqs], self.pad_id)
+        mm, _ = pad_left([r.inputs.mm_token_type_ids if r.inputs.mm_token_type_ids is not None
+                          else torch.zeros_like(r.inputs.input_ids) for r in reqs], 0)
         vision = collate_vision([r.inputs for r in reqs])
         device = next(self.model.parameters()).device
         kwargs = dict(
-            input_ids=ids.to(device), attention_mask=mask.to(device),
+            input_ids=ids.to(device), attention_mask=mask.to(device), mm_token_type_ids=mm.to(device),
             **{k: v.to(device) for k, v in vision.items()},
             max_new_tokens=params.max_new_tokens, num_return_sequences=n,
             return_dict_in_generate=True, output_logits=True,

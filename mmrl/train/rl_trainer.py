@@ -50,8 +50,13 @@ class RLTrainer:
         set_seed(cfg.train.seed, cfg.train.num_threads)
         self.model, self.processor = load_model_and_processor(cfg.model)
         self.pad_id = self.processor.tokenizer.pad_token_id
+        extra = {}
+        if cfg.rollout.engine == "vllm":
+            from mmrl.rollout.vllm_engine import engine_options
+
+            extra = engine_options(cfg)
         self.engine = build_engine(cfg.rollout.engine, model=self.model, processor=self.processor,
-                                   max_batch_sequences=cfg.rollout.max_batch_sequences)
+                                   max_batch_sequences=cfg.rollout.max_batch_sequences, **extra)
         self.samples, self.load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
         self.stream = DataStream(self.samples, cfg.train.seed, cfg.data.shuffle)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.train)
@@ -68,11 +73,11 @@ class RLTrainer:
         self.step = 0
 
     def _build_ref(self):
-        from mmrl.models.loading import load_model
+        from mmrl.models.loading import load_model, resolve_device
 
         if self.cfg.model.lora.enabled:
             return None  # reference = the base model with the adapter disabled (peft), no second copy
-        ref = load_model(self.cfg.model.path, self.cfg.model.dtype)
+        ref = load_model(self.cfg.model.path, self.cfg.model.dtype, device=resolve_device(self.cfg.model.device))
         ref.eval().requires_grad_(False)
         return ref
 

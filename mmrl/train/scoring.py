@@ -27,14 +27,32 @@ def backbone(model):
 
 
 def positions(starts: torch.Tensor, length: int) -> torch.Tensor:
-    """Position ids ``[3, B, length]``: row ``b`` counts from ``starts[b]``.
-
-    The same values the HF path gives these inputs today: ``build_prompt_inputs`` keeps no ``mm_token_type_ids``,
-    so ``generate`` and a plain forward fall back to text positions on all three M-RoPE axes. This is the one
-    place to change for 3-D vision positions (``core.get_rope_index`` per distinct prompt).
-    """
+    """Text position ids ``[3, B, length]`` (the same on the three M-RoPE axes): row ``b`` counts from ``starts[b]``."""
     pos = starts.view(-1, 1) + torch.arange(length, device=starts.device).view(1, -1)
     return pos.unsqueeze(0).expand(3, -1, -1)
+
+
+def token_types(prompts: Sequence[PromptInputs], width: int) -> torch.Tensor:
+    """``mm_token_type_ids`` of right-padded prompts ``[B, width]`` (0 = text, also for padding)."""
+    rows = [p.mm_token_type_ids if p.mm_token_type_ids is not None else torch.zeros_like(p.input_ids) for p in prompts]
+    out = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : r.numel()] = r
+    return out
+
+
+def prompt_positions(core, prompts: Sequence[PromptInputs], ids: torch.Tensor, mask: torch.Tensor,
+                     vision: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """M-RoPE positions ``[3, U, P]`` of right-padded prompts (3-D for vision tokens, via the model's own
+    ``get_rope_index``) and the position of each prompt's first response token ``[U]``."""
+    lengths = mask.sum(dim=1)
+    if not any(k in vision for k in ("image_grid_thw", "video_grid_thw")):
+        return positions(torch.zeros_like(lengths), ids.shape[1]), lengths
+    pos, deltas = core.get_rope_index(
+        ids, mm_token_type_ids=token_types(prompts, ids.shape[1]).to(ids.device),
+        image_grid_thw=vision.get("image_grid_thw"), video_grid_thw=vision.get("video_grid_thw"),
+        second_per_grid_ts=vision.get("second_per_grid_ts"), attention_mask=mask)
+    return pos, lengths + deltas.view(-1).to(lengths.dtype)
 
 
 def unique_prompts(prompts: Sequence[PromptInputs]) -> Tuple[List[PromptInputs], torch.Tensor]:
@@ -54,17 +72,18 @@ def unique_prompts(prompts: Sequence[PromptInputs]) -> Tuple[List[PromptInputs],
 def prefill_prompts(core, prompts: Sequence[PromptInputs], pad_id: int, device):
     """Forward ``U`` prompts (right-padded) through vision + language model with a KV cache.
 
-    Returns ``(last_hidden [U, H], cache, mask [U, Pmax] long, lengths [U] long)``; ``last_hidden[u]`` is the
-    final-norm hidden state at prompt ``u``'s last token (it predicts the first response token).
+    Returns ``(last_hidden [U, H], cache, mask [U, Pmax] long, next_pos [U] long)``; ``last_hidden[u]`` is the
+    final-norm hidden state at prompt ``u``'s last token (it predicts the first response token) and
+    ``next_pos[u]`` the M-RoPE position of the first response token (prompt length + the rope delta).
     """
     ids = pad_right([p.input_ids for p in prompts], pad_id).to(device)
     lengths = torch.tensor([p.num_tokens for p in prompts], dtype=torch.long, device=device)
     mask = (torch.arange(ids.shape[1], device=device).view(1, -1) < lengths.view(-1, 1)).long()
     vision = {k: v.to(device) for k, v in collate_vision(prompts).items()}
-    out = core(input_ids=ids, attention_mask=mask, position_ids=positions(torch.zeros_like(lengths), ids.shape[1]),
-               use_cache=True, **vision)
+    pos, next_pos = prompt_positions(core, prompts, ids, mask, vision)
+    out = core(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **vision)
     last = out.last_hidden_state[torch.arange(len(prompts), device=device), lengths - 1]
-    return last, out.cache, mask, lengths
+    return last, out.cache, mask, next_pos
 
 
 def _can_share(model) -> bool:
@@ -110,7 +129,7 @@ def _score_shared(core, head, chunk, temperature: float, pad_id: int, device) ->
     uniq, owner = unique_prompts([p for p, _ in chunk])
     slot = slots(owner)
     owner, slot = owner.to(device), slot.to(device)
-    last, cache, pmask, plen = prefill_prompts(core, uniq, pad_id, device)
+    last, cache, pmask, start = prefill_prompts(core, uniq, pad_id, device)
     resp = [r.to(device=device, dtype=torch.long) for _, r in chunk]
     rlen = torch.tensor([int(r.numel()) for r in resp], dtype=torch.long, device=device)
     R = int(rlen.max())
@@ -120,7 +139,7 @@ def _score_shared(core, head, chunk, temperature: float, pad_id: int, device) ->
     cols = pad_right([r[:W] for r in resp] + [resp[0].new_full((W,), pad_id)], pad_id)[:-1]  # [N, W]
     ids = cols.new_full((U, K, W), pad_id)
     ids[owner, slot] = cols
-    pos = (plen.view(U, 1, 1) + torch.arange(W, device=device).view(1, 1, W)).expand(U, K, W).reshape(U, K * W)
+    pos = (start.view(U, 1, 1) + torch.arange(W, device=device).view(1, 1, W)).expand(U, K, W).reshape(U, K * W)
     hid = core(input_ids=ids.view(U, K * W), attention_mask=packed_mask(pmask, K, W),
                position_ids=pos.unsqueeze(0).expand(3, -1, -1), cache=cache, use_cache=True).last_hidden_state
     hid = hid.view(U, K, W, -1)[owner, slot]  # [N, W, H]
@@ -138,7 +157,8 @@ def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> L
     ids = pad_right(seqs, pad_id).to(device)
     attn = pad_right([torch.ones_like(x) for x in seqs], 0).to(device)
     vision = {k: v.to(device) for k, v in collate_vision([p for p, _ in chunk]).items()}
-    hidden = core(input_ids=ids, attention_mask=attn, **vision).last_hidden_state
+    mm = token_types([p for p, _ in chunk], ids.shape[1]).to(device)  # the model computes M-RoPE from these
+    hidden = core(input_ids=ids, attention_mask=attn, mm_token_type_ids=mm, **vision).last_hidden_state
     # position t predicts token t+1: responses start at P, so read hidden states P-1 .. P+R-2
     rows, cols = [], []
     for i, (p, r) in enumerate(chunk):

@@ -2,6 +2,8 @@
 answer-without-looking rate (non-abstaining answers on views whose evidence is destroyed), every step and in eval.
 
 Definitions (per trajectory, ``pred`` = parsed letter, ``ABST`` = the abstention option's letter):
+- per-view accuracy ``view_acc/<view>``: ``pred`` equals the view's expected letter, or is ``ABST`` where the
+  expected answer is "abstain"; views whose expected answer is unknown (``expected`` None) have none;
 - stability rate: share of ``stable``-role responses whose answer equals the view's expected answer;
 - sensitivity rate: share of ``sensitive``-role responses that do NOT give the original gold answer;
 - abstention precision = P(expected abstain | pred ABST), recall = P(pred ABST | expected abstain), F1; a view
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Dict, List, Optional
 
-from mmrl.data.schema import LETTERS
+from mmrl.data.schema import ANSWER_ABSTAIN, LETTERS
 from mmrl.rewards.parsing import parse_choice
 
 
@@ -28,15 +30,18 @@ def view_metrics(trajs, si, abstain_text: Optional[str] = None) -> Dict[str, flo
         pred = parse_choice(t.text, letters)
         abst = LETTERS[cands.index(abstain_text)] if abstain_text and abstain_text in cands else None
         gold = si.samples[t.sample_id].answer_letter
-        by_view[t.view].append(float(pred is not None and pred == t.expected))
+        is_abst = abst is not None and pred == abst
+        if t.expected == ANSWER_ABSTAIN:  # the expected answer is the abstention option, whatever its letter
+            by_view[t.view].append(float(is_abst))
+        elif t.expected is not None:  # undetermined views have no accuracy
+            by_view[t.view].append(float(pred is not None and pred == t.expected))
         if t.role == "stable":
             stable.append(float(pred == t.expected))
         if t.role == "sensitive":
             sensitive.append(float(pred != gold))
-        is_abst = abst is not None and pred == abst
         if t.expected is not None:  # undetermined views: abstaining is neither right nor wrong
             abst_pred += is_abst
-        if t.expected == "abstain":
+        if t.expected == ANSWER_ABSTAIN:
             abst_exp += 1
             abst_tp += is_abst
             nolook.append(float(not is_abst))

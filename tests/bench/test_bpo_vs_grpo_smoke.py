@@ -1,14 +1,14 @@
 """Smoke run of bench/bpo_vs_grpo.py (the miniature of BPO's table): 1 seed, a tiny world, a few SFT and RL steps.
 
 Checks the plumbing, not the numbers: every arm trains from the same SFT checkpoint at the stated budgets, every
-arm is evaluated with the BPO view set over the whole test split, and the table carries the metrics and costs."""
+arm is evaluated with the BPO view set over the whole test split, and the table carries the metrics and costs.
+Plus regression tests for the bugs the benchmark found (view metrics averaged per eval chunk; the abstention
+letter of one question type taken as abstaining on another in BPO's contract reward and the per-view accuracy)."""
 import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bpo_vs_grpo.py"
 
@@ -20,6 +20,7 @@ def _load():
     return mod
 
 
+@pytest.mark.slow
 def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
     bench = _load()
     out = tmp_path / "bench"
@@ -76,6 +77,7 @@ class _ScriptedEngine:
         return out
 
 
+@pytest.mark.slow
 def test_eval_view_metrics_pool_the_whole_split(tiny_model_path, video_world):
     """evaluate_samples computes the view metrics once over every trajectory of the split: how the split is
     chunked into prompt batches cannot change them (they used to be a weighted mean of per-chunk values)."""
@@ -100,3 +102,51 @@ def test_eval_view_metrics_pool_the_whole_split(tiny_model_path, video_world):
 
     si = build_step_inputs(samples, processor, cfg.data, lambda role: 1, vs, seed=0)
     assert view_metrics(_ScriptedEngine().generate(si.requests, None), si, vs.abstain_text) == pytest.approx(whole)
+
+
+def _ctx(qtype, candidates, answer, view, role, expected, text, group, pack):
+    import torch
+
+    from mmrl.data.schema import Sample, Trajectory
+    from mmrl.rewards.base import RewardContext
+
+    sample = Sample(id=f"{qtype}-{group}", question="?", candidates=[c for c in candidates if c != "cannot be determined"],
+                    answer=answer, qtype=qtype)
+    traj = Trajectory(sample_id=sample.id, group_id=group, view=view, role=role, prompt_ids=torch.zeros(1, dtype=torch.long),
+                      response_ids=torch.tensor([1, 2]), logprobs=torch.zeros(2), loss_mask=torch.ones(2, dtype=torch.bool),
+                      text=text, expected=expected, pack_id=pack)
+    return RewardContext(sample=sample, trajectory=traj, candidates=candidates, view=view, role=role, expected=expected)
+
+
+def test_bpo_contract_abstention_letter_is_per_question():
+    """A batch mixing a 3-option question (abstention = D) and a 4-option one (abstention = E): on the 4-option
+    question D is a real answer, so a correct D on the original clip earns its reward and D on the blank view is
+    not an abstention."""
+    from mmrl.rewards.bpo_contract import bpo_contract
+
+    count = ["1", "2", "3", "cannot be determined"]
+    colour = ["red", "green", "blue", "yellow", "cannot be determined"]
+    ctx = [_ctx("count", count, "2", "original", "anchor", "B", "B", 0, 0),
+           _ctx("count", count, "2", "blank", "abstain", "abstain", "D", 0, 0),
+           _ctx("color", colour, "yellow", "original", "anchor", "D", "D", 1, 0),
+           _ctx("color", colour, "yellow", "blank", "abstain", "abstain", "D", 1, 0),
+           _ctx("color", colour, "yellow", "original", "anchor", "D", "E", 2, 0),
+           _ctx("color", colour, "yellow", "blank", "abstain", "abstain", "E", 2, 0)]
+    out = bpo_contract(ctx)
+    assert out["bpo_contract"] == pytest.approx([1.1, 1.0, 1.1, 0.0, 0.0, 1.0])
+    assert out["accuracy"] == [1.0, 1.0, 1.0, 0.0, 0.0, 1.0]
+
+
+def test_view_accuracy_of_abstain_views_counts_the_abstention_option():
+    from types import SimpleNamespace
+
+    from mmrl.train.view_metrics import view_metrics
+
+    ctx = [_ctx("color", ["red", "green", "blue", "yellow", "cannot be determined"], "red", "blank", "abstain", "abstain",
+                text, 0, 0) for text in ("E", "D")]
+    ctx.append(_ctx("color", ["red", "green", "blue", "yellow", "cannot be determined"], "red", "occlude_obj", "sensitive",
+                    None, "E", 0, 0))
+    si = SimpleNamespace(candidates={(c.sample.id, c.view): c.candidates for c in ctx}, samples={c.sample.id: c.sample for c in ctx})
+    m = view_metrics([c.trajectory for c in ctx], si, "cannot be determined")
+    assert m["view_acc/blank"] == 0.5 and "view_acc/occlude_obj" not in m
+    assert m["abstain_precision"] == 1.0 and m["abstain_recall"] == 0.5  # abstaining on occlude_obj: undetermined

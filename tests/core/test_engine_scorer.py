@@ -49,3 +49,41 @@ def test_generation_is_reproducible_by_seed(tiny_model_path):
         torch.manual_seed(123)
         outs.append([t.response_ids.tolist() for t in engine.generate(_requests(proc), SamplingParams(max_new_tokens=4))])
     assert outs[0] == outs[1]
+
+
+def test_scorer_uses_mrope_positions_like_the_model(tiny_model_path):
+    """Shared-prefix scoring equals one plain forward of the model over prompt + response, where the model
+    computes its own 3-D M-RoPE positions from mm_token_type_ids and the grids."""
+    from mmrl.train.scoring import backbone, prompt_positions
+
+    proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
+    reqs = _requests(proc)
+    core, _ = backbone(model)
+    p = reqs[0].inputs
+    pos, start = prompt_positions(core, [p], p.input_ids[None], torch.ones_like(p.input_ids)[None], p.vision)
+    video = p.mm_token_type_ids == 2
+    assert video.any() and not torch.equal(pos[1, 0, video], pos[2, 0, video])  # height and width axes differ
+    assert int(start) < p.num_tokens  # 2x2 merged patches share positions: the next position is below P
+    resp = torch.tensor([5, 9, 7])
+    for r in reqs:
+        ids = torch.cat([r.inputs.input_ids, resp])[None]
+        mm = torch.cat([r.inputs.mm_token_type_ids, torch.zeros(3, dtype=torch.long)])[None]
+        with torch.no_grad():
+            logits = model(input_ids=ids, mm_token_type_ids=mm, **r.inputs.vision).logits[0]
+            ours = response_logprobs(model, [(r.inputs, resp)], pad_id=proc.tokenizer.pad_token_id)[0]
+        P = r.inputs.num_tokens
+        ref = torch.log_softmax(logits[P - 1 : P + 2].float(), -1).gather(-1, resp[:, None]).squeeze(-1)
+        assert torch.allclose(ours, ref, atol=1e-4), (ours, ref)
+
+
+def test_shared_prefill_greedy_matches_transformers_generate(tiny_model_path):
+    proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
+    reqs = _requests(proc)
+    for r in reqs:
+        r.n = 1  # transformers' greedy search returns one sequence per prompt
+    params = SamplingParams(max_new_tokens=4, greedy=True)
+    ours = build_engine("hf", model=model, processor=proc).generate(reqs, params)
+    ref = build_engine("hf", model=model, processor=proc, shared_prefill=False).generate(reqs, params)
+    assert [t.response_ids.tolist() for t in ours] == [t.response_ids.tolist() for t in ref]
+    for a, b in zip(ours, ref):
+        assert torch.allclose(a.logprobs, b.logprobs, atol=1e-4)

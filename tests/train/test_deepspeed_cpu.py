@@ -56,7 +56,8 @@ def reference(root: Path, cfg: Path, name: str, overrides=()) -> Path:
     """The 1-process run, once per module and override set."""
     out = root / f"ref_{name}"
     if not (out / "metrics.jsonl").exists():
-        sys.path.insert(0, str(HERE))
+        if str(HERE) not in sys.path:  # ds_rewards
+            sys.path.insert(0, str(HERE))
         from mmrl.config import load_config
         from mmrl.train.distributed import RankInvariantRollout
         from mmrl.train.rl_trainer import RLTrainer
