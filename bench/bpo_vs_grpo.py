@@ -1,11 +1,15 @@
 """The miniature of BPO's table (specs/algorithms.md §1, issue 3): GRPO vs T-GRPO vs BPO, budget-matched, from the
 same SFT checkpoint, on the synthetic video world, over seeds.
 
-    .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--sft-steps 400] [--rl-steps 40] [--n-train 320]
-        [--n-test 160] [--prompts-per-step 8] [--out runs/bpo_vs_grpo] [--report FILE] [overrides ...]
+    .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--sft-steps 600] [--rl-steps 300] [--n-train 1024]
+        [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.1] [--out runs/bpo_vs_grpo] [--report FILE]
+        [overrides ...]
+
+Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
+lr 1e-4, a 1024 / 256 clip world; about 8 min per seed on the 2 shared cores (3 seeds: about 25 min).
 
 Per seed: one synthetic video world (``make_video_world``), one SFT warm-up with ``configs/demo.yaml``'s SFT
-settings (batch, lr; ``--sft-steps`` steps), then three RL arms from that checkpoint with the same steps, lr,
+settings (steps, batch, lr), then three RL arms from that checkpoint with the same steps, lr,
 prompts per step and prompt format:
 
 - ``grpo``  ``configs/demo.yaml``: G = 8 responses on the original clip (8 generations per prompt);
@@ -15,6 +19,12 @@ prompts per step and prompt format:
 
 The three arms are stepped round-robin in one process (each with its own saved RNG state, so an arm's run is the
 one it would have alone), so the step-time ratio BPO/GRPO is measured side by side under the same machine load.
+
+SFT data. The train split plus ``--sft-null-share`` (default 10%) "nothing to see" items: the world's empty
+background clip with a question of the split, answered with the abstention option. The tiny model has no prior
+for the option (a pretrained VLM reads "cannot be determined"); without them it never samples the option and no
+arm can be rewarded for it (with ``--sft-null-share 0`` every arm's abstention F1 stays 0). The RL arms train on
+the train split only; the eval's null view is a different canvas (uniform gray).
 
 Prompt format. The abstention option ("cannot be determined") is appended as the last candidate of every
 question of the world, for every stage and arm: SFT (never as a target), GRPO, T-GRPO and BPO training, and the
@@ -67,6 +77,35 @@ def add_abstain_option(src: str, dst: str, text: str) -> None:
         if text.lower() not in {c.lower() for c in it["candidates"]}:
             it["candidates"] = list(it["candidates"]) + [text]
     Path(dst).write_text(json.dumps(items, indent=1) + "\n")
+
+
+def add_null_sft_items(train: str, dst: str, share: float, text: str, world: Path, seed: int) -> int:
+    """Write the SFT data: ``train`` plus ``round(share * len(train))`` "nothing to see" items whose clip is the
+    world's empty background (no squares) and whose answer is the abstention option. Returns their count.
+
+    The tiny model has no prior for the abstention option; without a few such items it never samples it, and no
+    arm (BPO included) can ever be rewarded for it. Every arm starts from this same SFT checkpoint. The RL arms
+    train on ``train`` alone, and the eval's null view is a different canvas (uniform gray, ``gray`` transform).
+    """
+    import numpy as np
+
+    from mmrl.data.synth_video import render, write_mp4
+    from mmrl.demo import WORLD
+
+    items = json.loads(Path(train).read_text())
+    k = int(round(share * len(items)))
+    if k:
+        clip = "videos/empty.mp4"
+        frames = np.stack([render([], WORLD["size"]) for _ in range(WORLD["n_frames"])])
+        write_mp4(str(world / clip), frames, WORLD["fps"])
+        rng = np.random.default_rng(seed)
+        for j, i in enumerate(rng.choice(len(items), size=k, replace=False)):
+            src = items[int(i)]
+            items.append({"id": f"null-{j:05d}", "video": clip, "question": src["question"],
+                          "candidates": src["candidates"], "answer": text, "qtype": src["qtype"],
+                          "meta": {"null": True}})
+    Path(dst).write_text(json.dumps(items, indent=1) + "\n")
+    return k
 
 
 # ---- RL arms stepped side by side ------------------------------------------------------------------------------
@@ -172,11 +211,14 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     add_abstain_option(info["test"], str(test), abst)
     common = [f"data.train={train}", f"data.test={test}", f"train.seed={seed}",
               f"train.prompts_per_step={args.prompts_per_step}", "train.save_every=0"]
-    log(f"[seed {seed}] world {args.n_train}/{args.n_test} ready ({time.time() - t_seed:.0f} s); SFT {args.sft_steps} steps")
+    sft_train = world / "sft_train.json"
+    n_null = add_null_sft_items(str(train), str(sft_train), args.sft_null_share, abst, world, seed)
+    log(f"[seed {seed}] world {args.n_train}/{args.n_test} ready ({time.time() - t_seed:.0f} s); SFT {args.sft_steps} "
+        f"steps on {args.n_train} + {n_null} empty-scene items")
 
     t = time.time()
-    sft_cfg = load_config([str(DEMO)], common + [f"train.out_dir={out / 'sft'}", f"sft.steps={args.sft_steps}"]
-                          + list(args.overrides))
+    sft_cfg = load_config([str(DEMO)], common + [f"train.out_dir={out / 'sft'}", f"sft.steps={args.sft_steps}",
+                                                 f"data.train={sft_train}"] + list(args.overrides))
     run_sft(sft_cfg, quiet=True)
     sft_path = str(out / "sft" / "final")
     sft_min = (time.time() - t) / 60
@@ -238,7 +280,8 @@ def render(results: List[Dict], args, wall_min: float) -> str:
     lines = [f"# BPO vs GRPO vs T-GRPO, miniature (seeds {seeds})", "",
              "Command: `.venv/bin/python bench/bpo_vs_grpo.py " + " ".join(args.argv) + "`", "",
              f"World: synthetic video (`make_video_world`), {args.n_train} train / {args.n_test} held-out clips per seed, "
-             f"5 question types. SFT {args.sft_steps} steps (configs/demo.yaml SFT settings); RL {args.rl_steps} steps x "
+             f"5 question types. SFT {args.sft_steps} steps (configs/demo.yaml SFT settings) on the train split plus "
+             f"{100 * args.sft_null_share:.0f}% empty-scene clips answered with the abstention option; RL {args.rl_steps} steps x "
              f"{args.prompts_per_step} prompts, same lr for every arm. Rollouts per prompt: "
              + "; ".join(f"{ARM_LABEL[a]}: {BUDGET[a]}" for a in ARMS) + ".",
              "Eval: greedy, held-out split, BPO view set (views/bpo_video.yaml) for every arm; the abstention option "
@@ -303,6 +346,8 @@ def main(argv=None) -> None:
     ap.add_argument("--n-train", type=int, default=None, help="default: the demo's world (mmrl.demo.N_TRAIN)")
     ap.add_argument("--n-test", type=int, default=None, help="default: mmrl.demo.N_TEST")
     ap.add_argument("--prompts-per-step", type=int, default=None, help="default: configs/demo.yaml's")
+    ap.add_argument("--sft-null-share", type=float, default=0.1,
+                    help="empty-scene items answered with the abstention option, as a share of the SFT data")
     ap.add_argument("--out", default="runs/bpo_vs_grpo")
     ap.add_argument("--report", default=None, help="also write the markdown table here")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides applied to SFT and every arm")

@@ -1,7 +1,7 @@
 """mmrl vs TRL's GRPOTrainer on one CPU, at equal work; plus mmrl on video and the algorithms side by side.
 
-    .venv/bin/python bench/vs_trl.py [--steps 6] [--warmup 1] [--reps 3] [--threads 2] [--out runs/vs_trl]
-                                     [--no-algos] [--no-video] [--algo-sft-steps 120] [--mmrl-baseline]
+    .venv/bin/python bench/vs_trl.py [--steps 6] [--warmup 1] [--reps 3] [--threads 1] [--out runs/vs_trl]
+                                     [--no-algos] [--no-video] [--no-trl] [--algo-sft-steps 40] [--mmrl-baseline]
 
 Every run is a fresh subprocess (fair peak RSS, no shared caches), in the order ``mmrl, TRL, mmrl-video,
 algorithms...`` repeated ``--reps`` times (A B A B ...). Both frameworks get the same tiny Qwen2.5-VL checkpoint,
@@ -15,7 +15,7 @@ step in generation / scoring / update (definitions in ``bench/README.md``); then
 min/median/max over the repetitions (pairs of the same repetition). Then the algorithm table on the video world:
 time per step of GRPO, DAPO, GSPO, BPO (configs/bpo_demo.yaml), T-GRPO (configs/tgrpo_demo.yaml) as ratios to
 GRPO, and BPO's ``view_time_share``. The algorithms start from a short SFT warm-up of the tiny model
-(``--algo-sft-steps``, made once per invocation) so that rewards vary and DAPO's dynamic sampling is not degenerate.
+(``--algo-sft-steps``, made once and kept in ``--out``) so that rewards vary and DAPO's dynamic sampling is not degenerate.
 
 ``--mmrl-baseline`` adds an arm with mmrl's shared-prompt prefill/scoring switched off (``model.generate`` with
 ``num_return_sequences`` and one forward per full sequence), to show what that change buys.

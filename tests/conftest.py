@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
@@ -41,9 +40,3 @@ def image_world(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("image_world")
     make_image_world(str(out), 16, 8, seed=0)
     return out
-
-
-def small_overrides(world: Path, out_dir: Path, model: str) -> list:
-    return [f"model.path={model}", f"data.train={world / 'train.json'}", f"data.test={world / 'test.json'}",
-            f"train.out_dir={out_dir}", "data.max_pixels=3136", "rollout.n=4", "rollout.max_new_tokens=3",
-            "train.prompts_per_step=3", "train.micro_batch=8", "train.lr=1e-3", "sft.batch_size=6", "train.seed=0"]

@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import small_overrides
+from support import small_overrides
 from mmrl.config import load_config
 from mmrl.data.schema import Sample, VideoRef
 from mmrl.errors import ConfigError, DataError, RewardError

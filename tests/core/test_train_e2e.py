@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import small_overrides
+from support import small_overrides
 from mmrl.config import load_config
 from mmrl.train.rl_trainer import RLTrainer
 from mmrl.train.sft import run_sft
@@ -84,7 +84,7 @@ def test_resume_matches_straight_run(video_world, tiny_model_path, tmp_path):
 
 @pytest.mark.parametrize("arm", ["bpo", "tgrpo"])
 def test_view_algorithms_train_end_to_end(video_world, tiny_model_path, tmp_path, arm):
-    from conftest import REPO
+    from support import REPO
 
     cfg = load_config([str(REPO / "configs" / f"{arm}_demo.yaml")],
                       small_overrides(video_world, tmp_path / arm, tiny_model_path) + ["train.steps=2"])
