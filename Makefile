@@ -11,7 +11,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install torch==2.14.1 torchvision==0.29.1
-	$(PIP) install -e ".[dev]"
+	$(PIP) install -e ".[dev,bench]"
 	$(PIP) install deepspeed==0.19.8 || echo "deepspeed not installed: the 2-rank DeepSpeed test will be skipped"
 	touch $(STAMP)
 
