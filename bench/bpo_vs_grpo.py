@@ -2,11 +2,11 @@
 same SFT checkpoint, on the synthetic video world, over seeds.
 
     .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--sft-steps 600] [--rl-steps 300] [--n-train 1024]
-        [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.1] [--out runs/bpo_vs_grpo] [--report FILE]
+        [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.05] [--out runs/bpo_vs_grpo] [--report FILE]
         [overrides ...]
 
 Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
-lr 1e-4, a 1024 / 256 clip world; about 8 min per seed on the 2 shared cores (3 seeds: about 25 min).
+lr 1e-4, a 1024 / 256 clip world; about 9 min per seed on the 2 shared cores (3 seeds: about 30 min).
 
 Per seed: one synthetic video world (``make_video_world``), one SFT warm-up with ``configs/demo.yaml``'s SFT
 settings (steps, batch, lr), then three RL arms from that checkpoint with the same steps, lr,
@@ -20,14 +20,14 @@ prompts per step and prompt format:
 The three arms are stepped round-robin in one process (each with its own saved RNG state, so an arm's run is the
 one it would have alone), so the step-time ratio BPO/GRPO is measured side by side under the same machine load.
 
-SFT data. The train split plus ``--sft-null-share`` (default 10%) "nothing to see" items: the world's empty
+SFT data. The train split plus ``--sft-null-share`` (default 5%) "nothing to see" items: the world's empty
 background clip with a question of the split, answered with the abstention option. The tiny model has no prior
 for the option (a pretrained VLM reads "cannot be determined"); without them it never samples the option and no
 arm can be rewarded for it (with ``--sft-null-share 0`` every arm's abstention F1 stays 0). The RL arms train on
 the train split only; the eval's null view is a different canvas (uniform gray).
 
 Prompt format. The abstention option ("cannot be determined") is appended as the last candidate of every
-question of the world, for every stage and arm: SFT (never as a target), GRPO, T-GRPO and BPO training, and the
+question of the world, for every stage and arm: SFT (the target only on the empty-scene items), GRPO, T-GRPO and BPO training, and the
 eval. GRPO and T-GRPO therefore see the option in training too but are never rewarded for it (accuracy against
 the gold letter), so the comparison differs only in views and rewards, not in the prompt.
 
@@ -346,7 +346,7 @@ def main(argv=None) -> None:
     ap.add_argument("--n-train", type=int, default=None, help="default: the demo's world (mmrl.demo.N_TRAIN)")
     ap.add_argument("--n-test", type=int, default=None, help="default: mmrl.demo.N_TEST")
     ap.add_argument("--prompts-per-step", type=int, default=None, help="default: configs/demo.yaml's")
-    ap.add_argument("--sft-null-share", type=float, default=0.1,
+    ap.add_argument("--sft-null-share", type=float, default=0.05,
                     help="empty-scene items answered with the abstention option, as a share of the SFT data")
     ap.add_argument("--out", default="runs/bpo_vs_grpo")
     ap.add_argument("--report", default=None, help="also write the markdown table here")

@@ -12,3 +12,12 @@ def ovo_dir() -> Path:
     if not (OVO_DIR / "ovo_bench_new.json").is_file():
         pytest.skip(f"OVO-Bench fixture not found at {OVO_DIR} (licensed data is not in the repo)")
     return OVO_DIR
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The embedded tiny model loaded for evaluation: (processor, HF engine)."""
+    from mmrl.eval.cli_bench import load_for_eval
+
+    model, processor, engine = load_for_eval("tiny", device="cpu")
+    return processor, engine

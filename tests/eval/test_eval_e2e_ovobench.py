@@ -7,27 +7,12 @@ import pytest
 
 from mmrl.cli import main
 from mmrl.eval.benchmark_def import load_benchmark
-from mmrl.eval.cli_bench import EvalSettings, load_for_eval
+from mmrl.eval.cli_bench import EvalSettings
 from mmrl.eval.frames import prefix_indices, probe
 from mmrl.eval.ovobench_runner import run_ovobench
 from mmrl.eval.report import read_jsonl
+from eval_support import CountingEngine
 from mmrl.eval.synth_bench import make_ovobench_set
-
-
-class CountingEngine:
-    def __init__(self, engine):
-        self.engine, self.calls, self.prompts = engine, 0, 0
-
-    def generate(self, requests, params):
-        self.calls += 1
-        self.prompts += len(requests)
-        return self.engine.generate(requests, params)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, processor, engine = load_for_eval("tiny", device="cpu")
-    return processor, engine
 
 
 @pytest.fixture(scope="module")
