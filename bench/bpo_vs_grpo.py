@@ -6,7 +6,7 @@ same SFT checkpoint, on the synthetic video world, over seeds.
         [overrides ...]
 
 Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
-lr 1e-4, a 1024 / 256 clip world; about 9 min per seed on the 2 shared cores (3 seeds: about 30 min).
+lr 1e-4, a 1024 / 256 clip world: 7.3 min per seed on the 2 shared cores (3 seeds: 22 min, measured).
 
 Per seed: one synthetic video world (``make_video_world``), one SFT warm-up with ``configs/demo.yaml``'s SFT
 settings (steps, batch, lr), then three RL arms from that checkpoint with the same steps, lr,
