@@ -19,12 +19,11 @@ from typing import Dict, List, Optional
 import torch
 
 from mmrl.algos.base import POLICY_LOSSES
-from mmrl.algos.losses import aggregate, k3_kl
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import PromptInputs
 from mmrl.train.distributed import all_reduce, world_size
 from mmrl.train.scoring import response_logprobs
-from mmrl.train.update import _pad
+from mmrl.train.update import _pad, accumulate, batch_share, is_seq_mode, micro_batch_loss, new_stats
 
 
 def engine_logprobs(engine, items, temperature: float, micro_batch: int, pad_id: int) -> List[torch.Tensor]:
@@ -59,14 +58,13 @@ def ds_policy_update(engine, trajs: List[Trajectory], inputs: List[PromptInputs]
     loss_fn = POLICY_LOSSES.get(cfg_algo.loss)
     model = engine.module
     n = len(trajs)
-    agg = cfg_algo.gspo_loss_agg if cfg_algo.loss.startswith("gspo") else cfg_algo.loss_agg
-    seq_mode = agg != "token-mean"
+    seq_mode = is_seq_mode(cfg_algo)
     W = world_size()
     total_tokens, total_rows = all_reduce([sum(int(t.loss_mask.sum()) for t in trajs),
                                            sum(1 for t in trajs if bool(t.loss_mask.any()))])
     mb = cfg_train.micro_batch
     n_mb = int(all_reduce([math.ceil(n / mb)], "max")[0])
-    stats = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
+    stats = new_stats()
     model.train()
     for k in range(n_mb):
         idx = list(range(k * mb, min(n, (k + 1) * mb)))
@@ -76,25 +74,14 @@ def ds_policy_update(engine, trajs: List[Trajectory], inputs: List[PromptInputs]
         lps = engine_logprobs(engine, items, temperature, len(items), pad_id)
         logp = _pad(lps)
         mask = _pad([t.loss_mask for t in mb_trajs])
-        old = _pad(old_logps[i] for i in idx) if (old_logps is not None and not dummy) else logp.detach()
-        adv = advantages[idx].to(logp.dtype) if not dummy else torch.zeros(1, dtype=logp.dtype)
-        loss, m = loss_fn(logp, old, adv.to(logp.device), mask.to(logp.device), cfg_algo)
-        kl_val = torch.zeros((), device=logp.device)
-        if ref_logps is not None and cfg_algo.kl_coef > 0 and not dummy:
-            ref = _pad([ref_logps[i] for i in idx]).to(logp.device)
-            kl_val = aggregate(k3_kl(logp, ref), mask.to(logp.device), cfg_algo.loss_agg, cfg_algo.max_response_len)
-            loss = loss + cfg_algo.kl_coef * kl_val
-        if dummy:
-            share = 0.0
-        else:
-            rows = int((mask.sum(dim=1) > 0).sum())
-            share = (rows / max(total_rows, 1)) if seq_mode else (float(mask.sum()) / max(total_tokens, 1))
+        old = _pad(old_logps[i] for i in idx) if (old_logps is not None and not dummy) else None
+        ref = _pad([ref_logps[i] for i in idx]) if (ref_logps is not None and not dummy) else None
+        adv = advantages[idx] if not dummy else torch.zeros(1)
+        loss, kl_val, m = micro_batch_loss(loss_fn, logp, mask, adv, old, ref, cfg_algo)
+        share = 0.0 if dummy else batch_share(mask, seq_mode, total_rows, total_tokens)
         engine.set_gradient_accumulation_boundary(k == n_mb - 1)
         engine.backward(loss * (share * W))
-        stats["loss"] += float(loss.detach()) * share
-        stats["kl"] += float(kl_val.detach()) * share
-        stats["clip_frac"] += float(m.get("clip_frac", 0.0)) * share
-        stats["ratio_mean"] += float(m.get("ratio_mean", 1.0)) * share
+        accumulate(stats, loss, kl_val, m, share)
     engine.step()
     keys = list(stats)
     stats = dict(zip(keys, all_reduce([stats[k] for k in keys])))
