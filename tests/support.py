@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -10,3 +11,26 @@ def small_overrides(world: Path, out_dir: Path, model: str) -> list:
     return [f"model.path={model}", f"data.train={world / 'train.json'}", f"data.test={world / 'test.json'}",
             f"train.out_dir={out_dir}", "data.max_pixels=3136", "rollout.n=4", "rollout.max_new_tokens=3",
             "train.prompts_per_step=3", "train.micro_batch=8", "train.lr=1e-3", "sft.batch_size=6", "train.seed=0"]
+
+
+def mixed_requests(proc, n_of: Callable[[int], int], question_of: Callable[[int], str], meta_of=None) -> list:
+    """Three rollout requests over seeded random media: two 4-frame 56x56 videos, then one 56x84 image."""
+    import torch
+
+    from mmrl.data.schema import Media
+    from mmrl.media.inputs import build_prompt_inputs
+    from mmrl.media.prompts import build_messages
+    from mmrl.rollout.base import RolloutRequest
+
+    g = torch.Generator().manual_seed(0)
+    reqs = []
+    for i in range(3):
+        if i < 2:
+            m = Media(str(i), frames=torch.randint(0, 255, (4, 3, 56, 56), dtype=torch.uint8, generator=g),
+                      timestamps=[0, .5, 1, 1.5], fps=2.0)
+        else:
+            m = Media(str(i), image=torch.randint(0, 255, (3, 56, 84), dtype=torch.uint8, generator=g))
+        pi = build_prompt_inputs(proc, build_messages(question_of(i), ["red", "green"], m), m)
+        reqs.append(RolloutRequest(inputs=pi, n=n_of(i), sample_id=str(i), group_id=i,
+                                   meta=meta_of(i) if meta_of else {}))
+    return reqs

@@ -2,26 +2,14 @@
 match the sampling log-probs of the same tokens (mixed image + video batch)."""
 import torch
 
-from mmrl.data.schema import Media
-from mmrl.media.inputs import build_prompt_inputs
-from mmrl.media.prompts import build_messages
 from mmrl.models.loading import load_model, load_processor
-from mmrl.rollout.base import RolloutRequest, SamplingParams, build_engine
+from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.train.scoring import response_logprobs
+from support import mixed_requests
 
 
 def _requests(proc):
-    reqs = []
-    g = torch.Generator().manual_seed(0)
-    for i in range(3):
-        if i < 2:
-            m = Media(str(i), frames=torch.randint(0, 255, (4, 3, 56, 56), dtype=torch.uint8, generator=g),
-                      timestamps=[0, .5, 1, 1.5], fps=2.0)
-        else:
-            m = Media(str(i), image=torch.randint(0, 255, (3, 56, 84), dtype=torch.uint8, generator=g))
-        pi = build_prompt_inputs(proc, build_messages("What colour is the square?" + " x" * i, ["red", "green"], m), m)
-        reqs.append(RolloutRequest(inputs=pi, n=3, sample_id=str(i), group_id=i))
-    return reqs
+    return mixed_requests(proc, lambda i: 3, lambda i: "What colour is the square?" + " x" * i)
 
 
 def test_generate_and_rescore(tiny_model_path):

@@ -11,28 +11,16 @@ import threading
 import pytest
 import torch
 
-from mmrl.data.schema import Media
 from mmrl.errors import ConfigError, MMRLError
-from mmrl.media.inputs import build_prompt_inputs
-from mmrl.media.prompts import build_messages
 from mmrl.models.loading import load_model, load_processor
-from mmrl.rollout.base import RolloutRequest, SamplingParams, build_engine
+from mmrl.rollout.base import SamplingParams, build_engine
+from support import mixed_requests
 
 HAS_VLLM_GPU = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
 
 
 def requests_for(proc):
-    g = torch.Generator().manual_seed(0)
-    reqs = []
-    for i in range(3):
-        if i < 2:
-            m = Media(str(i), frames=torch.randint(0, 255, (4, 3, 56, 56), dtype=torch.uint8, generator=g),
-                      timestamps=[0, .5, 1, 1.5], fps=2.0)
-        else:
-            m = Media(str(i), image=torch.randint(0, 255, (3, 56, 84), dtype=torch.uint8, generator=g))
-        pi = build_prompt_inputs(proc, build_messages("What colour is the square?", ["red", "green"], m), m)
-        reqs.append(RolloutRequest(inputs=pi, n=2 + i % 2, sample_id=str(i), group_id=i, meta={"seed": 10 + i}))
-    return reqs
+    return mixed_requests(proc, lambda i: 2 + i % 2, lambda i: "What colour is the square?", lambda i: {"seed": 10 + i})
 
 
 class FakeVLLM:
