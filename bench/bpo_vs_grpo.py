@@ -2,7 +2,8 @@
 same SFT checkpoint, on the synthetic video world, over seeds.
 
     .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--sft-steps 600] [--rl-steps 300] [--n-train 1024]
-        [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.05] [--out runs/bpo_vs_grpo] [--report FILE]
+        [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.05] [--jobs 1] [--out runs/bpo_vs_grpo]
+        [--report FILE]
         [overrides ...]
 
 Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
@@ -176,7 +177,14 @@ def step_costs(history: List[Dict[str, float]]) -> Dict[str, float]:
     return {"median_step_s": statistics.median(steps) if steps else float("nan"), "total_step_s": sum(steps),
             "view_share": views / max(sum(steps), 1e-9),
             "rollout_s": statistics.median([h.get("time/rollout", 0.0) for h in history]) if history else 0.0,
-            "update_s": statistics.median([h.get("time/update", 0.0) for h in history]) if history else 0.0}
+            "update_s": statistics.median([h.get("time/update", 0.0) for h in history]) if history else 0.0,
+            **{k: statistics.mean([h.get(f"work/{k}", 0.0) for h in history]) if history else 0.0
+               for k in ("prompts", "prompt_tokens", "response_tokens")}}
+
+
+def work(cost: Dict[str, float]) -> float:
+    """Tokens a step pushes through the model: every distinct (media, prompt) once, every response once."""
+    return cost.get("prompt_tokens", 0.0) + cost.get("response_tokens", 0.0)
 
 
 def summarize(res: Dict, n_per_qtype: Dict[str, int]) -> Dict[str, float]:
@@ -322,6 +330,21 @@ def render(results: List[Dict], args, wall_min: float) -> str:
                      f"{cs['bpo']['median_step_s']:.2f} | {a:.2f} | {cs['bpo']['rollout_s'] / cs['grpo']['rollout_s']:.2f} | "
                      f"{cs['bpo']['update_s'] / cs['grpo']['update_s']:.2f} | {b:.2f} | {100 * c:.2f}% |")
     lines.append("")
+    wratio = [work(r["costs"]["bpo"]) / max(work(r["costs"]["grpo"]), 1e-9) for r in results]
+    lines.append("Work per step (means over the RL steps): distinct (media, prompt) pairs, their tokens, generated tokens; "
+                 "the work ratio is (prompt + response tokens) BPO / GRPO, the least the step-time ratio can be where "
+                 "compute dominates; the last column is the step-time ratio divided by it (below 1: BPO's extra views "
+                 "cost less per token than GRPO's step).")
+    lines.append("")
+    lines.append("| seed | GRPO prompts | BPO prompts | GRPO prompt tok | BPO prompt tok | GRPO resp tok | BPO resp tok "
+                 "| work ratio | step ratio / work ratio |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for r, a, w in zip(results, ratio, wratio):
+        g, b = r["costs"]["grpo"], r["costs"]["bpo"]
+        lines.append(f"| {r['seed']} | {g.get('prompts', 0):.0f} | {b.get('prompts', 0):.0f} | {g.get('prompt_tokens', 0):.0f} | "
+                     f"{b.get('prompt_tokens', 0):.0f} | {g.get('response_tokens', 0):.0f} | {b.get('response_tokens', 0):.0f} | "
+                     f"{w:.2f} | {a / w:.2f} |")
+    lines.append("")
     ok_ratio, ok_share = statistics.mean(ratio) <= 1.1, max(share) < 0.05
     lines.append(f"BPO step time / GRPO step time at matched budget (8 generations per prompt): "
                  f"{statistics.mean(ratio):.3f} ± {statistics.stdev(ratio) if len(ratio) > 1 else 0.0:.3f} "
@@ -338,6 +361,27 @@ def render(results: List[Dict], args, wall_min: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_seeds_in_processes(args, out: Path) -> List[Dict]:
+    """Each seed in a child process of this script (``--jobs`` at a time); their ``seed_result.json`` files are the
+    results. The step-time ratios stay side by side: a seed's three arms share one process, so one load."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(seed: int) -> Dict:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--seeds", str(seed), "--out", str(out),
+               "--sft-steps", str(args.sft_steps), "--rl-steps", str(args.rl_steps), "--n-train", str(args.n_train),
+               "--n-test", str(args.n_test), "--prompts-per-step", str(args.prompts_per_step),
+               "--sft-null-share", str(args.sft_null_share)] + list(args.overrides)
+        log(f"[seed {seed}] child process: {' '.join(cmd)}")
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise RuntimeError(f"seed {seed} failed (exit {proc.returncode}); its log is above")
+        return json.loads((out / f"seed{seed}" / "seed_result.json").read_text())
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        return list(pool.map(one, args.seeds))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -348,6 +392,8 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts-per-step", type=int, default=None, help="default: configs/demo.yaml's")
     ap.add_argument("--sft-null-share", type=float, default=0.05,
                     help="empty-scene items answered with the abstention option, as a share of the SFT data")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="seeds run at once, each in its own process (one torch thread each: 2 fit the 2-core box)")
     ap.add_argument("--out", default="runs/bpo_vs_grpo")
     ap.add_argument("--report", default=None, help="also write the markdown table here")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides applied to SFT and every arm")
@@ -363,7 +409,10 @@ def main(argv=None) -> None:
             setattr(args, key, value)
     t0 = time.time()
     out = Path(args.out)
-    results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
+    if args.jobs > 1 and len(args.seeds) > 1:
+        results = run_seeds_in_processes(args, out)
+    else:
+        results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
     table = render(results, args, (time.time() - t0) / 60)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table)

@@ -44,15 +44,31 @@ def token_types(prompts: Sequence[PromptInputs], width: int) -> torch.Tensor:
 def prompt_positions(core, prompts: Sequence[PromptInputs], ids: torch.Tensor, mask: torch.Tensor,
                      vision: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     """M-RoPE positions ``[3, U, P]`` of right-padded prompts (3-D for vision tokens, via the model's own
-    ``get_rope_index``) and the position of each prompt's first response token ``[U]``."""
+    ``get_rope_index``) and the position of each prompt's first response token ``[U]``.
+
+    Positions depend only on a prompt's tokens and grids, so they are computed once per ``PromptInputs`` and kept
+    on it (``rope``): the rollout's prefill and every scoring pass of the step reuse them.
+    """
     lengths = mask.sum(dim=1)
     if not any(k in vision for k in ("image_grid_thw", "video_grid_thw")):
         return positions(torch.zeros_like(lengths), ids.shape[1]), lengths
-    pos, deltas = core.get_rope_index(
-        ids, mm_token_type_ids=token_types(prompts, ids.shape[1]).to(ids.device),
-        image_grid_thw=vision.get("image_grid_thw"), video_grid_thw=vision.get("video_grid_thw"),
-        second_per_grid_ts=vision.get("second_per_grid_ts"), attention_mask=mask)
-    return pos, lengths + deltas.view(-1).to(lengths.dtype)
+    todo = [p for p in prompts if p.rope is None]
+    if todo:
+        sub_ids = pad_right([p.input_ids for p in todo], 0).to(ids.device)
+        sub_len = torch.tensor([p.num_tokens for p in todo], device=ids.device)
+        sub_mask = (torch.arange(sub_ids.shape[1], device=ids.device).view(1, -1) < sub_len.view(-1, 1)).long()
+        sub_vision = {k: v.to(ids.device) for k, v in collate_vision(todo).items()}
+        pos, deltas = core.get_rope_index(
+            sub_ids, mm_token_type_ids=token_types(todo, sub_ids.shape[1]).to(ids.device),
+            image_grid_thw=sub_vision.get("image_grid_thw"), video_grid_thw=sub_vision.get("video_grid_thw"),
+            second_per_grid_ts=sub_vision.get("second_per_grid_ts"), attention_mask=sub_mask)
+        for j, p in enumerate(todo):
+            p.rope = (pos[:, j, : p.num_tokens].detach().clone(), int(deltas.view(-1)[j]))
+    out = torch.ones((3, len(prompts), ids.shape[1]), dtype=torch.long, device=ids.device)
+    for u, p in enumerate(prompts):
+        out[:, u, : p.num_tokens] = p.rope[0].to(ids.device)
+    deltas = torch.tensor([p.rope[1] for p in prompts], dtype=lengths.dtype, device=lengths.device)
+    return out, lengths + deltas
 
 
 def unique_prompts(prompts: Sequence[PromptInputs]) -> Tuple[List[PromptInputs], torch.Tensor]:

@@ -11,7 +11,7 @@ from typing import Callable, Dict, List, Optional
 from mmrl.data.schema import Media, Sample, View
 from mmrl.errors import DataError
 from mmrl.media.decode import MediaBudget, load_media
-from mmrl.media.inputs import build_prompt_inputs
+from mmrl.media.inputs import build_prompt_inputs_batch
 from mmrl.media.prompts import PromptStyle, build_messages
 from mmrl.rollout.base import RolloutRequest
 
@@ -39,9 +39,14 @@ def style_from(data_cfg) -> PromptStyle:
 
 def build_step_inputs(samples: List[Sample], processor, data_cfg, n_for_role: Callable[[str], int],
                       viewset=None, seed: int = 0, group_offset: int = 0) -> StepInputs:
-    """One group per sample; one request per (sample, view) with ``n_for_role(view.role)`` responses."""
+    """One group per sample; one request per (sample, view) with ``n_for_role(view.role)`` responses.
+
+    Each sample's media is decoded once and its views are built from the decoded frames; then every prompt of
+    the step (all samples, all views) goes through one batched processor call.
+    """
     out = StepInputs()
     budget, style = budget_from(data_cfg), style_from(data_cfg)
+    pending = []  # (group index, sample, media, views, candidates)
     for gi, sample in enumerate(samples):
         try:
             t0 = time.perf_counter()
@@ -53,26 +58,36 @@ def build_step_inputs(samples: List[Sample], processor, data_cfg, n_for_role: Ca
             else:
                 views = [View(name="original", role="anchor", media=media, expected=sample.answer_letter)]
                 cands = list(sample.candidates)
-            t2 = time.perf_counter()
-            reqs = []
-            for view in views:
-                msgs = build_messages(sample.question, cands, view.media, style)
-                inputs = build_prompt_inputs(processor, msgs, view.media, max_prompt_tokens=data_cfg.max_prompt_tokens,
-                                             sample_id=sample.id)
-                reqs.append(RolloutRequest(inputs=inputs, n=n_for_role(view.role), sample_id=sample.id,
-                                           group_id=group_offset + gi, view=view.name, role=view.role,
-                                           expected=view.expected))
-                out.views[(sample.id, view.name)] = view
-                out.candidates[(sample.id, view.name)] = cands
-            out.time_processor += time.perf_counter() - t2
             out.time_decode += t1 - t0
-            out.time_views += t2 - t1
+            out.time_views += time.perf_counter() - t1
         except DataError as e:
-            if data_cfg.on_error != "skip":
-                raise
-            out.skipped.append((sample.id, str(e)))
+            _skip_or_raise(out, data_cfg, sample, e)
             continue
-        out.requests.extend(r for r in reqs if r.n > 0)
+        pending.append((gi, sample, media, views, cands))
+    t2 = time.perf_counter()
+    prompts = [(build_messages(sample.question, cands, view.media, style), view.media, sample.id)
+               for _, sample, _, views, cands in pending for view in views]
+    built = iter(build_prompt_inputs_batch(processor, prompts, max_prompt_tokens=data_cfg.max_prompt_tokens))
+    for gi, sample, media, views, cands in pending:
+        inputs = [next(built) for _ in views]
+        err = next((x for x in inputs if isinstance(x, DataError)), None)
+        if err is not None:
+            _skip_or_raise(out, data_cfg, sample, err)
+            continue
+        for view, pi in zip(views, inputs):
+            req = RolloutRequest(inputs=pi, n=n_for_role(view.role), sample_id=sample.id, group_id=group_offset + gi,
+                                 view=view.name, role=view.role, expected=view.expected)
+            out.views[(sample.id, view.name)] = view
+            out.candidates[(sample.id, view.name)] = cands
+            if req.n > 0:
+                out.requests.append(req)
         out.samples[sample.id] = sample
         out.media[sample.id] = media
+    out.time_processor += time.perf_counter() - t2
     return out
+
+
+def _skip_or_raise(out: StepInputs, data_cfg, sample: Sample, err: DataError) -> None:
+    if data_cfg.on_error != "skip":
+        raise err
+    out.skipped.append((sample.id, str(err)))

@@ -24,15 +24,20 @@ def _load():
 def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
     bench = _load()
     out = tmp_path / "bench"
-    bench.main(["--seeds", "0", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "10", "--n-test", "5",
+    bench.main(["--seeds", "0", "1", "--jobs", "2", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "10", "--n-test", "5",
                 "--prompts-per-step", "2", "--out", str(out), "--report", str(tmp_path / "report.md"),
                 "sft.batch_size=4", "train.micro_batch=32"])
     table = capsys.readouterr().out
     for text in ("GRPO (G=8)", "T-GRPO (8+4)", "BPO (2x4)", "abstention F1", "stability", "sensitivity",
-                 "answer w/o looking", "temporal acc", "BPO step time / GRPO step time", "View construction share"):
+                 "answer w/o looking", "temporal acc", "BPO step time / GRPO step time", "View construction share",
+                 "work ratio", "step ratio / work ratio"):
         assert text in table, text
     assert (tmp_path / "report.md").read_text() == table
-    (res,) = json.loads((out / "results.json").read_text())
+    res, res1 = json.loads((out / "results.json").read_text())  # seeds 0 and 1, each in its own process
+    assert (res["seed"], res1["seed"]) == (0, 1)
+    # work per step: BPO prefills 4 views per clip, GRPO 1; both generate 8 responses per clip
+    assert res["costs"]["bpo"]["prompts"] == 4 * res["costs"]["grpo"]["prompts"] == 4 * 2
+    assert res["costs"]["bpo"]["prompt_tokens"] > 3 * res["costs"]["grpo"]["prompt_tokens"] > 0
     # budgets: GRPO 8, BPO 2 packs x 4 views = 8 on every question type, T-GRPO 8 ordered + 4 shuffled
     assert set(res["budgets"]["grpo"].values()) == {8}
     assert res["budgets"]["bpo"] == res["budgets"]["grpo"]

@@ -40,3 +40,67 @@ def test_prompt_budget_error_names_sample(tiny_model_path):
     media = Media("v", frames=torch.zeros(4, 3, 56, 56, dtype=torch.uint8), timestamps=[0, 1, 2, 3], fps=1.0)
     with pytest.raises(DataError, match="sample 'clip-7'.*budget"):
         build_prompt_inputs(proc, build_messages("Q?", ["a", "b"], media), media, max_prompt_tokens=5, sample_id="clip-7")
+
+
+def _mixed_media():
+    g = torch.Generator().manual_seed(0)
+    rnd = lambda *shape: torch.randint(0, 255, shape, generator=g, dtype=torch.uint8)  # noqa: E731
+    return [Media("v1", frames=rnd(4, 3, 56, 56), timestamps=[0, .5, 1, 1.5], fps=2.0),
+            Media("i1", image=rnd(3, 56, 84)),
+            Media("v2", frames=rnd(6, 3, 56, 112), timestamps=[0, 1, 2, 3, 4, 5], fps=1.0),
+            Media("i2", image=rnd(3, 112, 56))]
+
+
+def test_batched_processor_call_equals_one_call_per_prompt(tiny_model_path):
+    """One processor call for a step's prompts (mixed images and videos of different sizes, different text
+    lengths, left padding) gives each prompt exactly what its own call gives."""
+    from mmrl.media.inputs import build_prompt_inputs_batch
+
+    proc = load_processor(tiny_model_path)
+    media = _mixed_media()
+    questions = ["Q?", "A much longer question about what is shown here?", "short", "what?"]
+    prompts = [(build_messages(q, ["a", "b"], m), m, f"s{i}") for i, (q, m) in enumerate(zip(questions, media))]
+    batched = build_prompt_inputs_batch(proc, prompts)
+    lengths = set()
+    for (msgs, m, _), got in zip(prompts, batched):
+        want = build_prompt_inputs(proc, msgs, m)
+        lengths.add(want.num_tokens)
+        assert torch.equal(got.input_ids, want.input_ids)
+        assert torch.equal(got.mm_token_type_ids, want.mm_token_type_ids)
+        assert got.vision.keys() == want.vision.keys() and got.text == want.text and got.media is m
+        for k in want.vision:
+            assert torch.equal(got.vision[k], want.vision[k]), k
+    assert len(lengths) > 1  # padding was exercised
+
+
+def test_batched_budget_error_is_per_prompt(tiny_model_path):
+    """Over-budget prompts come back as DataErrors naming their sample; the others are built."""
+    from mmrl.errors import DataError
+    from mmrl.media.inputs import build_prompt_inputs_batch
+
+    proc = load_processor(tiny_model_path)
+    small, big = _mixed_media()[0], _mixed_media()[2]
+    prompts = [(build_messages("Q?", ["a", "b"], m), m, sid) for m, sid in ((small, "ok-1"), (big, "too-big"), (small, "ok-2"))]
+    limit = build_prompt_inputs(proc, prompts[0][0], small).num_tokens
+    res = build_prompt_inputs_batch(proc, prompts, max_prompt_tokens=limit)
+    assert not isinstance(res[0], Exception) and not isinstance(res[2], Exception)
+    assert isinstance(res[1], DataError) and "sample 'too-big'" in str(res[1]) and "budget" in str(res[1])
+
+
+def test_rope_positions_are_computed_once_per_prompt(tiny_model_path):
+    """M-RoPE positions are cached on the PromptInputs: a second prefill of the same prompts does not call
+    get_rope_index again and gets the same positions."""
+    from mmrl.models.loading import load_model
+    from mmrl.train.scoring import backbone, prefill_prompts
+
+    proc = load_processor(tiny_model_path)
+    core, _ = backbone(load_model(tiny_model_path))
+    prompts = [build_prompt_inputs(proc, build_messages("Q?", ["a", "b"], m), m) for m in _mixed_media()]
+    calls = []
+    real = core.get_rope_index
+    core.get_rope_index = lambda *a, **k: calls.append(1) or real(*a, **k)
+    with torch.no_grad():
+        h1, _, _, start1 = prefill_prompts(core, prompts, 0, "cpu")
+        h2, _, _, start2 = prefill_prompts(core, prompts[::-1], 0, "cpu")
+    assert len(calls) == 1
+    assert torch.equal(start1, start2.flip(0)) and torch.allclose(h1, h2.flip(0), atol=1e-5)
