@@ -163,11 +163,27 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
             bad = [o for o in overrides if "=" not in o]
             if bad:
                 raise ConfigError(f"override {bad[0]!r} is not of the form key=value")
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+            for o in overrides:
+                merged = _apply_override(merged, o)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise ConfigError(_explain(e)) from None
     _check(cfg)
+    return cfg
+
+
+def _apply_override(cfg, override: str):
+    """``key=value`` with a YAML value; ``key`` may index lists (``rewards.0.params.fmt_weight=0.0``)."""
+    key, value = (x.strip() for x in override.split("=", 1))
+    parsed = OmegaConf.from_dotlist([f"v={value}"])["v"]
+    if OmegaConf.is_config(parsed):
+        parsed = OmegaConf.to_container(parsed)
+    try:
+        OmegaConf.update(cfg, key, parsed, merge=True)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"override {override!r}: {_explain(e)}") from None
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        raise ConfigError(f"override {override!r}: config key '{key}': {e}") from None
     return cfg
 
 

@@ -24,15 +24,25 @@ def _load():
 def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
     bench = _load()
     out = tmp_path / "bench"
-    bench.main(["--seeds", "0", "1", "--jobs", "2", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "10", "--n-test", "5",
-                "--prompts-per-step", "2", "--out", str(out), "--report", str(tmp_path / "report.md"),
-                "sft.batch_size=4", "train.micro_batch=32"])
+    common = ["--seeds", "0", "1", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "10", "--n-test", "5",
+              "--prompts-per-step", "2", "--out", str(out),
+              "--arm", f"bpo_paired {SCRIPT.parents[1] / 'configs' / 'bpo_demo.yaml'} algorithm.anchor_mode=paired "
+                       "rewards.0.params.fmt_weight=0.0"]
+    bench.main(common + ["--jobs", "2", "--report", str(tmp_path / "report.md"), "sft.batch_size=4", "train.micro_batch=32"])
     table = capsys.readouterr().out
+    # the extra arm: trained from the same SFT checkpoint with its overrides, evaluated, and in the table
+    assert "| bpo_paired |" in table and "bpo_paired − GRPO (pp)" in table
+    paired_cfg = (out / "seed1" / "bpo_paired" / "config.yaml").read_text()
+    assert "anchor_mode: paired" in paired_cfg and "fmt_weight: 0.0" in paired_cfg
+    # --render-only prints the same table from the saved seed results, without training
+    bench.main(common + ["--render-only", "sft.batch_size=4", "train.micro_batch=32"])
+    again = capsys.readouterr().out
+    assert again.split("Wall time")[0] == table.split("Wall time")[0]
     for text in ("GRPO (G=8)", "T-GRPO (8+4)", "BPO (2x4)", "abstention F1", "stability", "sensitivity",
-                 "answer w/o looking", "temporal acc", "BPO step time / GRPO step time", "View construction share",
+                 "answer w/o looking", "temporal acc", "BPO (2x4) step time / GRPO step time", "View construction share",
                  "work ratio", "step ratio / work ratio"):
         assert text in table, text
-    assert (tmp_path / "report.md").read_text() == table
+    assert (tmp_path / "report.md").read_text().split("Wall time")[0] == table.split("Wall time")[0]
     res, res1 = json.loads((out / "results.json").read_text())  # seeds 0 and 1, each in its own process
     assert (res["seed"], res1["seed"]) == (0, 1)
     # work per step: BPO prefills 4 views per clip, GRPO 1; both generate 8 responses per clip
@@ -43,7 +53,7 @@ def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
     assert res["budgets"]["bpo"] == res["budgets"]["grpo"]
     assert set(res["budgets"]["tgrpo"].values()) == {12}
     # every arm (and the SFT start point) evaluated with the BPO view set
-    assert set(res["eval"]) == {"sft", "grpo", "tgrpo", "bpo"}
+    assert set(res["eval"]) == {"sft", "grpo", "tgrpo", "bpo", "bpo_paired"}
     for arm, e in res["eval"].items():
         assert {"blank", "original", "reverse", "mask_irrelevant"} <= set(e["view_acc"]), arm
         assert 0.0 <= e["no_look"] <= 1.0 and 0.0 <= e["stability"] <= 1.0, arm

@@ -67,10 +67,20 @@ def test_annotation_missing_field(tmp_path, video_world):
     ("train.lr=fast", r"config key 'train.lr'"),
     ("data.on_error=ignore", r"config key 'data.on_error'"),
     ("rollout.n=0", r"config key 'rollout.n' must be >= 1"),
+    ("rewards.0.weight=heavy", r"override 'rewards.0.weight=heavy'.*config key 'rewards\[0\].weight'"),
+    ("rewards.params=1", r"override 'rewards.params=1'.*config key 'rewards"),
 ])
 def test_config_errors_name_the_key(override, pattern):
     with pytest.raises(ConfigError, match=pattern):
         load_config(None, [override])
+
+
+def test_overrides_index_lists():
+    """``rewards.0.params.fmt_weight=0`` edits one entry of the rewards list in place (the rest is kept)."""
+    cfg = load_config(None, ["rewards=[{name: bpo_contract, params: {abstain_text: none of these}}, {name: format}]",
+                             "rewards.0.params.fmt_weight=0.0", "rewards.1.weight=0.5"])
+    assert cfg.rewards[0].params == {"abstain_text": "none of these", "fmt_weight": 0.0}
+    assert (cfg.rewards[1].name, cfg.rewards[1].weight) == ("format", 0.5)
 
 
 def test_config_file_unknown_key(tmp_path):
