@@ -6,7 +6,8 @@ same SFT checkpoint, on the synthetic video world, over seeds.
         [--report FILE] [--arm 'NAME CONFIG... KEY=VALUE...' ...] [--render-only] [overrides ...]
 
 Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
-lr 1e-4, a 1024 / 256 clip world: 7.3 min per seed on the 2 shared cores (3 seeds: 22 min, measured).
+lr 1e-4, a 1024 / 256 clip world: ~7 min per seed for the three arms on the 2 shared cores; the README's run (5 seeds,
+two extra arms, ``--jobs 2``) took 34.9 min.
 
 Per seed: one synthetic video world (``make_video_world``), one SFT warm-up with ``configs/demo.yaml``'s SFT
 settings (steps, batch, lr), then three RL arms from that checkpoint with the same steps, lr,
@@ -306,15 +307,15 @@ def render(results: List[Dict], args, wall_min: float) -> str:
     seeds = [r["seed"] for r in results]
     arms = list(results[0]["costs"])
     bpo_like = [a for a in arms if results[0].get("algos", {}).get(a, a) == "bpo"]
+    extra = [args.argv[i + 1] for i, x in enumerate(args.argv[:-1]) if x == "--arm"]  # as typed
     lines = [f"# BPO vs GRPO vs T-GRPO, miniature (seeds {seeds})", "",
-             "Command: `.venv/bin/python bench/bpo_vs_grpo.py " + " ".join(args.argv) + "`", "",
+             "Command: `.venv/bin/python bench/bpo_vs_grpo.py " + shlex.join(args.argv) + "`", "",
              f"World: synthetic video (`make_video_world`), {args.n_train} train / {args.n_test} held-out clips per seed, "
              f"5 question types. SFT {args.sft_steps} steps (configs/demo.yaml SFT settings) on the train split plus "
              f"{100 * args.sft_null_share:.0f}% empty-scene clips answered with the abstention option; RL {args.rl_steps} steps x "
              f"{args.prompts_per_step} prompts, same lr for every arm. Rollouts per prompt: "
              + "; ".join(f"{_label(a)}: {_budget(a, results)}" for a in arms) + ".",
-             *([f"Extra arms: " + "; ".join(f"`{n}` = {' '.join(items)}" for n, items in args.arms.items() if n not in ARMS) + "."]
-               if any(n not in ARMS for n in args.arms) else []),
+             *([f"Extra arms (`--arm`): " + "; ".join(f"`{x}`" for x in extra) + "."] if extra else []),
              "Eval: greedy, held-out split, BPO view set (views/bpo_video.yaml) for every arm; the abstention option "
              "is in every prompt of every stage. Percent, mean ± std over seeds.", ""]
     head = "| arm | " + " | ".join(h for _, h in COLUMNS) + " |"
@@ -322,7 +323,8 @@ def render(results: List[Dict], args, wall_min: float) -> str:
     for arm in ["sft"] + arms:
         cells = [_ms([r["eval"][arm][k] for r in results]) for k, _ in COLUMNS]
         lines.append(f"| {_label(arm)} | " + " | ".join(cells) + " |")
-    pairs = [(a, "grpo") for a in arms if a != "grpo"] + [(a, "tgrpo") for a in bpo_like if "tgrpo" in arms]
+    pairs = [(a, "grpo") for a in arms if a != "grpo"]
+    pairs += [(a, ref) for a in bpo_like for ref in arms if ref not in bpo_like and ref != "grpo"]  # BPO vs the rest
     for arm, ref in pairs:
         cells = [_ms([r["eval"][arm][k] - r["eval"][ref][k] for r in results], signed=True) for k, _ in COLUMNS]
         lines.append(f"| {_label(arm).split(' (')[0]} − {_label(ref).split(' (')[0]} (pp) | " + " | ".join(cells) + " |")
@@ -382,7 +384,7 @@ def render(results: List[Dict], args, wall_min: float) -> str:
     lines.append(f"Wall time: {wall_min:.1f} min in all ({statistics.mean(mins):.1f} min per seed: "
                  f"SFT {statistics.mean(r['minutes']['sft'] for r in results):.1f}, "
                  f"RL {statistics.mean(r['minutes']['rl'] for r in results):.1f} for the {len(arms)} arms, "
-                 f"eval {statistics.mean(r['minutes']['eval'] for r in results):.1f}; {args.jobs} seed(s) at a time).")
+                 f"eval {statistics.mean(r['minutes']['eval'] for r in results):.1f}).")
     return "\n".join(lines) + "\n"
 
 
@@ -452,8 +454,9 @@ def main(argv=None) -> None:
     out = Path(args.out)
     if args.render_only:  # the table names the command that trained, not this one
         results = [json.loads((out / f"seed{s}" / "seed_result.json").read_text()) for s in args.seeds]
-        if (out / "command.json").exists():
-            args.argv = json.loads((out / "command.json").read_text())
+        run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
+        args.argv = run.get("argv", args.argv)
+        t0 -= 60 * run.get("wall_min", 0.0)
     elif args.jobs > 1 and len(args.seeds) > 1:
         results = run_seeds_in_processes(args, out)
     else:
@@ -462,7 +465,8 @@ def main(argv=None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table)
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    (out / "command.json").write_text(json.dumps(args.argv))  # after any child process wrote its own
+    # after any child process wrote its own: the command that trained and its wall time, for --render-only
+    (out / "run.json").write_text(json.dumps({"argv": args.argv, "wall_min": (time.time() - t0) / 60}))
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(table)
