@@ -36,7 +36,7 @@ def chat_text(processor, messages: list, prefill: str = "") -> str:
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prefill
 
 
-def _media_kwargs(medias: Sequence[Media]) -> dict:
+def _media_kwargs(medias: Sequence[Media], processor=None) -> dict:
     """Processor keyword arguments for prompts whose media are already decoded and sampled (in prompt order)."""
     from transformers.video_utils import VideoMetadata
 
@@ -48,6 +48,10 @@ def _media_kwargs(medias: Sequence[Media]) -> dict:
         kwargs["video_metadata"] = [VideoMetadata(total_num_frames=int(m.frames.shape[0]), fps=float(m.fps or 2.0),
                                                   frames_indices=list(range(int(m.frames.shape[0])))) for m in videos]
         kwargs["do_sample_frames"] = False
+        if hasattr(getattr(processor, "video_processor", None), "cap_pixels_per_frame"):
+            # qwen-vl-utils' per-frame cap, which mmrl.media.decode already applied (no resize happens here);
+            # saying so silences transformers' warning about the uncapped default
+            kwargs["cap_pixels_per_frame"] = True
     if images:
         kwargs["images"] = [m.image for m in images]
     if videos or images:
@@ -99,7 +103,7 @@ def build_prompt_inputs_batch(processor, prompts: Sequence[tuple], max_prompt_to
     texts = [chat_text(processor, p[0], p[3] if len(p) > 3 else "") for p in prompts]
     medias = [p[1] for p in prompts]
     try:
-        out = processor(text=texts, return_tensors="pt", padding=True, **_media_kwargs(medias))
+        out = processor(text=texts, return_tensors="pt", padding=True, **_media_kwargs(medias, processor))
         items = _split_batch(out, texts, medias)
     except Exception:
         if len(prompts) == 1:
