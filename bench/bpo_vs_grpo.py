@@ -390,7 +390,7 @@ def render(results: List[Dict], args, wall_min: float) -> str:
 
 def run_seeds_in_processes(args, out: Path) -> List[Dict]:
     """Each seed in a child process of this script (``--jobs`` at a time); their ``seed_result.json`` files are the
-    results. The step-time ratios stay side by side: a seed's three arms share one process, so one load."""
+    results. The step-time ratios stay side by side: a seed's arms share one process, so one load."""
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
 
@@ -452,21 +452,22 @@ def main(argv=None) -> None:
             setattr(args, key, value)
     t0 = time.time()
     out = Path(args.out)
-    if args.render_only:  # the table names the command that trained, not this one
+    if args.render_only:  # the table names the command that trained and its wall time, not this one
         results = [json.loads((out / f"seed{s}" / "seed_result.json").read_text()) for s in args.seeds]
         run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
-        args.argv = run.get("argv", args.argv)
-        t0 -= 60 * run.get("wall_min", 0.0)
-    elif args.jobs > 1 and len(args.seeds) > 1:
-        results = run_seeds_in_processes(args, out)
+        args.argv, wall_min = run.get("argv", args.argv), run.get("wall_min", 0.0)
     else:
-        results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
-    table = render(results, args, (time.time() - t0) / 60)
+        if args.jobs > 1 and len(args.seeds) > 1:
+            results = run_seeds_in_processes(args, out)
+        else:
+            results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
+        wall_min = (time.time() - t0) / 60
+    table = render(results, args, wall_min)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     # after any child process wrote its own: the command that trained and its wall time, for --render-only
-    (out / "run.json").write_text(json.dumps({"argv": args.argv, "wall_min": (time.time() - t0) / 60}))
+    (out / "run.json").write_text(json.dumps({"argv": args.argv, "wall_min": wall_min}))
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(table)

@@ -12,7 +12,6 @@ import torch
 
 from mmrl.data.schema import Media
 
-_VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
 
 
 @dataclass
@@ -21,7 +20,7 @@ class PromptInputs:
 
     input_ids: torch.Tensor  # [P]
     mm_token_type_ids: Optional[torch.Tensor] = None  # [P]: 0 text, 1 image, 2 video (for M-RoPE positions)
-    vision: Dict[str, torch.Tensor] = field(default_factory=dict)  # keys from _VISION_KEYS
+    vision: Dict[str, torch.Tensor] = field(default_factory=dict)  # pixel_values(_videos), *_grid_thw, second_per_grid_ts
     text: str = ""
     media: Optional[Media] = field(default=None, repr=False)  # what the processor got (vLLM re-processes it)
     rope: Optional[tuple] = field(default=None, repr=False, compare=False)  # (M-RoPE positions [3, P], delta), cached
@@ -131,12 +130,14 @@ def build_prompt_inputs(processor, messages: list, media: Media, prefill: str = 
     return res
 
 
-def collate_vision(items: Sequence[PromptInputs]) -> Dict[str, torch.Tensor]:
-    """Concatenate the vision tensors of several prompts in order (the model splits them by grid)."""
+def collate_vision(items: Sequence[PromptInputs], keys: Optional[Sequence[str]] = None) -> Dict[str, torch.Tensor]:
+    """Concatenate the vision tensors of several prompts in order (the model splits them by grid); ``keys``
+    restricts it to those entries (e.g. the grids alone, without copying pixels)."""
     out: Dict[str, List[torch.Tensor]] = {}
     for it in items:
         for k, v in it.vision.items():
-            out.setdefault(k, []).append(v)
+            if keys is None or k in keys:
+                out.setdefault(k, []).append(v)
     return {k: torch.cat(v, dim=0) for k, v in out.items()}
 
 

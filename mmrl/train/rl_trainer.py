@@ -166,11 +166,11 @@ class RLTrainer:
         metrics.update({
             "reward/total": float(shaped.mean()), "adv/mean": float(adv.mean()), "adv/std": float(adv.std()) if adv.numel() > 1 else 0.0,
             "adv/zero_frac": float((adv.abs() < 1e-8).float().mean()),
-            "response_len": gen_tokens / len(trajs),
+            "response_len": gen_tokens / len(trajs), "truncated_frac": sum(t.truncated for t in trajs) / len(trajs),
             # the work a step does: every distinct (media, prompt) is prefilled and scored once, each response decoded
             # and scored once (mmrl.train.scoring); step cost scales with their sum where compute dominates
             "work/prompts": float(len(si.requests)), "work/prompt_tokens": float(sum(r.inputs.num_tokens for r in si.requests)),
-            "work/response_tokens": float(gen_tokens), "truncated_frac": sum(t.truncated for t in trajs) / len(trajs),
+            "work/response_tokens": float(gen_tokens),
             "tokens_per_s": gen_tokens / max(t1 - t0, 1e-9), "lr": self.scheduler.get_last_lr()[0],
             "time/rollout": t1 - t0, "time/scoring": t2 - t1, "time/update": t3 - t2, "time/step": t3 - t0,
             "time/decode": si.time_decode, "time/views": si.time_views,

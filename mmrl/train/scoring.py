@@ -26,6 +26,9 @@ def backbone(model):
     return base.model, base.lm_head
 
 
+_GRID_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")  # all get_rope_index reads of the vision inputs
+
+
 def positions(starts: torch.Tensor, length: int) -> torch.Tensor:
     """Text position ids ``[3, B, length]`` (the same on the three M-RoPE axes): row ``b`` counts from ``starts[b]``."""
     pos = starts.view(-1, 1) + torch.arange(length, device=starts.device).view(1, -1)
@@ -54,10 +57,11 @@ def prompt_positions(core, prompts: Sequence[PromptInputs], ids: torch.Tensor, m
         return positions(torch.zeros_like(lengths), ids.shape[1]), lengths
     todo = [p for p in prompts if p.rope is None]
     if todo:
-        sub_ids = pad_right([p.input_ids for p in todo], 0).to(ids.device)
-        sub_len = torch.tensor([p.num_tokens for p in todo], device=ids.device)
-        sub_mask = (torch.arange(sub_ids.shape[1], device=ids.device).view(1, -1) < sub_len.view(-1, 1)).long()
-        sub_vision = {k: v.to(ids.device) for k, v in collate_vision(todo).items()}
+        if len(todo) == len(prompts):  # nothing cached yet: the caller's batch is the batch to index
+            sub_ids, sub_mask, sub_vision = ids, mask, vision
+        else:
+            sub_ids, _, sub_mask = right_padded(todo, 0, ids.device)
+            sub_vision = {k: v.to(ids.device) for k, v in collate_vision(todo, keys=_GRID_KEYS).items()}
         pos, deltas = core.get_rope_index(
             sub_ids, mm_token_type_ids=token_types(todo, sub_ids.shape[1]).to(ids.device),
             image_grid_thw=sub_vision.get("image_grid_thw"), video_grid_thw=sub_vision.get("video_grid_thw"),
@@ -85,6 +89,13 @@ def unique_prompts(prompts: Sequence[PromptInputs]) -> Tuple[List[PromptInputs],
     return uniq, torch.tensor(owner, dtype=torch.long)
 
 
+def right_padded(prompts: Sequence[PromptInputs], pad_id: int, device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token ids ``[U, Pmax]`` right-padded with ``pad_id``, lengths ``[U]`` and the attention mask ``[U, Pmax]``."""
+    ids = pad_right([p.input_ids for p in prompts], pad_id).to(device)
+    lengths = torch.tensor([p.num_tokens for p in prompts], dtype=torch.long, device=device)
+    return ids, lengths, (torch.arange(ids.shape[1], device=device).view(1, -1) < lengths.view(-1, 1)).long()
+
+
 def prefill_prompts(core, prompts: Sequence[PromptInputs], pad_id: int, device):
     """Forward ``U`` prompts (right-padded) through vision + language model with a KV cache.
 
@@ -92,9 +103,7 @@ def prefill_prompts(core, prompts: Sequence[PromptInputs], pad_id: int, device):
     final-norm hidden state at prompt ``u``'s last token (it predicts the first response token) and
     ``next_pos[u]`` the M-RoPE position of the first response token (prompt length + the rope delta).
     """
-    ids = pad_right([p.input_ids for p in prompts], pad_id).to(device)
-    lengths = torch.tensor([p.num_tokens for p in prompts], dtype=torch.long, device=device)
-    mask = (torch.arange(ids.shape[1], device=device).view(1, -1) < lengths.view(-1, 1)).long()
+    ids, lengths, mask = right_padded(prompts, pad_id, device)
     vision = {k: v.to(device) for k, v in collate_vision(prompts).items()}
     pos, next_pos = prompt_positions(core, prompts, ids, mask, vision)
     out = core(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **vision)

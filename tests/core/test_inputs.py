@@ -104,3 +104,10 @@ def test_rope_positions_are_computed_once_per_prompt(tiny_model_path):
         h2, _, _, start2 = prefill_prompts(core, prompts[::-1], 0, "cpu")
     assert len(calls) == 1
     assert torch.equal(start1, start2.flip(0)) and torch.allclose(h1, h2.flip(0), atol=1e-5)
+    # a batch mixing cached and new prompts indexes only the new ones, with the same result
+    fresh = [build_prompt_inputs(proc, build_messages("Q?", ["a", "b"], m), m) for m in _mixed_media()]
+    mixed = [prompts[0], fresh[1], prompts[2], fresh[3]]
+    with torch.no_grad():
+        h3, _, _, start3 = prefill_prompts(core, mixed, 0, "cpu")
+    assert len(calls) == 2 and all(p.rope is not None for p in fresh[1::2]) and fresh[0].rope is None
+    assert torch.equal(start3, start1) and torch.allclose(h3, h1, atol=1e-5)
