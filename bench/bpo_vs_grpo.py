@@ -40,7 +40,7 @@ the gold letter), so the comparison differs only in views and rewards, not in th
 Eval: every arm (and the SFT checkpoint, for reference) on the held-out split with the BPO view set
 (``views/bpo_video.yaml``), greedy: macro accuracy and temporal accuracy (direction + order, pooled) on the
 original clips, and over the whole split the abstention F1, stability, sensitivity and answer-without-looking
-rates of ``mmrl.train.view_metrics``. Printed as mean +- std over seeds, with the per-step cost: BPO step time /
+rates of ``mmrl.rollout.view_metrics``. Printed as mean +- std over seeds, with the per-step cost: BPO step time /
 GRPO step time (median step, per seed) and the view-construction share of BPO's step time.
 """
 from __future__ import annotations
@@ -167,7 +167,7 @@ class Arm:
 
 def rollout_budget(arm: "Arm", samples) -> Dict[str, int]:
     """Generations per prompt, per question type, as the arm's trainer would request them (no generation)."""
-    from mmrl.train.step_inputs import build_step_inputs
+    from mmrl.rollout.step_inputs import build_step_inputs
 
     tr = arm.trainer
     out = {}

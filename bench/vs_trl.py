@@ -48,7 +48,7 @@ def run_mmrl(spec: Dict) -> Dict:
     cfg = load_config([str(REPO / c) for c in spec["configs"]], spec["overrides"])
     tr = RLTrainer(cfg, quiet=True)
     if spec.get("baseline"):
-        import mmrl.train.scoring as scoring
+        import mmrl.models.scoring as scoring
 
         tr.engine.shared_prefill = False
         scoring._can_share = lambda model: False

@@ -1,5 +1,5 @@
 """Held-out evaluation on a synthetic (or any MVBench-format) split: greedy decoding, accuracy per question type,
-predictions JSONL; with a view set, the per-view metrics of ``mmrl.train.view_metrics`` too."""
+predictions JSONL; with a view set, the per-view metrics of ``mmrl.rollout.view_metrics`` too."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from mmrl.data.annotations import load_samples
 from mmrl.data.schema import ANSWER_ABSTAIN, LETTERS
 from mmrl.rewards.parsing import parse_choice
 from mmrl.rollout.base import SamplingParams, build_engine
-from mmrl.train.step_inputs import build_step_inputs
-from mmrl.train.view_metrics import view_metrics
+from mmrl.rollout.step_inputs import build_step_inputs
+from mmrl.rollout.view_metrics import view_metrics
 
 
 def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 8, viewset=None,

@@ -1,6 +1,6 @@
 """HF backend: all prompts of a step in a few batched calls, ``n`` samples each.
 
-Each distinct prompt is prefilled once (vision tower + language model, ``mmrl.train.scoring.prefill_prompts``),
+Each distinct prompt is prefilled once (vision tower + language model, ``mmrl.models.scoring.prefill_prompts``),
 its KV cache is repeated ``n`` times, and the ``n`` samples are decoded from it with the sampling rules of
 ``transformers`` (suppressed tokens, temperature, top-k, top-p; greedy = argmax). ``generate`` with
 ``num_return_sequences`` would instead prefill every prompt ``n`` times. ``shared_prefill=False`` uses
@@ -15,7 +15,7 @@ import torch
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
-from mmrl.train.scoring import backbone, positions, prefill_prompts
+from mmrl.models.scoring import backbone, positions, prefill_prompts
 
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")

@@ -21,7 +21,7 @@ from typing import List
 import torch
 
 from mmrl.rollout.base import RolloutRequest, SamplingParams
-from mmrl.train.scoring import response_logprobs
+from mmrl.models.scoring import response_logprobs
 
 
 @dataclass
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     from mmrl.data.annotations import load_samples
     from mmrl.models.loading import load_model, load_processor
     from mmrl.rollout.base import build_engine
-    from mmrl.train.step_inputs import build_step_inputs
+    from mmrl.rollout.step_inputs import build_step_inputs
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_model(a.model, a.dtype, device=device)

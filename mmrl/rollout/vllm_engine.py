@@ -95,7 +95,7 @@ def hf_weights(model, only_changed: bool = True) -> List[Tuple[str, torch.Tensor
 
 @ENGINES.register("vllm")
 class VLLMEngine(RolloutEngine):
-    supports_request_seeds = True  # per-request seeds: rank-count-invariant sampling (mmrl.train.distributed)
+    supports_request_seeds = True  # per-request seeds: rank-count-invariant sampling (mmrl.dist)
 
     def __init__(self, model, processor, max_batch_sequences: int = 256, mode: str = "colocate",
                  gpu_memory_utilization: float = 0.4, dtype: Optional[str] = None, seed: int = 0,
@@ -214,7 +214,7 @@ class LocalBackend:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the model in this process: load_weights
         from vllm import LLM
 
-        from mmrl.train.distributed import is_dist, rank
+        from mmrl.dist import is_dist, rank
 
         kwargs: Dict[str, Any] = {}
         if is_dist():  # one engine per trainer rank, inside the torchrun / deepspeed process group

@@ -76,7 +76,7 @@ class ServerClient:
         return self._post("/generate", json.dumps(encode({"prompts": prompts, "sampling": sampling})).encode())
 
     def load_weights(self, weights: List[Tuple[str, torch.Tensor]]) -> None:
-        from mmrl.train.distributed import barrier, rank
+        from mmrl.dist import barrier, rank
 
         if rank() == 0:  # every trainer rank holds the same weights: one copy on the wire
             from safetensors.torch import save
@@ -86,7 +86,7 @@ class ServerClient:
         barrier()
 
     def reset_caches(self) -> None:
-        from mmrl.train.distributed import rank
+        from mmrl.dist import rank
 
         if rank() == 0:
             self._post("/reset_caches", b"{}")

@@ -6,7 +6,7 @@ Launch (one process per GPU; ``--no_local_rank`` because ``mmrl train`` takes no
     torchrun --nproc_per_node 8 -m mmrl train --config configs/grpo_qwen2_5_vl_3b.yaml
     DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 -m mmrl train ... train.backend=deepspeed   # CPU, gloo
 
-How prompt groups are spread over ranks, and why the result equals the 1-process run: ``mmrl.train.distributed``.
+How prompt groups are spread over ranks, and why the result equals the 1-process run: ``mmrl.dist``.
 
 - ZeRO-3: the policy is built under ``zero.Init`` (sharded while loading); the reference model (``kl_coef > 0``,
   no LoRA) is a ZeRO-3 inference engine (sharded, offloaded if the config offloads params); with LoRA the
@@ -31,14 +31,15 @@ import torch
 from mmrl.algos.base import AdvantageInputs, AdvantageOutput
 from mmrl.config import Config, to_yaml
 from mmrl.errors import ConfigError, MMRLError
-from mmrl.train import distributed as dist
+from mmrl import dist
+from mmrl.train.sharded_rollout import RankInvariantRollout
 from mmrl.train.ds_config import load_ds_config, require_deepspeed
 from mmrl.train.ds_update import ds_policy_update, lockstep_logprobs
 from mmrl.train.rl_trainer import RLTrainer
-from mmrl.train.scoring import response_logprobs
+from mmrl.models.scoring import response_logprobs
 
 
-class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
+class DeepSpeedTrainer(RankInvariantRollout, RLTrainer):
     """``RLTrainer`` whose update, checkpoints and export go through a DeepSpeed engine, one process per rank."""
 
     def __init__(self, cfg: Config, quiet: bool = False):
@@ -228,7 +229,7 @@ class DeepSpeedTrainer(dist.RankInvariantRollout, RLTrainer):
         return lockstep_logprobs(target, items, r.rollout.temperature, r.train.micro_batch, self.pad_id, fallback)
 
     def _view_metrics(self, trajs, si) -> Dict[str, float]:
-        from mmrl.train.view_metrics import view_metrics
+        from mmrl.rollout.view_metrics import view_metrics
 
         return view_metrics(trajs, si, self.cfg.data.prompt.abstain_text if self.viewset is not None else None)
 

@@ -1,7 +1,7 @@
 """The policy update on a DeepSpeed engine: ``mmrl.train.update.policy_update`` with ZeRO's backward and step.
 
 Same loss, same micro-batching, same share weighting as ``policy_update``; the differences are only those
-ZeRO needs (see ``mmrl.train.distributed``):
+ZeRO needs (see ``mmrl.dist``):
 
 - token / sequence counts are all-reduced, so shares are of the GLOBAL batch, and each rank's loss is scaled by
   the world size because ZeRO averages gradients over ranks;
@@ -21,8 +21,8 @@ import torch
 from mmrl.algos.base import POLICY_LOSSES
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import PromptInputs
-from mmrl.train.distributed import all_reduce, world_size
-from mmrl.train.scoring import response_logprobs
+from mmrl.dist import all_reduce, world_size
+from mmrl.models.scoring import response_logprobs
 from mmrl.train.update import _pad, accumulate, batch_share, is_seq_mode, micro_batch_loss, new_stats
 
 

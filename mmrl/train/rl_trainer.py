@@ -23,10 +23,10 @@ from mmrl.train.data_stream import DataStream
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory
-from mmrl.train.scoring import response_logprobs
-from mmrl.train.step_inputs import StepInputs, build_step_inputs
+from mmrl.models.scoring import response_logprobs
+from mmrl.rollout.step_inputs import StepInputs, build_step_inputs
 from mmrl.train.update import policy_update
-from mmrl.train.view_metrics import view_metrics
+from mmrl.rollout.view_metrics import view_metrics
 
 
 def set_seed(seed: int, num_threads: int = 0) -> None:
@@ -168,7 +168,7 @@ class RLTrainer:
             "adv/zero_frac": float((adv.abs() < 1e-8).float().mean()),
             "response_len": gen_tokens / len(trajs), "truncated_frac": sum(t.truncated for t in trajs) / len(trajs),
             # the work a step does: every distinct (media, prompt) is prefilled and scored once, each response decoded
-            # and scored once (mmrl.train.scoring); step cost scales with their sum where compute dominates
+            # and scored once (mmrl.models.scoring); step cost scales with their sum where compute dominates
             "work/prompts": float(len(si.requests)), "work/prompt_tokens": float(sum(r.inputs.num_tokens for r in si.requests)),
             "work/response_tokens": float(gen_tokens),
             "tokens_per_s": gen_tokens / max(t1 - t0, 1e-9), "lr": self.scheduler.get_last_lr()[0],

@@ -23,8 +23,8 @@ from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory
 from mmrl.train.rl_trainer import set_seed
-from mmrl.train.scoring import response_logprobs
-from mmrl.train.step_inputs import budget_from, style_from
+from mmrl.models.scoring import response_logprobs
+from mmrl.rollout.step_inputs import budget_from, style_from
 
 
 def answer_ids(tokenizer, text: str) -> torch.Tensor:

@@ -14,7 +14,7 @@ from mmrl.algos.base import POLICY_LOSSES
 from mmrl.algos.losses import aggregate, k3_kl
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import PromptInputs, pad_right
-from mmrl.train.scoring import response_logprobs
+from mmrl.models.scoring import response_logprobs
 
 
 def _pad(rows: List[torch.Tensor], value=0.0) -> torch.Tensor:

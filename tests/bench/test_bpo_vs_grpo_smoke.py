@@ -100,7 +100,7 @@ def test_eval_view_metrics_pool_the_whole_split(tiny_model_path, video_world):
     from mmrl.data.annotations import load_samples
     from mmrl.eval.synthetic import evaluate_samples
     from mmrl.models.loading import load_processor
-    from mmrl.train.view_metrics import view_metrics
+    from mmrl.rollout.view_metrics import view_metrics
     from mmrl.views import ViewSet
 
     cfg = load_config(None, ["data.max_pixels=3136", "data.nframes=8"])
@@ -113,7 +113,7 @@ def test_eval_view_metrics_pool_the_whole_split(tiny_model_path, video_world):
     assert 0 < whole["abstain_f1"] < 1 and 0 < whole["stability_rate"] < 1
     assert chunked == pytest.approx(whole)
     # and they are view_metrics over the whole split at once
-    from mmrl.train.step_inputs import build_step_inputs
+    from mmrl.rollout.step_inputs import build_step_inputs
 
     si = build_step_inputs(samples, processor, cfg.data, lambda role: 1, vs, seed=0)
     assert view_metrics(_ScriptedEngine().generate(si.requests, None), si, vs.abstain_text) == pytest.approx(whole)
@@ -155,7 +155,7 @@ def test_bpo_contract_abstention_letter_is_per_question():
 def test_view_accuracy_of_abstain_views_counts_the_abstention_option():
     from types import SimpleNamespace
 
-    from mmrl.train.view_metrics import view_metrics
+    from mmrl.rollout.view_metrics import view_metrics
 
     ctx = [_ctx("color", ["red", "green", "blue", "yellow", "cannot be determined"], "red", "blank", "abstain", "abstain",
                 text, 0, 0) for text in ("E", "D")]

@@ -4,7 +4,7 @@ import torch
 
 from mmrl.models.loading import load_model, load_processor
 from mmrl.rollout.base import SamplingParams, build_engine
-from mmrl.train.scoring import response_logprobs
+from mmrl.models.scoring import response_logprobs
 from support import mixed_requests
 
 
@@ -42,7 +42,7 @@ def test_generation_is_reproducible_by_seed(tiny_model_path):
 def test_scorer_uses_mrope_positions_like_the_model(tiny_model_path):
     """Shared-prefix scoring equals one plain forward of the model over prompt + response, where the model
     computes its own 3-D M-RoPE positions from mm_token_type_ids and the grids."""
-    from mmrl.train.scoring import backbone, prompt_positions
+    from mmrl.models.scoring import backbone, prompt_positions
 
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
     reqs = _requests(proc)

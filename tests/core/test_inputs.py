@@ -91,7 +91,7 @@ def test_rope_positions_are_computed_once_per_prompt(tiny_model_path):
     """M-RoPE positions are cached on the PromptInputs: a second prefill of the same prompts does not call
     get_rope_index again and gets the same positions."""
     from mmrl.models.loading import load_model
-    from mmrl.train.scoring import backbone, prefill_prompts
+    from mmrl.models.scoring import backbone, prefill_prompts
 
     proc = load_processor(tiny_model_path)
     core, _ = backbone(load_model(tiny_model_path))

@@ -59,7 +59,7 @@ def reference(root: Path, cfg: Path, name: str, overrides=()) -> Path:
         if str(HERE) not in sys.path:  # ds_rewards
             sys.path.insert(0, str(HERE))
         from mmrl.config import load_config
-        from mmrl.train.distributed import RankInvariantRollout
+        from mmrl.train.sharded_rollout import RankInvariantRollout
         from mmrl.train.rl_trainer import RLTrainer
 
         class Reference(RankInvariantRollout, RLTrainer):
@@ -145,7 +145,7 @@ def test_zero3_lora(setup):
 
 def test_group_ownership_rule():
     """Rank r owns a contiguous block of the step's prompts; blocks cover the list once, sizes differ by <= 1."""
-    from mmrl.train.distributed import shard_range
+    from mmrl.dist import shard_range
 
     for n in range(1, 12):
         for world in range(1, n + 1):

@@ -1,4 +1,4 @@
-"""Multi-rank plumbing for the DeepSpeed backend: ranks, the group-ownership rule, gathers, seeded rollouts.
+"""Multi-rank plumbing for the DeepSpeed backend: ranks, the group-ownership rule, gathers (seeded rollouts: ``mmrl.rollout.seeded``).
 
 How a step's prompt groups are spread over ranks (the rule the tests check):
 
@@ -21,7 +21,7 @@ gradient then equals the single-process one.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import torch
 
@@ -99,64 +99,3 @@ def all_reduce(values: Sequence[float], op: str = "sum") -> List[float]:
     t = torch.tensor([float(v) for v in values], dtype=torch.float64)
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX if op == "max" else torch.distributed.ReduceOp.SUM)
     return t.tolist()
-
-
-# ---- rank-count-invariant sampling --------------------------------------------------------------------------------
-def group_seed(seed: int, step: int, group_id: int) -> int:
-    return (seed * 1_000_003 + step * 10_007 + group_id * 101 + 17) % (2**31 - 1)
-
-
-def generate_seeded(engine, requests, params, seed_of: Callable[[int], int]):
-    """Generate with the RNG reseeded per prompt group (requests of a group are consecutive).
-
-    Engines that take per-request seeds (``supports_request_seeds``, e.g. vLLM) get them in ``meta["seed"]`` and
-    one batched call; others are called once per group under a forked, reseeded torch RNG. ``inputs_key`` of the
-    returned trajectories indexes ``requests`` as with a single call.
-    """
-    if not requests:
-        return []
-    if getattr(engine, "supports_request_seeds", False):
-        for r in requests:
-            r.meta["seed"] = seed_of(r.group_id)
-        return engine.generate(requests, params)
-    out, start = [], 0
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    while start < len(requests):
-        end = start
-        while end < len(requests) and requests[end].group_id == requests[start].group_id:
-            end += 1
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed_of(requests[start].group_id))
-            trajs = engine.generate(requests[start:end], params)
-        for t in trajs:
-            t.inputs_key += start
-        out.extend(trajs)
-        start = end
-    return out
-
-
-class RankInvariantRollout:
-    """Mixin for ``RLTrainer``: this rank's block of the step's prompts, sampled with per-group seeds.
-
-    ``class T(RankInvariantRollout, RLTrainer)`` with one process gives the reference the DeepSpeed run at W ranks
-    is compared with (``tests/train/test_deepspeed_cpu.py``).
-    """
-
-    def rollout(self, samples, group_offset: int = 0):
-        from mmrl.rollout.base import SamplingParams
-        from mmrl.train.step_inputs import build_step_inputs
-
-        lo, hi = shard_range(len(samples), world_size(), rank())
-        si = build_step_inputs(samples[lo:hi], self.processor, self.cfg.data, self.n_for_role, self.viewset,
-                               seed=self.cfg.train.seed * 1000003 + self.step, group_offset=group_offset + lo)
-        r = self.cfg.rollout
-        params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-        with self.rollout_context():
-            trajs = generate_seeded(self.engine, si.requests, params,
-                                    lambda gid: group_seed(self.cfg.train.seed, self.step, gid))
-        return si, trajs
-
-    def rollout_context(self):
-        from contextlib import nullcontext
-
-        return nullcontext()
