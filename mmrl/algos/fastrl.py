@@ -37,11 +37,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from mmrl.algos.base import AdvantageOutput
 from mmrl.algos.grpo import _check_1d, group_index
+from mmrl.algos.spec import Selection, StepBatch, WrapperParams, WrapperSpec, register_algorithm
+from mmrl.errors import ConfigError
 
 
 # ---- MDAP ----------------------------------------------------------------------------------------------------------
@@ -245,3 +248,117 @@ class ARSState:
         self.n, self.g_ref = int(d["n"]), d["g_ref"]
         self.epoch_means, self.epoch_maxes = list(d["epoch_means"]), list(d["epoch_maxes"])
         self.epochs_done = int(d["epochs_done"])
+
+
+# ---- the wrapper spec --------------------------------------------------------------------------------------------
+@dataclass
+class FastRLParams(WrapperParams):
+    """``algorithm.params`` of ``fastrl``: the base method plus MDAP's and ARS's constants (spec §4)."""
+
+    tau: float = 0.8  # Jaccard distance threshold τ: keep iff θ >= τ to every kept rollout of the partition
+    ngram: int = 1  # n of the unique token n-grams N_n
+    adv_tol: float = 1e-4  # |ΔA| below which two advantages are equal
+    ars: bool = True  # adapt the rollout count at epoch boundaries (False: always rollout.n)
+    total_steps: int = 0  # M_total of α = step / M_total; required with ars (set it to train.steps)
+    pad_to: int = 0  # pad the kept count to a multiple of this; 0 = the number of data-parallel ranks
+
+
+def sequence_advantages(adv: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``[N]`` advantages as given, or the mean over each response's tokens of per-token ``[N, T]`` ones."""
+    if adv.dim() == 1:
+        return adv
+    t = torch.arange(adv.shape[1], device=adv.device)
+    valid = (t[None, :] < lengths.to(adv.device)[:, None]).to(adv.dtype)
+    return (adv * valid).sum(1) / valid.sum(1).clamp(min=1)
+
+
+@register_algorithm("fastrl")
+class FastRL(WrapperSpec):
+    """FastRL around any registered method (spec §4).
+
+    - ``select``: the base's selection, then MDAP on the rows it kept, then the DP padding to a multiple of
+      ``pad_to`` (default ``batch.world_size``, the run's ranks). It runs on the gathered global batch, so the kept
+      set does not depend on how rows are spread over ranks; a 1-process run with ``pad_to`` = another run's rank
+      count reproduces that run's kept set exactly. Pruned rows enter no old, reference or actor pass.
+    - ``plan``: the base's plan with ``rollout.n`` replaced by the ARS count (``rollout.n`` is G, the ceiling).
+    - ``after_step``: records the step's kept-set sizes, updates the count at epoch boundaries, logs it.
+    - Advantages are the base's, untouched (never recomputed after pruning).
+    """
+
+    Params = FastRLParams
+
+    def __init__(self, params, loss, key: str = "algorithm.params"):
+        super().__init__(params, loss, key)
+        p = self.params
+        if not 0.0 <= p.tau:
+            raise ConfigError(f"config key '{key}.tau' must be >= 0, got {p.tau}")
+        if p.ngram < 1:
+            raise ConfigError(f"config key '{key}.ngram' must be >= 1, got {p.ngram}")
+        if p.pad_to < 0:
+            raise ConfigError(f"config key '{key}.pad_to' must be >= 0 (0 = the number of ranks), got {p.pad_to}")
+        if p.adv_tol < 0:
+            raise ConfigError(f"config key '{key}.adv_tol' must be >= 0, got {p.adv_tol}")
+        if p.ars and p.total_steps < 1:
+            raise ConfigError(f"config key '{key}.total_steps' must be set (to train.steps) when "
+                              f"{key}.ars is true (ARS's α = step / total_steps)")
+        self.ars_state: Optional[ARSState] = None
+        self._sizes: Optional[Tuple[float, float]] = None
+
+    # plan: the base's, with rollout.n replaced by the ARS count
+    def _ars(self, n: int) -> ARSState:
+        if self.ars_state is None:
+            self.ars_state = ARSState(g_max=n, total_steps=self.params.total_steps)
+        elif self.ars_state.g_max != n:
+            raise ValueError(f"FastRL ARS was started with rollout.n = {self.ars_state.g_max}, now asked for {n}")
+        return self.ars_state
+
+    def plan(self, role: str, n: int, n_views: int = 1) -> int:
+        if not self.params.ars or n < 2:
+            return self.base.plan(role, n, n_views)
+        return self.base.plan(role, self._ars(n).n, n_views)
+
+    def select(self, batch: StepBatch, out: AdvantageOutput) -> Selection:
+        sel = self.base.select(batch, out)
+        if len(batch) == 0:
+            return sel
+        if len(batch.response_ids) != len(batch):
+            raise ValueError("FastRL needs the response token ids of every row (StepBatch.response_ids)")
+        p = self.params
+        adv = sequence_advantages(out.advantages, batch.lengths)
+        gids = batch.groups["prompt"]
+        elig = sel.train_mask.to(torch.bool)
+        keep = mdap_keep(adv, gids, batch.response_ids, p.tau, p.ngram, p.adv_tol, eligible=elig)
+        self._sizes = kept_set_sizes(keep, gids, elig)
+        padded = dp_pad(keep, adv, gids, p.pad_to or max(1, int(batch.world_size)), eligible=elig)
+        n_base = int(elig.sum())
+        metrics = dict(sel.metrics)
+        metrics.update({
+            "fastrl/kept_frac": float(padded.sum()) / max(n_base, 1),  # of the rows the base selected
+            "fastrl/kept_rows": float(padded.sum()), "fastrl/pruned_rows": float(n_base - int(padded.sum())),
+            "fastrl/padded_rows": float(padded.sum() - keep.sum()),
+            "fastrl/b_mean": self._sizes[0], "fastrl/b_max": self._sizes[1],
+        })
+        return Selection(train_mask=padded, resample=sel.resample, metrics=metrics)
+
+    def after_step(self, batch: StepBatch, selection: Selection, epoch_ended: bool) -> Dict[str, float]:
+        m = dict(self.base.after_step(batch, selection, epoch_ended))
+        if self.params.ars and self.ars_state is not None:
+            if self._sizes is not None:
+                self.ars_state.record(*self._sizes)
+            if epoch_ended:
+                m.update(self.ars_state.end_epoch(step=batch.step + 1))
+            m["fastrl/rollout_n"] = float(self.ars_state.n)
+        self._sizes = None
+        return m
+
+    def state_dict(self) -> Dict[str, Any]:
+        d = super().state_dict()
+        d["ars"] = self.ars_state.state_dict() if self.ars_state is not None else None
+        return d
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        ars = state.get("ars")
+        if ars is not None:
+            self.ars_state = ARSState(g_max=int(ars["g_max"]), total_steps=int(ars["total_steps"]))
+            self.ars_state.load_state_dict(ars)
