@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's mmrl, not another installed copy
 DEMO = REPO / "configs" / "demo.yaml"
 BASES: Dict[str, List[str]] = {  # base -> overrides (loss side of the method; the spec is algorithm.name)
     "grpo": ["algorithm.loss=ppo", "algorithm.loss_agg=seq-mean-token-mean"],

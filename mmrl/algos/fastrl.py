@@ -343,10 +343,13 @@ class FastRL(WrapperSpec):
     def after_step(self, batch: StepBatch, selection: Selection, epoch_ended: bool) -> Dict[str, float]:
         m = dict(self.base.after_step(batch, selection, epoch_ended))
         if self.params.ars and self.ars_state is not None:
+            # ``epoch_ended``: this step's draw crossed into a new epoch (the data stream turns over when it is
+            # asked for more), so the epoch that ended is the one of the steps before: close it at M = batch.step
+            # steps done, then count this step's kept sets in the new epoch
+            if epoch_ended:
+                m.update(self.ars_state.end_epoch(step=batch.step))
             if self._sizes is not None:
                 self.ars_state.record(*self._sizes)
-            if epoch_ended:
-                m.update(self.ars_state.end_epoch(step=batch.step + 1))
             m["fastrl/rollout_n"] = float(self.ars_state.n)
         self._sizes = None
         return m

@@ -64,19 +64,22 @@ def test_base_selection_comes_first_dapo_filter():
 def test_plan_after_step_and_state_dict_follow_ars():
     spec = _fastrl()
     assert spec.plan("anchor", 8) == 8
-    b = _batch([1, 1, 0, 0], [0, 0, 0, 0], SPEC1, step=9)
+    b = _batch([1, 1, 0, 0], [0, 0, 0, 0], SPEC1, step=5)  # kept sets of size 3
+    b2 = _batch([1, 0, 1, 1, 1], [0, 0, 1, 1, 1], [[1], [2], [3], [3], [3]], step=6)  # sizes 2 and 1: mean 1.5, max 2
     for _ in range(3):
-        sel = spec.select(b, spec.advantages(b))
-        m = spec.after_step(b, sel, epoch_ended=False)
-    assert m["fastrl/rollout_n"] == 8.0
-    spec.after_step(b, spec.select(b, spec.advantages(b)), epoch_ended=True)  # first epoch: G'_ref = 3
-    assert spec.ars_state.g_ref == 3.0 and spec.plan("anchor", 8) == 8
-    # next epoch: kept sets of size 1 and 2 (mean 1.5, max 2); α = 10/20 -> G'_t = 1.75 -> n = 8 - 1.25 -> 7
-    b2 = _batch([1, 0, 1, 1, 1], [0, 0, 1, 1, 1], [[1], [2], [3], [3], [3]], step=9)
+        m = spec.after_step(b, spec.select(b, spec.advantages(b)), epoch_ended=False)
+    assert m["fastrl/rollout_n"] == 8.0 and spec.ars_state.g_ref is None
+    # the step whose draw starts epoch 2 closes epoch 1 (G'_ref = 3) and counts in epoch 2
     sel = spec.select(b2, spec.advantages(b2))
     assert sel.metrics["fastrl/b_mean"] == 1.5 and sel.metrics["fastrl/b_max"] == 2.0
-    m = spec.after_step(b2, sel, epoch_ended=True)
+    spec.after_step(b2, sel, epoch_ended=True)
+    assert spec.ars_state.g_ref == 3.0 and spec.plan("anchor", 8) == 8
+    spec.after_step(b2, spec.select(b2, spec.advantages(b2)), epoch_ended=False)
+    # epoch 2 ends after 10 of 20 steps: α = 0.5, G'_t = 0.5 x 1.5 + 0.5 x 2 = 1.75, n = round(8 - 1.25) = 7
+    b.step = 10
+    m = spec.after_step(b, spec.select(b, spec.advantages(b)), epoch_ended=True)
     assert m["fastrl/ars_g_t"] == 1.75 and m["fastrl/rollout_n"] == 7.0 and spec.plan("anchor", 8) == 7
+    assert spec.ars_state.epoch_means == [3.0]  # the step that opened epoch 3
     other = _fastrl()
     other.load_state_dict(spec.state_dict())
     assert other.plan("anchor", 8) == 7 and other.ars_state.state_dict() == spec.ars_state.state_dict()
