@@ -4,7 +4,7 @@ answer (about 40 tokens, ``mmrl.data.reasoning``), over seeds.
 
     .venv/bin/python bench/fastrl.py [--seeds 0 1 2] [--bases grpo dapo gspo] [--sft-steps 400] [--rl-steps 40]
         [--n-sft 512] [--n-rl 64] [--n-test 128] [--prompts-per-step 8] [--n 8] [--eval-every 5] [--tau 0.8]
-        [--jobs 1] [--out runs/fastrl] [--render-only] [overrides ...]
+        [--jobs 1] [--out runs/fastrl] [--reuse-sft] [--render-only] [overrides ...]
 
 Per seed: one world (``make_video_world`` with the demo's clips) whose train split gets the reasoning SFT targets;
 an SFT warm-up on the whole train split (``--n-sft``); then every arm trains on the first ``--n-rl`` clips of that
@@ -165,8 +165,14 @@ def run_seed(seed: int, args, out: Path) -> Dict:
               f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", "train.save_every=0", REWARDS]
     sft_cfg = load_config([str(DEMO)], common + [f"data.train={info['train']}", f"train.out_dir={out / 'sft'}",
                                                  f"sft.steps={args.sft_steps}"] + list(args.overrides))
-    run_sft(sft_cfg, quiet=True)
     sft_path = str(out / "sft" / "final")
+    done = out / "sft" / "sft_done.json"
+    want = {"sft_steps": args.sft_steps, "n_sft": args.n_sft, "seed": seed, "overrides": list(args.overrides)}
+    if args.reuse_sft and done.exists() and json.loads(done.read_text()) == want:
+        log(f"[seed {seed}] reusing the SFT checkpoint {sft_path}")
+    else:
+        run_sft(sft_cfg, quiet=True)
+        done.write_text(json.dumps(want))
     sft_min = (time.time() - t0) / 60
     log(f"[seed {seed}] SFT {args.sft_steps} steps on {args.n_sft} reasoning targets: {sft_min:.1f} min")
 
@@ -298,7 +304,7 @@ def run_seeds_in_processes(args, out: Path) -> List[Dict]:
         for k in ("sft_steps", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
                   "max_new_tokens", "tau", "ngram"):
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
-        cmd += ["--bases", *args.bases, *args.overrides]
+        cmd += ["--bases", *args.bases, *(["--reuse-sft"] if args.reuse_sft else []), *args.overrides]
         log(f"[seed {seed}] child process: {shlex.join(cmd)}")
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
         if proc.returncode != 0:
@@ -327,6 +333,8 @@ def main(argv=None) -> None:
     ap.add_argument("--jobs", type=int, default=1, help="seeds run at once, each in a child process")
     ap.add_argument("--out", default="runs/fastrl")
     ap.add_argument("--render-only", action="store_true", help="print the table again from an earlier --out")
+    ap.add_argument("--reuse-sft", action="store_true", help="keep an earlier --out's SFT checkpoint of the same "
+                    "seed, steps, train size and overrides (the world is rebuilt: it is deterministic)")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides for every stage and arm")
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
