@@ -1,0 +1,61 @@
+"""bench/fastrl.py: the time-to-accuracy rule on hand-made curves, and a smoke run (1 seed, a tiny world, a few SFT
+and RL steps) that checks the plumbing, not the numbers: six arms from one SFT checkpoint, FastRL arms prune, the
+table, results and plot are written, ``--reuse-sft`` skips the warm-up."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "fastrl.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_fastrl", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _pts(*rows):
+    return [{"step": i, "wall": w, "tokens": t, "acc": a} for i, (w, t, a) in enumerate(rows)]
+
+
+def test_time_to_accuracy_rule():
+    bench = _load()
+    base = _pts((0, 0, 0.30), (10, 100, 0.36), (20, 200, 0.34), (30, 300, 0.36))  # final 0.36, first reached at 10 s
+    fast = _pts((0, 0, 0.30), (4, 50, 0.32), (8, 80, 0.40), (12, 120, 0.35))
+    r = {"arms": {"grpo": {"final_acc": 0.36, "points": base}, "grpo_fastrl": {"final_acc": 0.35, "points": fast}}}
+    p = bench.pair_stats(r, "grpo")
+    assert p["base"]["wall"] == 10 and p["fast"]["wall"] == 8
+    assert p["speedup"] == pytest.approx(10 / 8) and p["token_ratio"] == pytest.approx(100 / 80)
+    r["arms"]["grpo_fastrl"]["points"] = _pts((0, 0, 0.30), (4, 50, 0.32))  # never reached
+    assert bench.pair_stats(r, "grpo")["speedup"] is None
+    r["arms"]["grpo"]["points"] = _pts((0, 0, 0.40), (10, 100, 0.36))  # the start already had it: no ratio
+    r["arms"]["grpo"]["final_acc"] = 0.36
+    assert bench.pair_stats(r, "grpo")["speedup"] is None
+
+
+@pytest.mark.slow
+def test_fastrl_bench_smoke(tiny_model_path, tmp_path, capsys):
+    bench = _load()
+    out = tmp_path / "bench"
+    args = ["--seeds", "0", "--sft-steps", "3", "--rl-steps", "3", "--n-sft", "12", "--n-rl", "4", "--n-test", "4",
+            "--prompts-per-step", "2", "--n", "4", "--eval-every", "2", "--max-new-tokens", "12", "--tau", "1.0",
+            "--out", str(out)]  # model.path: tiny (the fixture points the cache at the session's tiny model)
+    bench.main(args)
+    res = json.loads((out / "results.json").read_text())[0]
+    assert set(res["arms"]) == {"grpo", "grpo_fastrl", "dapo", "dapo_fastrl", "gspo", "gspo_fastrl"}
+    for name, arm in res["arms"].items():
+        assert [p["step"] for p in arm["points"]] == [0, 2, 3]  # the SFT start, every 2 steps, the end
+        assert arm["points"][0]["acc"] == res["acc0"]  # every arm starts from the same checkpoint
+        if name.endswith("_fastrl"):
+            assert arm["kept_frac"] < 1.0  # τ = 1: one rollout per (prompt, advantage)
+        else:
+            assert arm["kept_frac"] == 1.0 and arm["rollouts_per_prompt"] >= 4.0
+    table = (out / "table.md").read_text()
+    assert "| GRPO + FastRL |" in table and "| DAPO + FastRL |" in table and "| GSPO + FastRL |" in table
+    assert (out / "time_to_accuracy.png").stat().st_size > 0
+    capsys.readouterr()
+    bench.main(args + ["--reuse-sft"])
+    assert "reusing the SFT checkpoint" in capsys.readouterr().err
