@@ -265,6 +265,10 @@ def _check(bdef: BenchmarkDef, path: str) -> None:
     if bdef.prompt.system and bdef.prompt.system_placement == "none":
         raise ConfigError(f"{path}: key 'prompt.system' is set but prompt.system_placement is 'none' (it would "
                           f"change nothing)")
+    px = bdef.pixels
+    if px.min_pixels is not None and px.max_pixels is not None and px.min_pixels > px.max_pixels:
+        raise ConfigError(f"{path}: key 'pixels.min_pixels' = {px.min_pixels} is above pixels.max_pixels = "
+                          f"{px.max_pixels}")
     for key in ("generation.temperature", "generation.top_p", "generation.seed"):
         if key in bdef.given and not bdef.generation.do_sample:
             raise ConfigError(f"{path}: key '{key}' is set but generation.do_sample is false (greedy decoding: it "

@@ -102,5 +102,10 @@ def prepare_frames(query: EvalQuery, bdef: BenchmarkDef, cache: Dict[str, VideoI
     if hi is None:
         raise DataError("no pixel budget: set pixels.max_pixels", sample_id=query.id, path=path)
     media = decode_indices(info, idx, query.id, max_pixels=hi, min_pixels=lo)
-    return media, {"frames": idx, "video_frames": info.num_frames, "video_fps": round(info.fps, 4),
-                   "pixels": [lo, hi], "frame_hw": list(media.frames.shape[-2:])}
+    shown = {"frames": idx, "video_frames": info.num_frames, "video_fps": round(info.fps, 4),
+             "video_duration": round(info.duration, 4), "last_frame_t": round(media.timestamps[-1], 4),
+             "pixels": [lo, hi], "frame_hw": list(media.frames.shape[-2:])}
+    if "end" in query.meta:  # a prefix protocol: where the visible prefix ended (capped at the video)
+        end = query.meta["end"]
+        shown["prefix_end"] = None if end is None else min(end, round(info.duration, 4))
+    return media, shown
