@@ -49,9 +49,13 @@ def frame_range(total: int, fps: float, start: Optional[float] = None, end: Opti
     ``[0, total / fps]``. Raises ``ValueError`` when the range holds no frame.
     """
     ele = {k: v for k, v in (("video_start", start), ("video_end", end)) if v is not None}
-    first, last, _ = qvp.calculate_video_frame_range(ele, total, fps)
+    msg = f"time range [{start}, {end}] s selects no frame ({total} frames at {fps:.3f} fps)"
+    try:
+        first, last, _ = qvp.calculate_video_frame_range(ele, total, fps)
+    except ValueError:  # qwen-vl-utils raises on an inverted range
+        raise ValueError(msg) from None
     if first > last:
-        raise ValueError(f"time range [{start}, {end}] s selects no frame ({total} frames at {fps:.3f} fps)")
+        raise ValueError(msg)
     return int(first), int(last)
 
 
