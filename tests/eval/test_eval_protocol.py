@@ -116,3 +116,23 @@ def test_hooks_must_exist(tmp_path):
     path.write_text("name: b\nhooks: no_such_hooks\n")
     with pytest.raises(ConfigError, match="key 'hooks': unknown benchmark hooks 'no_such_hooks'; known: .*mvbench"):
         load_protocol(path)
+
+
+@pytest.mark.parametrize("script,env,expect", [
+    ("eval_mvbench.sh", {"PROTOCOL": "lmms-eval"}, "sampling.max_frames: 32"),
+    ("eval_mvbench.sh", {"NFRAMES": "8"}, "sampling.num_segments: 8"),
+    ("eval_ovobench.sh", {"CHUNKED": "1"}, "chunking.chunked: true"),
+])
+def test_launch_scripts_resolve_their_protocol(script, env, expect):
+    """The scripts pass a flag only when its variable is set, so every protocol loads."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    full = dict(os.environ, MMRL=f"{sys.executable} -m mmrl.cli", **env)
+    p = subprocess.run(["bash", str(repo / "scripts" / script), "--show-protocol"], cwd=repo, env=full,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert expect in p.stdout.splitlines()
