@@ -256,9 +256,8 @@ def _build(cls: type, raw: Any, where: str, path: str, given: List[str]) -> Any:
 
 
 def _check(bdef: BenchmarkDef, path: str) -> None:
-    """Checks across keys; each error names the key."""
-    from mmrl.eval.parsers import PARSERS
-
+    """Checks across keys; each error names the key (parser names are checked once the hooks are imported:
+    a hooks file may register its own parser; ``mmrl.eval.protocol.check_fields``)."""
     names = [t.name for t in bdef.tasks]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: key 'tasks' repeats a task name")
@@ -276,12 +275,6 @@ def _check(bdef: BenchmarkDef, path: str) -> None:
     if bdef.parser is not None and bdef.tasks and all(t.parser for t in bdef.tasks):
         raise ConfigError(f"{path}: key 'parser' is shadowed by every task's own parser (it would change nothing)")
     for i, t in enumerate(bdef.tasks):
-        for key, name in (("parser", bdef.parser), (f"tasks[{i}].parser", t.parser)):
-            if name is not None:
-                try:
-                    PARSERS.get(name)
-                except KeyError as e:
-                    raise ConfigError(f"{path}: key '{key}': {e.args[0]}") from None
         if t.template is not None and t.template not in bdef.prompt.templates:
             raise ConfigError(f"{path}: key 'tasks[{i}].template' = {t.template!r} is not in prompt.templates")
         if t.reader == "frame" and t.frame_fps is None:

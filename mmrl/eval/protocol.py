@@ -18,6 +18,7 @@ from mmrl.errors import ConfigError
 from mmrl.eval.benchmark_def import BenchmarkDef, TaskDef, load_benchmark
 from mmrl.eval.frame_rules import FRAME_RULES, FrameRule
 from mmrl.eval.hooks import BenchmarkHooks, get_hooks
+from mmrl.eval.parsers import PARSERS
 
 ALWAYS = ("name", "hooks", "protocol", "description")
 _TASK_DEFAULTS = TaskDef(name="")
@@ -39,6 +40,12 @@ def frame_rule(bdef: BenchmarkDef, hooks: BenchmarkHooks) -> Optional[FrameRule]
 
 def check_fields(bdef: BenchmarkDef, hooks: BenchmarkHooks) -> None:
     """Reject every given key the hooks, the frame rule or the aggregates would ignore; require what they need."""
+    for key, name in [("parser", bdef.parser)] + [(f"tasks[{i}].parser", t.parser) for i, t in enumerate(bdef.tasks)]:
+        if name is not None:
+            try:
+                PARSERS.get(name)
+            except KeyError as e:
+                raise ConfigError(f"{bdef.path}: key '{key}': {e.args[0]}") from None
     rule = frame_rule(bdef, hooks)
     if not bdef.tasks and any(f.startswith("tasks.") for f in hooks.fields):
         raise ConfigError(f"{bdef.path}: missing key 'tasks' (the '{hooks.name}' hooks run per task)")

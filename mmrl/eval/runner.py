@@ -41,8 +41,8 @@ def _inputs(hooks: BenchmarkHooks, inputs: EvalInputs) -> Dict[str, Any]:
             if k in hooks.inputs + ("viewset",) and v is not None}
 
 
-def _parser(bdef: BenchmarkDef, tasks: List[str]) -> Any:
-    parsers = {t: bdef.parser_for(t) for t in tasks}
+def _parser(parsers: Dict[str, str]) -> Any:
+    """One parser name, or task -> parser when tasks differ."""
     return next(iter(parsers.values())) if len(set(parsers.values())) == 1 else parsers
 
 
@@ -65,15 +65,15 @@ def run_benchmark(bdef: BenchmarkDef, hooks: BenchmarkHooks, inputs: EvalInputs,
                                  sampling_params(bdef.generation), out, settings.batch, settings.retry_errors,
                                  settings.progress, label=bdef.name)
         records = final_records(queries, out)
-        tasks = sorted({q.task for q in queries}, key=bdef.task_names().index)
+        parsers = {q.task: q.parser for q in queries}
     else:
         records, stats = hooks.evaluate(items, bdef, inputs, processor, engine, out, notes)
-        tasks = bdef.task_names()
+        parsers = {t: bdef.parser_for(t) for t in bdef.task_names()}
     scores = hooks.score(records, items, bdef, out, notes)
     meta = {"model": settings.model_name, "inputs": _inputs(hooks, inputs), "protocol": resolved,
             "overrides": dict(settings.overrides), "batch": settings.batch, "limit": settings.limit,
             "run": stats, **{k: v for k, v in notes.items() if not k.startswith("_")}}
-    summary = build_summary(bdef.name, bdef.protocol, _parser(bdef, tasks) if tasks else bdef.parser, scores,
+    summary = build_summary(bdef.name, bdef.protocol, _parser(parsers) if parsers else bdef.parser, scores,
                             records=records, meta=meta)
     table = hooks.table(scores)
     write_report(out, summary, table)
