@@ -1,9 +1,13 @@
 """Benchmark definitions as data: ``eval/<name>.yaml`` -> ``BenchmarkDef`` (the lmms-eval "task = YAML" idea).
 
-A definition names the tasks (annotation file, video folder, reader, bound, mode), the prompt (system, user
-template, options format, post prompt, assistant prefill, named templates), frame sampling, generation settings,
-the answer parser and the aggregate. Unknown keys, wrong types and unknown enum values raise ``ConfigError``
-naming the file and the key. ``EvalQuery`` is what a driver generates for: media ref + messages + prefill.
+A definition names its hooks (``mmrl.eval.hooks``), the tasks (annotation file, video folder, reader, bound,
+mode), the data layout, the prompt (system text and its placement, user template, options format, post prompt,
+assistant prefill, named templates), the response post-processing, the frame rule and its parameters
+(``sampling``), the per-frame pixel budget (``pixels``), generation, the parser (and ``parser_mode``) and the
+aggregate. Unknown keys, wrong types, unknown enum values and keys that contradict each other raise
+``ConfigError`` naming the file and the key; ``overrides`` (dotted keys, from the command line) are applied
+before validation. Which keys a benchmark's hooks honour is checked by ``mmrl.eval.protocol``.
+``EvalQuery`` is what the driver generates for: media ref + messages + prefill + gold + parser.
 """
 from __future__ import annotations
 

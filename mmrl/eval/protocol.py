@@ -107,7 +107,7 @@ def _task_lines(tasks: List[TaskDef], fields: Tuple[str, ...]) -> Dict[str, str]
 def describe(bdef: BenchmarkDef, hooks: BenchmarkHooks) -> Dict[str, str]:
     """Every resolved value the hooks read, flattened to ``key -> value`` (strings JSON-quoted)."""
     lines: Dict[str, str] = {"benchmark": bdef.name, "definition": str(bdef.path), "hooks": hooks.name,
-                             "protocol": bdef.protocol}
+                             "protocol": bdef.protocol, "description": bdef.description}
     for f in dataclasses.fields(BenchmarkDef):
         name, val = f.name, getattr(bdef, f.name)
         if name in ALWAYS or name in ("path", "given"):

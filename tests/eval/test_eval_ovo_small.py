@@ -38,3 +38,18 @@ def test_small_results_cli(capsys):
     out = capsys.readouterr().out
     assert "| BT | **BT mean** | 33.33 |" in out and "**Total (official)**: 49.07" in out
     assert out.splitlines()[-1].endswith("BT 33.33, RT 50.00, FT 63.89; total 49.07")
+
+
+def test_response_section_reaches_the_final_score(tmp_path):
+    """ovobench.yaml's ``response`` keys post-process before the official layout is assembled and scored."""
+    from mmrl.eval.benchmarks.ovobench import score
+    from mmrl.eval.protocol import load_protocol
+
+    items = [{"id": 1, "task": "EPM", "video": "v.mp4", "question": "q", "options": ["a", "b"], "gt": 0,
+              "realtime": 1.0}]
+    records = [{"id": "1", "task": "EPM", "response": " A\nbecause"}]
+    plain, _ = load_protocol("ovobench")
+    cleaned, _ = load_protocol("ovobench", {"response.strip": True, "response.first_line_only": True})
+    assert score(records, items, plain, tmp_path, {})["tasks"]["EPM"]["acc"] == 0.0     # [" A\nbecause"] != "A"
+    assert score(records, items, cleaned, tmp_path, {})["tasks"]["EPM"]["acc"] == 100.0  # ["A"]
+    assert (tmp_path / "results.json").is_file()

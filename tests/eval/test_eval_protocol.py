@@ -136,3 +136,15 @@ def test_launch_scripts_resolve_their_protocol(script, env, expect):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert expect in p.stdout.splitlines()
+
+
+def test_generation_fields_reach_the_engine():
+    from mmrl.eval.driver import sampling_params
+
+    greedy = sampling_params(load_protocol("mvbench")[0].generation)
+    assert greedy.greedy and greedy.max_new_tokens == 100
+    bdef, _ = load_protocol("mvbench", {"generation.do_sample": True, "generation.temperature": 0.7,
+                                        "generation.top_p": 0.9, "generation.max_new_tokens": 12})
+    p = sampling_params(bdef.generation)
+    assert (p.greedy, p.temperature, p.top_p, p.max_new_tokens) == (False, 0.7, 0.9, 12)
+    assert "generation.temperature" in describe(bdef, load_protocol("mvbench")[1])

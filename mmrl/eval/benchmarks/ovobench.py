@@ -17,6 +17,7 @@ from mmrl.eval.benchmark_def import BenchmarkDef
 from mmrl.eval.hooks import BenchmarkHooks, EvalInputs, register_benchmark
 from mmrl.eval.ovobench_protocol import assemble_results, build_queries, count_queries, load_annotations
 from mmrl.eval.ovobench_score import format_table, score_result_files, score_results, summary_line
+from mmrl.eval.parsers import postprocess
 
 RESULTS = "results.json"
 FIELDS = ("data.annotations", "data.video_dir", "data.chunk_dir", "chunking", "tasks.mode", "tasks.template",
@@ -76,8 +77,12 @@ def queries(items, bdef: BenchmarkDef, inputs: EvalInputs, notes: Dict[str, Any]
 
 def score(records: List[Dict[str, Any]], items, bdef: BenchmarkDef, out_dir: Optional[Path],
           notes: Dict[str, Any]) -> Dict[str, Any]:
-    """Assemble the official results layout (``results.json``), then score it as ``score.py`` does."""
-    results = assemble_results(items, {r["id"]: r.get("response") for r in records}, bdef)
+    """Post-process (the YAML's ``response``), assemble the official results layout (``results.json``), then
+    score it as ``score.py`` does."""
+    post = bdef.response
+    responses = {r["id"]: postprocess(r.get("response"), post.strip, post.first_line_only, post.prefix)
+                 for r in records}
+    results = assemble_results(items, responses, bdef)
     if out_dir is not None:
         (Path(out_dir) / RESULTS).write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
     return score_results(results, bdef)
