@@ -148,3 +148,15 @@ def test_generation_fields_reach_the_engine():
     p = sampling_params(bdef.generation)
     assert (p.greedy, p.temperature, p.top_p, p.max_new_tokens) == (False, 0.7, 0.9, 12)
     assert "generation.temperature" in describe(bdef, load_protocol("mvbench")[1])
+
+
+@pytest.mark.parametrize("name", ["mvbench", "mvbench_lmms", "ovobench", "synthetic"])
+def test_docs_show_the_current_protocol(name):
+    """docs/benchmarks.md quotes `mmrl eval <name> --show-protocol` verbatim (definition paths repo-relative)."""
+    from pathlib import Path
+
+    from mmrl.eval.protocol import protocol_text
+
+    repo = Path(__file__).resolve().parents[2]
+    text = protocol_text(describe(*load_protocol(name))).replace(f"{repo}/", "")
+    assert f"```\n{text}```" in (repo / "docs" / "benchmarks.md").read_text(encoding="utf-8")
