@@ -8,6 +8,7 @@ field the benchmark would not read is refused when it loads. ``--show-protocol``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any, Dict, List, Optional
@@ -103,6 +104,10 @@ def load_for_eval(model_path: str, device: Optional[str] = None, dtype: Optional
 def _inputs(args, needs) -> EvalInputs:
     inputs = EvalInputs(data_root=args.data_root, video_root=args.video_root, anno=args.anno, data=args.data,
                         viewset=args.viewset)
+    for name, val in vars(inputs).items():
+        if val is not None and name not in needs:
+            raise ConfigError(f"mmrl eval {args.bench}: --{name.replace('_', '-')} is not used by this benchmark "
+                              f"(it reads: {', '.join('--' + n.replace('_', '-') for n in needs)})")
     if "data_root" in needs and "anno" not in needs and not args.data_root:
         raise ConfigError(f"mmrl eval {args.bench}: --data-root is required")
     if "data" in needs and not args.data:
@@ -130,10 +135,18 @@ def eval_main(args) -> Dict[str, Any]:
         print(hooks.table(scores), end="")
         if hooks.line:
             print(hooks.line(scores))
+        if args.out:
+            from mmrl.eval.report import build_summary, write_report
+
+            summary = build_summary(bdef.name, bdef.protocol, scores.get("parsers", bdef.parser), scores,
+                                    meta={"score_only": list(args.score_only)})
+            print(json.dumps(write_report(args.out, summary, hooks.table(scores))))
         return scores
     if not args.model:
         raise ConfigError(f"mmrl eval {args.bench}: --model is required (a checkpoint folder or 'tiny')")
     inputs = _inputs(args, hooks.inputs)
+    if args.retry_errors and hooks.queries is None:
+        raise ConfigError(f"--retry-errors: benchmark '{bdef.name}' is not resumable (it reruns whole)")
     tasks: List[str] = [t for t in (args.tasks or "").split(",") if t]
     settings = EvalSettings(out_dir=args.out or f"runs/eval_{bdef.name}", batch=args.batch, limit=args.limit or 0,
                             tasks=tasks, retry_errors=args.retry_errors, progress=not args.no_progress,

@@ -38,7 +38,7 @@ class EvalSettings:
 
 def _inputs(hooks: BenchmarkHooks, inputs: EvalInputs) -> Dict[str, Any]:
     return {k: (os.path.abspath(v) if isinstance(v, str) else v) for k, v in dataclasses.asdict(inputs).items()
-            if k in hooks.inputs + ("viewset",) and v is not None}
+            if k in hooks.inputs and v is not None}
 
 
 def _parser(parsers: Dict[str, str]) -> Any:

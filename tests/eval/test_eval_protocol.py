@@ -160,3 +160,16 @@ def test_docs_show_the_current_protocol(name):
     repo = Path(__file__).resolve().parents[2]
     text = protocol_text(describe(*load_protocol(name))).replace(f"{repo}/", "")
     assert f"```\n{text}```" in (repo / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+
+
+def test_inputs_a_benchmark_does_not_read_are_refused(capsys, tmp_path):
+    assert main(["eval", "mvbench", "--model", "tiny", "--data-root", str(tmp_path), "--viewset", "x.yaml"]) == 2
+    assert "--viewset is not used by this benchmark" in capsys.readouterr().err
+
+
+def test_score_only_writes_a_report_with_out(tmp_path, capsys):
+    from pathlib import Path
+
+    results = str(Path(__file__).with_name("data") / "ovo_small_results.json")
+    assert main(["eval", "ovobench", "--score-only", results, "--out", str(tmp_path / "r")]) == 0
+    assert "**Total (official)**: 49.07" in (tmp_path / "r" / "summary.md").read_text()

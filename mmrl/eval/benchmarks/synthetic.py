@@ -86,4 +86,4 @@ def describe(bdef: BenchmarkDef) -> Dict[str, str]:
 
 HOOKS = register_benchmark(BenchmarkHooks(
     name="synthetic", fields=FIELDS, load=load, evaluate=evaluate, score=score, table=table, line=line,
-    inputs=("data",), describe=describe))
+    inputs=("data", "viewset"), describe=describe))
