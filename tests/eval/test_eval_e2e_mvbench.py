@@ -143,3 +143,21 @@ def test_mvbench_lmms_eval_hf_video_cli(tmp_path, mvdata, capsys):
     # the TVQA segment at 3 fps: 16/3*2 = 10.67 -> 10 frames (floor to even), linspace(0, 15, 10).round()
     assert rows["episodic_reasoning/0"]["frames"] == [0, 2, 3, 5, 7, 8, 10, 12, 13, 15]
     assert "no prefill" in capsys.readouterr().out
+
+
+def test_lmms_eval_on_the_official_layout(tmp_path, tiny, mvdata):
+    """lmms-eval's frames from the main-branch layout: a bound applied to the source when the _segment folder is
+    absent (action_sequence), the segment clips when present (TVQA here), the whole source otherwise."""
+    processor, engine = tiny
+    root, _ = mvdata
+    summary = run_mvbench(root, tmp_path / "lmms_official", processor, engine, name="mvbench_lmms",
+                          overrides={"data.layout": "official"})
+    assert summary["meta"]["bound_tasks"] == {"action_sequence": "star/Charades_v1_480 + item start/end",
+                                              "action_antonym": "ssv2_video (whole)",
+                                              "episodic_reasoning": "tvqa/video_fps3_hq_segment (clips read whole)"}
+    rows = {r["id"]: r for r in read_jsonl(tmp_path / "lmms_official" / "predictions.jsonl")}
+    # bound [0.25, 1.625] s at 8 fps: frames ceil(2.0)..floor(13.0) = 2..13; 1.5 s * 2 fps -> 4 (the minimum)
+    assert rows["action_sequence/0"]["frames"] == [2, 6, 9, 13]
+    assert rows["action_antonym/0"]["frames"] == [0, 5, 10, 15]
+    assert rows["episodic_reasoning/0"]["frames"] == [0, 2, 3, 5, 7, 8, 10, 12, 13, 15]
+    assert summary["n_errors"] == 0

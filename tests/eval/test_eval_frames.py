@@ -187,3 +187,13 @@ def test_training_loader_uses_the_same_rules(clip, tmp_path):
     folder = write_frame_folder(str(tmp_path / "f"), _clip(12, 28, 28))
     media = decode_video(VideoRef(path=folder, frame_fps=3.0, nframes=2), "x", MediaBudget(max_pixels=784))
     assert media.timestamps == [0.0, 11 / 3]
+
+
+def test_lmms_rule_bound_on_a_frame_folder(tmp_path):
+    """TVQA from the main branch: a 3-fps frame folder with the item's bound, as the 3-fps segment clip would be."""
+    folder = write_frame_folder(str(tmp_path / "tvqa"), _clip(16, 28, 28))
+    info = probe(folder, "x", frame_fps=3.0)
+    bdef = load_benchmark("mvbench_lmms")
+    idx = FRAME_RULES.get("lmms_qwen2_5_vl")(info, {"bound": (0.667, 4.333)}, bdef.sampling, bdef.pixels)[0]
+    # frames ceil(2.001)=3 .. floor(12.999)=12 (10 frames, 3.33 s): 6.67 at 2 fps -> 6; linspace(3, 12, 6).round()
+    assert idx == [3, 5, 7, 8, 10, 12]
