@@ -136,7 +136,9 @@ def describe(bdef: BenchmarkDef, hooks: BenchmarkHooks) -> Dict[str, str]:
     if rule is not None:
         lines = {k: v for k, v in lines.items() if not (k.startswith("sampling.") and k != "sampling.rule"
                                                         and k.split(".")[1] not in rule.uses)}
-        lines["sampling.rule.source"] = rule.source
+        at = list(lines).index("sampling.rule") + 1 if "sampling.rule" in lines else len(lines)
+        items = list(lines.items())
+        lines = dict(items[:at] + [("sampling.rule.source", rule.source)] + items[at:])
     if hooks.describe is not None:
         lines.update({k: _fmt(v) if not isinstance(v, str) else v for k, v in hooks.describe(bdef).items()})
     return lines
