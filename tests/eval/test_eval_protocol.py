@@ -173,3 +173,11 @@ def test_score_only_writes_a_report_with_out(tmp_path, capsys):
     results = str(Path(__file__).with_name("data") / "ovo_small_results.json")
     assert main(["eval", "ovobench", "--score-only", results, "--out", str(tmp_path / "r")]) == 0
     assert "**Total (official)**: 49.07" in (tmp_path / "r" / "summary.md").read_text()
+
+
+def test_each_benchmark_reads_its_input_flags():
+    from mmrl.eval.hooks import get_hooks
+
+    assert get_hooks("mvbench").inputs == ("data_root", "video_root")
+    assert get_hooks("ovobench").inputs == ("data_root", "anno", "video_root")
+    assert get_hooks("synthetic").inputs == ("data", "viewset")

@@ -146,4 +146,4 @@ def line(scores: Dict[str, Any]) -> str:
 
 HOOKS = register_benchmark(BenchmarkHooks(
     name="mvbench", fields=FIELDS, load=load, queries=queries, score=score, table=table, line=line,
-    inputs=("data_root",), aggregates=("micro", "lmms_answered")))
+    inputs=("data_root", "video_root"), aggregates=("micro", "lmms_answered")))
