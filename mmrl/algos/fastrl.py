@@ -32,6 +32,11 @@ Our readings where the spec is silent (configurable or stated here):
   visit adding that prompt's highest-|A| unselected rollout; it stops if nothing is left to add.
 - ARS statistics are taken on the MDAP set before the DP padding, so ARS does not depend on the rank count;
   prompts whose rows the base method dropped entirely (e.g. DAPO's filter) do not count.
+- An epoch ends when the data stream turns over; the step whose draw opens the new epoch closes the old one with
+  step = the steps done before it (``FastRL.after_step``). M_total is ``algorithm.params.total_steps`` (the spec
+  does not see ``train.steps``; set it to that).
+- With several views per sample (a view-set base such as BPO), ``plan`` hands the base the ARS count rounded down
+  to a multiple of the sample's views (at least one per view), as if it were ``rollout.n``.
 """
 from __future__ import annotations
 
@@ -315,7 +320,10 @@ class FastRL(WrapperSpec):
     def plan(self, role: str, n: int, n_views: int = 1) -> int:
         if not self.params.ars or n < 2:
             return self.base.plan(role, n, n_views)
-        return self.base.plan(role, self._ars(n).n, n_views)
+        k = self._ars(n).n
+        if n_views > 1:
+            k = max(n_views, k - k % n_views)
+        return self.base.plan(role, k, n_views)
 
     def select(self, batch: StepBatch, out: AdvantageOutput) -> Selection:
         sel = self.base.select(batch, out)

@@ -86,6 +86,11 @@ def test_plan_after_step_and_state_dict_follow_ars():
     with pytest.raises(ValueError, match="rollout.n"):
         other.plan("anchor", 6)
     assert _fastrl(ars=False).plan("anchor", 8) == 8
+    # a view-set base gets the count rounded down to a multiple of the views: BPO, 4 views, ARS 7 -> 4 -> 1 per view
+    bpo = _fastrl(base="bpo")
+    bpo.plan("anchor", 8, 4)
+    bpo.ars_state.n = 7
+    assert bpo.plan("anchor", 8, 4) == 1 and bpo.plan("anchor", 8, 1) == 7
 
 
 def test_config_errors_name_the_key():
