@@ -341,7 +341,7 @@ class FastRL(WrapperSpec):
         n_base = int(elig.sum())
         metrics = dict(sel.metrics)
         metrics.update({
-            "fastrl/kept_frac": float(padded.sum()) / max(n_base, 1),  # of the rows the base selected
+            "fastrl/kept_frac": float(padded.sum()) / n_base if n_base else 1.0,  # of the rows the base selected
             "fastrl/kept_rows": float(padded.sum()), "fastrl/pruned_rows": float(n_base - int(padded.sum())),
             "fastrl/padded_rows": float(padded.sum() - keep.sum()),
             "fastrl/b_mean": self._sizes[0], "fastrl/b_max": self._sizes[1],

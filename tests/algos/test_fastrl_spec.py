@@ -123,3 +123,10 @@ def test_pad_to_overrides_the_rank_count():
     assert int(spec.select(b, spec.advantages(b)).train_mask.sum()) == 7
     with pytest.raises(ConfigError, match="algorithm.params.pad_to"):
         _fastrl(pad_to=-1)
+
+
+def test_nothing_selected_by_the_base_is_not_counted_as_pruned():
+    spec = _fastrl(base="dapo")
+    b = _batch([1, 1, 1, 1], [0, 0, 1, 1], [[1], [2], [3], [4]], target=2)  # every group all-correct: DAPO keeps none
+    sel = spec.select(b, spec.advantages(b))
+    assert not sel.train_mask.any() and sel.metrics["fastrl/kept_frac"] == 1.0 and sel.metrics["fastrl/pruned_rows"] == 0.0
