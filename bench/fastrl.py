@@ -268,11 +268,12 @@ def render(results: List[Dict], args) -> str:
                          f"| {f['median_step_s'] / b['median_step_s']:.2f} ({f['rollout_s'] / b['rollout_s']:.2f}, "
                          f"{f['update_s'] / max(b['update_s'], 1e-9):.2f}) | {b['wall'] / f['wall']:.2f}x, "
                          f"{b['tokens'] / f['tokens']:.2f}x |")
+    lines.append("")
     for base in args.bases:
         run_t = [r["arms"][base]["wall"] / r["arms"][f"{base}_fastrl"]["wall"] for r in results]
         run_k = [r["arms"][base]["tokens"] / r["arms"][f"{base}_fastrl"]["tokens"] for r in results]
         lines.append(f"{base.upper()}, the whole {args.rl_steps}-step run, base / FastRL: wall-clock {_ms(run_t, '{:.2f}x')}, "
-                     f"generated + trained tokens {_ms(run_k, '{:.2f}x')}.")
+                     f"generated + trained tokens {_ms(run_k, '{:.2f}x')}.  ")
     mins = [r["minutes"]["total"] for r in results]
     lines += ["", f"SFT held-out accuracy (every arm's start): {_ms([100 * r['acc0'] for r in results])}. "
               f"Minutes per seed: {statistics.mean(mins):.1f} (SFT {statistics.mean(r['minutes']['sft'] for r in results):.1f}, "
