@@ -19,6 +19,7 @@ from mmrl.algos.bpo import (
     pack_scores,
     paired_advantages,
 )
+from mmrl.algos import dspo  # noqa: F401  (registers "dspo")
 from mmrl.algos.losses import (
     AGG_MODES,
     aggregate,

@@ -21,6 +21,8 @@ from typing import List, Optional, Tuple
 REASONS = ("truncated", "missing_step", "step_order", "no_box", "bad_box", "no_list", "bad_list_size",
            "duplicate_candidate", "no_choice")
 
+TERM = "dspo_div/t{}"  # the per-candidate DEDR term components (dspo_div reward -> dspo spec)
+
 _STEP = {i: re.compile(rf"<step{i}>(.*?)</step{i}>", re.S) for i in range(1, 5)}
 _BBOX = re.compile(r"\\bboxed\{\s*\[([^\]]*)\]\s*\}")
 _LIST = re.compile(r"\\list\{([^}]*)\}")
