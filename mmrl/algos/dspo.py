@@ -45,7 +45,7 @@ class DSPOParams:
     intervention: str = "occlude_box"  # view transform of the counterfactual pass
     intervention_params: Dict[str, Any] = field(default_factory=dict)
     p_source: str = "rescore"  # p_k from an unchanged-view re-scoring pass, or from the sampling log-probs
-    tokenizer: str = ""  # model / tokenizer folder used to find each candidate's tokens (required with cvig)
+    tokenizer: str = ""  # model / tokenizer folder ("tiny" for the embedded model) used to find each candidate's tokens (required with cvig)
     tau: float = 0.1  # softmax temperature of w (proposed)
     cf_weight: float = 0.1
     div_weight: float = 0.3  # must equal the dspo_div reward's weight
@@ -65,7 +65,9 @@ class DSPOParams:
 def _tokenizer(path: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path)
+    from mmrl.models.loading import resolve_model_path
+
+    return AutoTokenizer.from_pretrained(resolve_model_path(path))
 
 
 def token_offsets(tokenizer, ids: List[int], upto: int) -> List[Tuple[int, int]]:
