@@ -9,7 +9,8 @@ Registered here (weights are set in the run config's ``rewards`` list):
   (``mmrl.data.affect.sample_prior``); it also logs the per-candidate terms
   ``dspo_div/t<k> = exp(-D_all^2/2 tau_ctr^2) [1 - exp(-Delta_k/tau_div)]`` so the ``dspo`` spec can re-weight them
   with CVIG's w after the re-scoring pass (rewards run before it). Malformed responses, K < 2, or a candidate the
-  lexicon cannot resolve give 0 (counted in ``dspo_div/unresolved``).
+  lexicon cannot resolve give 0 (counted in ``dspo_div/unresolved``); ``dspo_div/oov_fallback`` counts the
+  candidates resolved through the stemmer or the nearest lexicon word.
 - ``dspo_evidence``: IoU of step 1's box with the sample's evidence box (log-only by default), plus
   ``dspo_evidence/mask_area`` = S_region / S_image of the evidence box, which CVIG's Delta P uses.
 
@@ -70,11 +71,13 @@ def dspo_div(ctx: List[RewardContext], lexicon: str = "", k: Optional[int] = Non
              cov_mode: str = "printed", min_var: float = 1e-4) -> dict:
     """R_div with uniform w, plus the per-candidate terms (see the module docstring). ``k_max`` bounds K."""
     lex = get_lexicon(lexicon)
-    total, unresolved = [], []
+    total, unresolved, fallback = [], [], []
     terms = [[0.0] * len(ctx) for _ in range(k_max)]
     for i, c in enumerate(ctx):
         p = _parse(c, k)
+        before = lex.oov["stem"] + lex.oov["nearest"]
         zs = [lex.lookup(e) for e in p.candidates] if p.ok else []
+        fallback.append(float(lex.oov["stem"] + lex.oov["nearest"] - before))
         if not p.ok or len(zs) < 2 or len(zs) > k_max or any(z is None for z in zs):
             total.append(0.0)
             unresolved.append(1.0 if p.ok and any(z is None for z in zs) else 0.0)
@@ -89,7 +92,7 @@ def dspo_div(ctx: List[RewardContext], lexicon: str = "", k: Optional[int] = Non
             terms[j][i] = v
         total.append(float(t.mean()))
         unresolved.append(0.0)
-    out = {"dspo_div": total, "dspo_div/unresolved": unresolved}
+    out = {"dspo_div": total, "dspo_div/unresolved": unresolved, "dspo_div/oov_fallback": fallback}
     out.update({TERM.format(j): terms[j] for j in range(k_max)})
     return out
 

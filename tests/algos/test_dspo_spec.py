@@ -60,6 +60,8 @@ def test_div_prefers_candidates_around_the_prior():
     assert comps["dspo_div"][0] > comps["dspo_div"][1]
     comps, _ = compute_rewards([RewardSpec("dspo_div", 1.0)], ctx_of([resp(["sadness", "qqqqzzz"])]))
     assert comps["dspo_div"] == [0.0] and comps["dspo_div/unresolved"] == [1.0]
+    comps, _ = compute_rewards([RewardSpec("dspo_div", 1.0)], ctx_of([resp(["saddest", "fears", "gloom"])]))
+    assert comps["dspo_div/oov_fallback"] == [2.0] and comps["dspo_div"][0] != 0.0
 
 
 def test_spec_config_and_needs(tiny_model_path):
