@@ -25,6 +25,8 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
+from mmrl.models.feature_mask import box_token_mask  # noqa: F401  (re-exported: the box -> token rule)
+
 
 def mahalanobis(x: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """sqrt(sum_d (x_d - mu_d)^2 / sigma_d) for a diagonal covariance ``sigma`` [D]; ``x`` is [..., D]."""
@@ -91,21 +93,6 @@ def box_area_ratio(box: Sequence[float]) -> float:
     """S_region / S_image of a normalised (ymin, xmin, ymax, xmax) box."""
     y0, x0, y1, x1 = box
     return max(0.0, y1 - y0) * max(0.0, x1 - x0)
-
-
-def box_token_mask(box: Sequence[float], grid_thw: Sequence[int], merge: int = 2) -> torch.Tensor:
-    """Bool mask ``[t * (h/merge) * (w/merge)]`` of the visual tokens (after the ``merge`` x ``merge`` merge, in
-    Qwen2.5-VL's t-major, row-major order) that a normalised (ymin, xmin, ymax, xmax) box touches (floor/ceil)."""
-    t, h, w = (int(v) for v in grid_thw)
-    if h % merge or w % merge:
-        raise ValueError(f"grid {grid_thw} is not divisible by the merge size {merge}")
-    hh, ww = h // merge, w // merge
-    y0, x0, y1, x1 = (min(1.0, max(0.0, float(v))) for v in box)
-    r0, r1 = math.floor(y0 * hh), min(hh, math.ceil(y1 * hh))
-    c0, c1 = math.floor(x0 * ww), min(ww, math.ceil(x1 * ww))
-    m = torch.zeros(hh, ww, dtype=torch.bool)
-    m[r0:r1, c0:c1] = True
-    return m.flatten().repeat(t)
 
 
 def box_pixel_mask(box: Sequence[float], height: int, width: int) -> torch.Tensor:

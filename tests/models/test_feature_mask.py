@@ -6,7 +6,7 @@ from mmrl.algos.dspo_math import box_token_mask
 from mmrl.data.schema import Media
 from mmrl.media.inputs import build_prompt_inputs
 from mmrl.media.prompts import build_messages
-from mmrl.models.feature_mask import zero_visual_tokens
+from mmrl.models.feature_mask import prompt_token_mask, score_with_masked_boxes, zero_visual_tokens
 from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import response_logprobs
 
@@ -55,3 +55,17 @@ def test_mask_size_mismatch_is_clear(setup):
     with pytest.raises(ValueError, match="visual token mask has 3 entries"):
         with zero_visual_tokens(model, torch.ones(3, dtype=torch.bool)):
             _score(model, proc, pi, resp)
+
+
+def test_per_response_boxes(setup):
+    model, proc, pi, resp = setup
+    score = lambda items: response_logprobs(model, items, 1.0, 1, proc.tokenizer.pad_token_id)  # noqa: E731
+    box = [0.0, 0.0, 0.5, 0.5]
+    with torch.no_grad():
+        got = score_with_masked_boxes(model, score, [(pi, resp), (pi, resp), (pi, resp)], [box, None, [0, 0, 1, 1]])
+        with zero_visual_tokens(model, prompt_token_mask(pi.vision, box)):
+            want = score([(pi, resp)])[0]
+        with zero_visual_tokens(model, prompt_token_mask(pi.vision, [0, 0, 1, 1])):
+            full = score([(pi, resp)])[0]
+    assert torch.equal(got[0], want) and got[1] is None and torch.equal(got[2], full)
+    assert prompt_token_mask(pi.vision, [0, 0, 1, 1]).all()
