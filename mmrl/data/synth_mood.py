@@ -83,10 +83,25 @@ def mood_scene(label: str, rng: np.random.Generator, size: int = 56, n_distracto
             "dist": dist, "answer": answer, "drawn": label}
 
 
+def reference_response(box, size: int, z, dist: Dict[str, float], answer: str, k: int = 5) -> str:
+    """A gold four-step response (the DSPO format of ``mmrl.rewards.dspo_format``) for SFT: the cue's colour as
+    evidence with its box normalised to [0, 1], its VAD point as the reflection, the ``k`` emotions the annotators
+    chose most (ties: nearest to the cue in VAD) as candidates, the label as the choice."""
+    x0, y0, x1, y1 = (float(v) / size for v in box)
+    r, g, b = cue_color(z)
+    near = {e: float(((np.array(BUILTIN_VAD[e]) - np.array(z)) ** 2).sum()) for e in EMOTION6}
+    cands = sorted(EMOTION6, key=lambda e: (-dist.get(e, 0.0), near[e]))[: max(1, min(k, len(EMOTION6)))]
+    return (f"<step1>A solid square of colour RGB({r}, {g}, {b}) "
+            f"\\bboxed{{[{y0:.3f}, {x0:.3f}, {y1:.3f}, {x1:.3f}]}}</step1>"
+            f"<step2>Valence {z[0]:.2f}, arousal {z[1]:.2f}, dominance {z[2]:.2f}.</step2>"
+            f"<step3>\\list{{{', '.join(cands)}}}</step3><step4>\\boxed{{{answer}}}</step4>")
+
+
 def make_mood_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size: int = 56, n_distractors: int = 2,
-                    cue_noise: float = 0.05, n_annotators: int = 10, annotator_noise: float = 0.15) -> dict:
+                    cue_noise: float = 0.05, n_annotators: int = 10, annotator_noise: float = 0.15, k: int = 5) -> dict:
     """Write ``out_dir/images/*.png``, ``train.json`` and ``test.json`` (mmrl annotation format, choice answers
-    over ``EMOTION6``). Returns the paths and per-split label counts."""
+    over ``EMOTION6``; ``meta.reference_response`` a gold four-step response with ``k`` candidates). Returns the
+    paths and per-split label counts."""
     if size < 16:
         raise ValueError(f"mood world size must be >= 16 pixels, got {size}")
     if n_annotators < 1:
@@ -107,7 +122,9 @@ def make_mood_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size
                 "answer": sc["answer"], "qtype": "emotion",
                 "evidence": {"segments": [], "boxes": [[0.0, sc["box"]]], "source_size": [size, size]},
                 "meta": {"emotion_dist": sc["dist"], "cue_vad": sc["cue_vad"], "drawn_emotion": sc["drawn"],
-                         "seed": int(seed), "size": size},
+                         "seed": int(seed), "size": size,
+                         "reference_response": reference_response(sc["box"], size, sc["cue_vad"], sc["dist"],
+                                                                  sc["answer"], k)},
             })
         path = os.path.join(out_dir, f"{split}.json")
         write_json(items, path)

@@ -11,6 +11,7 @@ from mmrl.data.annotations import load_samples
 from mmrl.data.emotion_sets import load_emoset, load_emotion6
 from mmrl.data.synth_mood import annotate, cue_color, decode_cue, make_mood_world
 from mmrl.errors import DataError
+from mmrl.rewards.dspo_format import parse_dspo
 
 
 def test_world_rule_box_and_distribution(tmp_path):
@@ -31,6 +32,9 @@ def test_world_rule_box_and_distribution(tmp_path):
         dist = s.meta["emotion_dist"]
         assert sum(dist.values()) == pytest.approx(1.0) and dist[s.answer] == max(dist.values())
         assert s.candidates == list(EMOTION6)
+        ref = parse_dspo(s.meta["reference_response"], k=5)  # the gold response parses, names the label and the cue
+        assert ref.ok and ref.choice == s.answer and s.answer in ref.candidates
+        assert ref.box == pytest.approx((y0 / 56, x0 / 56, y1 / 56, x1 / 56), abs=1e-3)
     again = make_mood_world(str(tmp_path / "w2"), n_train=12, n_test=6, seed=3)
     assert json.load(open(again["train"]))[0]["meta"] == json.load(open(res["train"]))[0]["meta"]
 
