@@ -91,9 +91,9 @@ def reference_response(box, size: int, z, dist: Dict[str, float], answer: str, k
     r, g, b = cue_color(z)
     near = {e: float(((np.array(BUILTIN_VAD[e]) - np.array(z)) ** 2).sum()) for e in EMOTION6}
     cands = sorted(EMOTION6, key=lambda e: (-dist.get(e, 0.0), near[e]))[: max(1, min(k, len(EMOTION6)))]
-    return (f"<step1>A solid square of colour RGB({r}, {g}, {b}) "
-            f"\\bboxed{{[{y0:.3f}, {x0:.3f}, {y1:.3f}, {x1:.3f}]}}</step1>"
-            f"<step2>Valence {z[0]:.2f}, arousal {z[1]:.2f}, dominance {z[2]:.2f}.</step2>"
+    return (f"<step1>colour {r} {g} {b} "
+            f"\\bboxed{{[{y0:.2f}, {x0:.2f}, {y1:.2f}, {x1:.2f}]}}</step1>"
+            f"<step2>V {z[0]:.1f} A {z[1]:.1f} D {z[2]:.1f}</step2>"
             f"<step3>\\list{{{', '.join(cands)}}}</step3><step4>\\boxed{{{answer}}}</step4>")
 
 

@@ -34,7 +34,7 @@ def test_world_rule_box_and_distribution(tmp_path):
         assert s.candidates == list(EMOTION6)
         ref = parse_dspo(s.meta["reference_response"], k=5)  # the gold response parses, names the label and the cue
         assert ref.ok and ref.choice == s.answer and s.answer in ref.candidates
-        assert ref.box == pytest.approx((y0 / 56, x0 / 56, y1 / 56, x1 / 56), abs=1e-3)
+        assert ref.box == pytest.approx((y0 / 56, x0 / 56, y1 / 56, x1 / 56), abs=5.1e-3)  # 2 decimals
     again = make_mood_world(str(tmp_path / "w2"), n_train=12, n_test=6, seed=3)
     assert json.load(open(again["train"]))[0]["meta"] == json.load(open(res["train"]))[0]["meta"]
 
