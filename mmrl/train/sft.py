@@ -1,4 +1,5 @@
-"""Supervised warm-up on the same data: teacher-forced cross-entropy of the gold answer ``{letter}<|im_end|>``.
+"""Supervised warm-up on the same data: teacher-forced cross-entropy of the gold answer ``{letter}<|im_end|>``
+(or of ``{meta.sft_response}<|im_end|>`` where a sample carries a reasoning trace, e.g. the claims world).
 
 Needed before RL from a random init (the tiny model) and used by real users before RL. Prompt inputs are built
 once per sample and reused across epochs (media decoded once per sample).
@@ -54,7 +55,7 @@ def run_sft(cfg: Config, quiet: bool = False) -> List[Dict[str, float]]:
             media = load_media(sample, budget)
             msgs = build_messages(sample.question, sample.candidates, media, style)
             cache[sample.id] = (build_prompt_inputs(processor, msgs, media, max_prompt_tokens=cfg.data.max_prompt_tokens,
-                                                    sample_id=sample.id), answer_ids(processor.tokenizer, sample.answer_letter))
+                                                    sample_id=sample.id), answer_ids(processor.tokenizer, sample.meta.get("sft_response") or sample.answer_letter))
         return cache[sample.id]
 
     model.train()
