@@ -76,7 +76,7 @@ def diagnose_samples(model, processor, samples, data_cfg, intervention=("patch_m
     recs: List[dict] = []
     try:
         for s in range(0, len(samples), batch_prompts):
-            si = build_step_inputs(samples[s : s + batch_prompts], processor, data_cfg, lambda role: n, None, seed=seed)
+            si = build_step_inputs(samples[s : s + batch_prompts], processor, data_cfg, lambda role, *_: n, None, seed=seed)
             torch.manual_seed(seed + s)
             trajs = engine.generate(si.requests, params) if si.requests else []
             if not trajs:

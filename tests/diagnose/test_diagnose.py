@@ -41,7 +41,7 @@ def test_records_on_fixed_traces(tiny_model_path, claims_world):
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
     samples, _ = load_samples(info["test"], str(out))
     data = DataConfig(max_pixels=3136)
-    si = build_step_inputs(samples, proc, data, lambda r: 1)
+    si = build_step_inputs(samples, proc, data, lambda r, *_: 1)
     trajs = _trace_trajs(si, proc.tokenizer)
     orig = response_logprobs(model, [(si.requests[t.inputs_key].inputs, t.response_ids) for t in trajs])
     inter = rescore_batch(model, proc, si.requests, trajs, "full_mask")
