@@ -69,8 +69,12 @@ def trace(claims: List[str], letter: str) -> str:
 
 
 def make_claims_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size: int = 56,
-                      unsupported_rate: float = 0.3, prior_p: float = 0.6) -> dict:
-    """Write ``out_dir/images/*.png``, ``train.json`` and ``test.json``; return paths and claim statistics."""
+                      unsupported_rate: float = 0.3, prior_p: float = 0.6, fixed_options: bool = True) -> dict:
+    """Write ``out_dir/images/*.png``, ``train.json`` and ``test.json``; return paths and claim statistics.
+
+    ``fixed_options``: every question lists all values of its attribute in canonical order (a letter always means
+    the same value, as in the demo world; a tiny model learns it in minutes); False shuffles 2-4 candidates.
+    """
     check_world_args(size, 4, 1.0)
     if not 0.0 <= unsupported_rate <= 1.0 or not 0.0 <= prior_p <= 1.0:
         raise ValueError(f"unsupported_rate and prior_p must be in [0, 1], got {unsupported_rate}, {prior_p}")
@@ -79,7 +83,7 @@ def make_claims_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, si
     s = square_side(size)
     for split, n in (("train", n_train), ("test", n_test)):
         rng = split_rng(seed, split)
-        bal = Balancer(rng)
+        bal = Balancer(rng, fixed_options=fixed_options)
         priors = {a: v[int(rng.integers(len(v)))] for a, v in ATTRIBUTES.items()}  # fixed per split and attribute
         items, n_unsup = [], 0
         for i in range(n):

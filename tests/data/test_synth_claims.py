@@ -69,5 +69,9 @@ def test_loads_as_samples_and_is_deterministic(world, tmp_path):
     again = make_claims_world(str(tmp_path), n_train=200, n_test=10, seed=3)
     with open(again["train"]) as f:
         assert json.load(f) == items
+    shuffled = make_claims_world(str(tmp_path / "s"), n_train=40, n_test=1, seed=3, fixed_options=False)
+    with open(shuffled["train"]) as f:
+        assert len({tuple(it["candidates"]) for it in json.load(f)}) > 2
+    assert len({tuple(it["candidates"]) for it in items}) == 2  # one fixed list per question type
     with pytest.raises(ValueError, match="unsupported_rate"):
         make_claims_world(str(tmp_path), 1, 1, unsupported_rate=1.5)
