@@ -2,7 +2,8 @@
 
 Each image shows one square with a known ``color`` (``PALETTE``) and ``location`` (left/right/top/bottom).
 Questions ask one attribute and carry a **prior** the model can guess from without looking ("most squares here
-are red"): the gold answer equals the prior with probability ``prior_p``.
+are red", drawn per question): the gold answer equals the stated prior with probability ``prior_p`` (else a
+uniform draw), so copying the prior is right ``prior_p + (1 - prior_p) / 4`` of the time and looking always is.
 
 Every sample has an SFT trace (``meta.sft_response``)::
 
@@ -84,12 +85,12 @@ def make_claims_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, si
     for split, n in (("train", n_train), ("test", n_test)):
         rng = split_rng(seed, split)
         bal = Balancer(rng, fixed_options=fixed_options)
-        priors = {a: v[int(rng.integers(len(v)))] for a, v in ATTRIBUTES.items()}  # fixed per split and attribute
         items, n_unsup = [], 0
         for i in range(n):
             qtype = ("color", "location")[i % 2]
             pool = ATTRIBUTES[qtype]
-            gold = priors[qtype] if rng.random() < prior_p else pool[int(rng.integers(len(pool)))]
+            prior = pool[int(rng.integers(len(pool)))]  # stated in the question
+            gold = prior if rng.random() < prior_p else pool[int(rng.integers(len(pool)))]
             other = "location" if qtype == "color" else "color"
             scene = {qtype: gold, other: ATTRIBUTES[other][int(rng.integers(len(ATTRIBUTES[other])))]}
             box = place_region(rng, size, s, scene["location"])
@@ -105,10 +106,10 @@ def make_claims_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, si
             order = [qtype, other] if rng.random() < 0.5 else [other, qtype]
             claims = [{"text": CLAIMS[a].format(value=said[a]), "attribute": a, "supported": said[a] == scene[a]}
                       for a in order]
-            meta = dict(scene, prior=priors[qtype], seed=int(seed), size=size,
+            meta = dict(scene, prior=prior, seed=int(seed), size=size,
                         claims=claims, sft_response=trace([c["text"] for c in claims], letter))
             items.append({
-                "id": f"{split}-{i:05d}", "image": rel, "question": QUESTIONS[qtype].format(prior=priors[qtype]),
+                "id": f"{split}-{i:05d}", "image": rel, "question": QUESTIONS[qtype].format(prior=prior),
                 "candidates": cands, "answer": gold, "qtype": qtype,
                 "evidence": {"segments": [], "boxes": [[0.0, list(box)]], "source_size": [size, size]},
                 "meta": meta,
