@@ -25,10 +25,19 @@ from mmrl.data.schema import LETTERS
 from mmrl.models.scoring import response_logprobs
 from mmrl.rewards.parsing import parse_choice
 from mmrl.rollout.base import SamplingParams, build_engine
-from mmrl.rollout.step_inputs import build_step_inputs
-from mmrl.train.rescoring import rescore_batch
+from mmrl.rollout.step_inputs import build_step_inputs, intervened_inputs
 
 Labeler = Callable[[str, dict], Optional[bool]]
+
+
+def intervened_logprobs(model, processor, si, trajs, data_cfg, transform: str, params: Mapping, seed: int = 0,
+                        micro_batch: int = 16) -> List[torch.Tensor]:
+    """Per-token log-probs of each trajectory's response under its view's media after ``transform(**params)``
+    (one seeded draw per (sample, view), the step's re-scoring stage: ``mmrl.rollout.step_inputs.intervened_inputs``)."""
+    keys = sorted({(t.sample_id, t.view) for t in trajs})
+    built = intervened_inputs(si, keys, processor, data_cfg, transform, dict(params), seed=seed)
+    items = [(built[(t.sample_id, t.view)], t.response_ids) for t in trajs]
+    return response_logprobs(model, items, 1.0, micro_batch, processor.tokenizer.pad_token_id)
 
 
 def response_records(trajs, si, orig: Sequence[torch.Tensor], inter: Sequence[torch.Tensor], decode,
@@ -82,8 +91,7 @@ def diagnose_samples(model, processor, samples, data_cfg, intervention=("patch_m
             if not trajs:
                 continue
             orig = response_logprobs(model, [(si.requests[t.inputs_key].inputs, t.response_ids) for t in trajs], 1.0, 16, pad)
-            inter = rescore_batch(model, processor, si.requests, trajs, intervention[0], intervention[1], seed=seed + s,
-                                  pad_id=pad, samples=si.samples)
+            inter = intervened_logprobs(model, processor, si, trajs, data_cfg, intervention[0], intervention[1], seed + s)
             recs.extend(response_records(trajs, si, orig, inter, decode, labeler, lexicon, extractor))
     finally:
         model.train(was_training)

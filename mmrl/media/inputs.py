@@ -121,13 +121,6 @@ def build_prompt_inputs_batch(processor, prompts: Sequence[tuple], max_prompt_to
     return res
 
 
-def build_inputs_from_text(processor, texts: Sequence[str], medias: Sequence[Media]) -> List[PromptInputs]:
-    """Processor inputs for already-templated ``texts`` (``PromptInputs.text``) with other media of the same
-    sizes, in one call: how a prompt is rebuilt under an intervened view (re-scoring, ``mmrl.train.rescoring``)."""
-    out = processor(text=list(texts), return_tensors="pt", padding=True, **_media_kwargs(medias, processor))
-    return _split_batch(out, texts, medias)
-
-
 def build_prompt_inputs(processor, messages: list, media: Media, prefill: str = "",
                         max_prompt_tokens: Optional[int] = None, sample_id: str = "?") -> PromptInputs:
     """Apply the chat template and run the processor on one prompt with its media (frames already sampled)."""

@@ -10,11 +10,10 @@ from mmrl.data.annotations import load_samples
 from mmrl.data.schema import Trajectory
 from mmrl.data.synth_claims import claim_support, make_claims_world
 from mmrl.diagnose.cli import add_parser
-from mmrl.diagnose.core import response_records, summarize
+from mmrl.diagnose.core import intervened_logprobs, response_records, summarize
 from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import response_logprobs
 from mmrl.rollout.step_inputs import build_step_inputs
-from mmrl.train.rescoring import rescore_batch
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ def test_records_on_fixed_traces(tiny_model_path, claims_world):
     si = build_step_inputs(samples, proc, data, lambda r, *_: 1)
     trajs = _trace_trajs(si, proc.tokenizer)
     orig = response_logprobs(model, [(si.requests[t.inputs_key].inputs, t.response_ids) for t in trajs])
-    inter = rescore_batch(model, proc, si.requests, trajs, "full_mask")
+    inter = intervened_logprobs(model, proc, si, trajs, data, "full_mask", {})
     decode = lambda ids: proc.tokenizer.decode(ids)  # noqa: E731
     recs = response_records(trajs, si, orig, inter, decode, labeler=claim_support)
     n_unsup = 0
