@@ -125,3 +125,23 @@ def summarize(records: Sequence[Mapping]) -> Dict[str, float]:
             "correct_with_unsupported": _mean([float(any(c["supported"] is False for c in r["claims"])) for r in correct]),
         })
     return {k: (float(v) if not (isinstance(v, float) and math.isnan(v)) else float("nan")) for k, v in out.items()}
+
+
+def diagnose_eval(labeler: Optional[Labeler] = None,
+                  intervention=("patch_mask", {"patch": 14, "p": 0.5, "value": 0}), limit: int = 0):
+    """An ``eval_fn`` for ``RLTrainer.run``: the diagnostic's numbers on ``data.test`` every ``train.eval_every``
+    steps, logged as ``diag/<name>`` next to the training metrics (``limit``: first samples only; 0 = all)."""
+    cache: Dict[str, list] = {}
+
+    def fn(trainer) -> Dict[str, float]:
+        from mmrl.data.annotations import load_samples
+
+        cfg = trainer.cfg
+        if "samples" not in cache:
+            samples, _ = load_samples(cfg.data.test, cfg.data.media_root, on_error="skip")
+            cache["samples"] = samples[:limit] if limit else samples
+        recs = diagnose_samples(trainer.model, trainer.processor, cache["samples"], cfg.data, intervention,
+                                max_new_tokens=cfg.rollout.max_new_tokens, labeler=labeler, seed=cfg.train.seed)
+        return {f"diag/{k}": v for k, v in summarize(recs).items()}
+
+    return fn

@@ -84,3 +84,17 @@ def test_diagnose_cli_two_checkpoints(tiny_model_path, claims_world, tmp_path):
     with pytest.raises(Exception, match="--steps has 1 values"):
         args.steps = "0"
         args.fn(args)
+
+
+def test_diagnose_as_a_training_eval_fn(tiny_model_path, claims_world):
+    from types import SimpleNamespace
+
+    from mmrl.config import Config
+    from mmrl.diagnose.core import diagnose_eval
+
+    out, info = claims_world
+    cfg = Config()
+    cfg.data.test, cfg.data.media_root, cfg.data.max_pixels, cfg.rollout.max_new_tokens = info["test"], str(out), 3136, 4
+    tr = SimpleNamespace(cfg=cfg, model=load_model(tiny_model_path), processor=load_processor(tiny_model_path))
+    m = diagnose_eval(claim_support, limit=2)(tr)
+    assert m["diag/n_responses"] == 2.0 and "diag/efs_token_mean" in m
