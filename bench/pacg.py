@@ -1,7 +1,7 @@
 """The miniature of PACG's table (specs/algorithms.md §2, issue 14): GRPO, DAPO, DAPO+PACG, VPPO, VPPO+PACG from one
 SFT checkpoint on the claims world, over seeds; accuracy, unsupported claims, claim persistence, EFS and step cost.
 
-    .venv/bin/python bench/pacg.py [--seeds 0 1 2] [--sft-steps 300] [--rl-steps 40] [--n-train 512] [--n-test 64]
+    .venv/bin/python bench/pacg.py [--seeds 0 1 2] [--sft-steps 800] [--rl-steps 30] [--n-train 512] [--n-test 64]
         [--prompts-per-step 4] [--n 4] [--max-new-tokens 40] [--out runs/pacg] [--report FILE] [--render-only]
         [--arms grpo dapo ...] [overrides ...]
 
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's mmrl, whatever the venv has installed
 INSTRUCTION = "Describe what you see in <think></think>, then answer with the option's letter in <answer></answer>."
 _DAPO = "dynamic_sampling: true, max_resample_rounds: 1"
 ARMS: Dict[str, List[str]] = {
@@ -97,7 +98,7 @@ class Arm:
 
 def costs(history: List[Dict[str, float]]) -> Dict[str, float]:
     med = lambda k: statistics.median([h.get(k, 0.0) for h in history]) if history else float("nan")  # noqa: E731
-    return {"step_s": med("time/step"), "scoring_s": med("time/scoring"), "rollout_s": med("time/rollout"),
+    return {"step_s": med("time/step"), "rollout_s": med("time/rollout"),
             "update_s": med("time/update"), "resample_rounds": statistics.mean([h.get("resample_rounds", 0.0) for h in history])}
 
 
@@ -197,14 +198,15 @@ def render(prep: Dict, results: List[Dict], args) -> str:
             e = r["arms"][a]["eval"]
             lines.append(f"| {a} | {r['seed']} | " + " | ".join(_ms([e.get(k, float("nan"))], s) for k, _, s in COLUMNS) + " |")
     lines += ["", "Step cost (median seconds per step, arms stepped side by side; ratio = arm / its base, per seed):", "",
-              "| arm | step s | scoring s | resample rounds / step | vs base |", "|---|---|---|---|---|"]
+              "| arm | step s | rollout s (incl. re-scoring) | update s | resample rounds / step | vs base |",
+              "|---|---|---|---|---|---|"]
     for a in arms:
         cs = [r["arms"][a]["cost"] for r in results]
         ratio = "–"
         if a in BASE_OF and BASE_OF[a] in arms:
             ratio = _ms([r["arms"][a]["cost"]["step_s"] / r["arms"][BASE_OF[a]]["cost"]["step_s"] for r in results], 1) + f" × {BASE_OF[a]}"
-        lines.append(f"| {a} | {_ms([c['step_s'] for c in cs], 1)} | {_ms([c['scoring_s'] for c in cs], 1)} | "
-                     f"{_ms([c['resample_rounds'] for c in cs], 1)} | {ratio} |")
+        lines.append(f"| {a} | {_ms([c['step_s'] for c in cs], 1)} | {_ms([c['rollout_s'] for c in cs], 1)} | "
+                     f"{_ms([c['update_s'] for c in cs], 1)} | {_ms([c['resample_rounds'] for c in cs], 1)} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -214,7 +216,7 @@ def main(argv=None) -> str:
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--sft-steps", type=int, default=800)
     p.add_argument("--sft-lr", type=float, default=1e-3)
-    p.add_argument("--rl-steps", type=int, default=40)
+    p.add_argument("--rl-steps", type=int, default=30)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--n-train", type=int, default=512)
     p.add_argument("--n-test", type=int, default=64)
