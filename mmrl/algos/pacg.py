@@ -8,7 +8,7 @@ the base asks for the same one (VPPO). Then:
 1. the base computes its advantages (with its own shaping: DAPO's sequence advantage, VPPO's TAS and TGF);
 2. claims are the visual-claim sentences of each response's ``<think>`` span (``pacg_claims``: perception lexicon
    and/or a ``claim_extractor`` given as ``module:function``); no labels are read;
-3. per claim ``P_c = mean_{t∈c} min(1, e^{d_t})`` and ``EFS_c`` with ``d = clamp(logp_int − logp_orig, ±20)``, where
+3. per claim (of the rows the base's ``select`` keeps) ``P_c = mean_{t∈c} min(1, e^{d_t})`` and ``EFS_c`` with ``d = clamp(logp_int − logp_orig, ±20)``, where
    ``logp_orig`` are the step's sampling log-probs (the old policy's);
 4. the gate (``pacg_gate.persistence_gate``; batch-wide or ``per_group`` statistics, ``mode: zscore | quantile``)
    scales the positive per-token advantages of flagged claims by ``g_c = max(γ, 1 − η(z_c − κ))``, before the loss.
@@ -97,7 +97,11 @@ class PACG(WrapperSpec):
             raise ValueError(f"PACG needs the re-scored log-probs '{self.rescore_key}' of every response "
                              f"(got {0 if inter is None else len(inter)} for {len(batch)})")
         p = self.params
-        claims = extract_claims(decode, [r.tolist() for r in batch.response_ids], self.lexicon, self.extractor)
+        # the gate's statistics run over the claims of the rows the base will train (its select: e.g. DAPO's
+        # dynamic sampling drops uniform groups, whose advantages are 0 anyway)
+        trained = self.base.select(batch, out).train_mask
+        claims = [c for c in extract_claims(decode, [r.tolist() for r in batch.response_ids], self.lexicon, self.extractor)
+                  if bool(trained[c.row])]
         rows = torch.tensor([c.row for c in claims], dtype=torch.long)
         starts = torch.tensor([c.tok_start for c in claims], dtype=torch.long)
         ends = torch.tensor([c.tok_end for c in claims], dtype=torch.long)

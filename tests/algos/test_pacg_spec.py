@@ -140,3 +140,13 @@ def test_config_errors_and_missing_inputs():
 
 def _blue(sentence):
     return "blue" in sentence
+
+
+def test_gate_statistics_skip_rows_the_base_does_not_train():
+    spec = build_spec("pacg", {"base": "dapo"}, LossParams())
+    texts = TEXTS + ["<think>I see it [4].</think>A", "<think>I see it [5].</think>A"]
+    p = [0.2, 0.95, 0.3, 0.25, 0.9, 0.9]
+    batch = make_batch(texts, [1.0, 0.0, 1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1, 2, 2], claim_p=p)
+    out = spec.advantages(batch)  # group 2 is uniform: dynamic sampling drops it, its persistent claims do not count
+    assert out.metrics["pacg/claims"] == 4.0 and out.metrics["pacg/flagged_frac"] == 0.25
+    assert out.advantages[0].min().item() == pytest.approx(0.7071 * 0.755, abs=3e-3)
