@@ -1,14 +1,17 @@
 """The miniature of PACG's table (specs/algorithms.md §2, issue 14): GRPO, DAPO, DAPO+PACG, VPPO, VPPO+PACG from one
 SFT checkpoint on the claims world, over seeds; accuracy, unsupported claims, claim persistence, EFS and step cost.
 
-    .venv/bin/python bench/pacg.py [--seeds 0 1 2] [--sft-steps 800] [--rl-steps 30] [--n-train 512] [--n-test 64]
+    .venv/bin/python bench/pacg.py [--seeds 0 1 2] [--warmup-steps 600] [--sft-steps 300] [--rl-steps 30] [--n-train 512] [--n-test 64]
         [--prompts-per-step 4] [--n 4] [--max-new-tokens 40] [--out runs/pacg] [--report FILE] [--render-only]
         [--arms grpo dapo ...] [overrides ...]
 
 World (``mmrl.data.synth_claims``): one coloured square per image; questions about its colour or location carry a
 prior ("most squares here are red", right 60% + chance of the time). SFT traces state one claim per attribute
 inside ``<think>``; the claim about the attribute NOT asked contradicts the image in 30% of the traces while the
-answer stays right. One SFT warm-up (seed 0) is the start point of every arm and seed.
+answer stays right. One SFT checkpoint (seed 0) is the start point of every arm and seed: a perception warm-up
+(``--warmup-steps`` on the same kind of images with an uninformative prior and letter answers, the demo's recipe:
+a tiny model trained on traces alone copies the stated prior and never looks, EFS ≈ 0), then ``--sft-steps`` on the
+traces.
 
 Arms (``algorithm`` section; everything else equal: steps, lr, prompts per step, n, reward = accuracy only):
 
@@ -121,8 +124,22 @@ def common_overrides(args, world: Path) -> List[str]:
             "sft.batch_size=32", f"sft.lr={args.sft_lr}", "rewards=[{name: accuracy, weight: 1.0}]"] + list(args.overrides)
 
 
+def perception_world(out: Path, n_train: int) -> Path:
+    """The warm-up world: claims-world images and questions with an uninformative prior (prior_p = 0) and the
+    option letter as the SFT target (no trace), so the only way to the answer is to look."""
+    from mmrl.data.synth_claims import make_claims_world
+
+    world = out / "warmup_world"
+    info = make_claims_world(str(world), n_train, 1, seed=1, prior_p=0.0)
+    items = json.loads(Path(info["train"]).read_text())
+    for it in items:
+        it["meta"].pop("sft_response")
+    Path(info["train"]).write_text(json.dumps(items, indent=1) + "\n")
+    return world
+
+
 def prepare(args, out: Path) -> Dict:
-    """The world, the SFT checkpoint and its diagnosis (shared by every seed)."""
+    """The world, the SFT checkpoint (perception warm-up, then the traces) and its diagnosis (shared by every seed)."""
     from mmrl.config import load_config
     from mmrl.data.annotations import load_samples
     from mmrl.data.synth_claims import make_claims_world
@@ -130,8 +147,17 @@ def prepare(args, out: Path) -> Dict:
 
     world = out / "world"
     info = make_claims_world(str(world), args.n_train, args.n_test, seed=0)
-    cfg = load_config(None, common_overrides(args, world) + [f"train.out_dir={out / 'sft'}", "train.seed=0"])
     t = time.time()
+    start: List[str] = []  # the user's model.path (default the tiny model) unless warmed up
+    if args.warmup_steps:
+        warm = perception_world(out, args.n_train)
+        cfg = load_config(None, common_overrides(args, warm) + [f"train.out_dir={out / 'warmup'}", "train.seed=0",
+                                                                f"sft.steps={args.warmup_steps}", f"sft.lr={args.warmup_lr}"])
+        if not (out / "warmup" / "final" / "config.json").exists():
+            run_sft(cfg, quiet=True)
+        start = [f"model.path={out / 'warmup' / 'final'}"]
+        log(f"perception warm-up {args.warmup_steps} steps: {time.time() - t:.0f}s")
+    cfg = load_config(None, common_overrides(args, world) + start + [f"train.out_dir={out / 'sft'}", "train.seed=0"])
     if not (out / "sft" / "final" / "config.json").exists():
         run_sft(cfg, quiet=True)
     log(f"SFT {args.sft_steps} steps: {time.time() - t:.0f}s")
@@ -184,7 +210,8 @@ def render(prep: Dict, results: List[Dict], args) -> str:
     seeds = [r["seed"] for r in results]
     head = "| arm | " + " | ".join(h for _, h, _ in COLUMNS) + " |"
     sep = "|---|" + "---|" * len(COLUMNS)
-    lines = [f"PACG miniature: claims world ({args.n_train} train / {args.n_test} test images), SFT {args.sft_steps} steps, "
+    lines = [f"PACG miniature: claims world ({args.n_train} train / {args.n_test} test images), perception warm-up "
+             f"{args.warmup_steps} + trace SFT {args.sft_steps} steps, "
              f"then {args.rl_steps} RL steps x {args.prompts_per_step} prompts x n={args.n} (lr {args.lr}), seeds "
              f"{', '.join(map(str, seeds))}. Accuracy and shares in %, mean ± std over seeds; P = claim persistence "
              "under VPPO's patch blackening (1 = kept without the evidence).", "", head, sep,
@@ -214,7 +241,9 @@ def main(argv=None) -> str:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    p.add_argument("--sft-steps", type=int, default=800)
+    p.add_argument("--warmup-steps", type=int, default=600, help="perception warm-up SFT steps (letters only; 0 = none)")
+    p.add_argument("--warmup-lr", type=float, default=3e-4)
+    p.add_argument("--sft-steps", type=int, default=300)
     p.add_argument("--sft-lr", type=float, default=1e-3)
     p.add_argument("--rl-steps", type=int, default=30)
     p.add_argument("--lr", type=float, default=1e-4)

@@ -19,7 +19,7 @@ def _load():
 def test_pacg_bench_smoke(tiny_model_path, tmp_path, capsys):
     bench = _load()
     out = tmp_path / "bench"
-    args = ["--seeds", "0", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "8", "--n-test", "3",
+    args = ["--seeds", "0", "--warmup-steps", "2", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "8", "--n-test", "3",
             "--prompts-per-step", "2", "--n", "2", "--max-new-tokens", "6", "--out", str(out), f"model.path={tiny_model_path}"]
     table = bench.main(args + ["--report", str(tmp_path / "report.md")])
     for arm in bench.ARMS:
@@ -35,4 +35,7 @@ def test_pacg_bench_smoke(tiny_model_path, tmp_path, capsys):
     assert any(k.startswith("algo/vppo/") for k in res["arms"]["vppo+pacg"]["last_algo_metrics"])
     assert not any(k.startswith("algo/pacg/") for k in res["arms"]["dapo"]["last_algo_metrics"])
     assert "× dapo" in table and "× vppo" in table
+    warm = json.loads((out / "warmup_world" / "train.json").read_text())
+    assert all("sft_response" not in it["meta"] for it in warm)  # the warm-up trains letters, the SFT the traces
+    assert (out / "warmup" / "final" / "config.json").exists()
     assert bench.main(args + ["--render-only"]) == table
