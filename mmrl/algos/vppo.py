@@ -34,9 +34,7 @@ class VPPOParams(DAPOParams):
     intervention_params: Dict[str, Any] = field(default_factory=lambda: {"patch": 14, "p": 0.5, "value": 0})
 
     def __post_init__(self):
-        super_post = getattr(super(), "__post_init__", None)
-        if super_post is not None:
-            super_post()
+        super().__post_init__()
         if not 0.0 <= self.alpha_min <= 1.0:
             raise ValueError(f"alpha_min must be in [0, 1], got {self.alpha_min}")
         if not 0.0 < self.top_k_ratio <= 1.0:
