@@ -49,7 +49,11 @@ ARMS: Dict[str, List[str]] = {
     "vppo": ["algorithm.name=vppo", "algorithm.clip_high=0.28", f"algorithm.params={{{_DAPO}}}"],
     "vppo+pacg": ["algorithm.name=pacg", "algorithm.clip_high=0.28",
                   f"algorithm.params={{base: {{name: vppo, params: {{{_DAPO}}}}}}}"],
+    # PACG's alternative gate (spec §2): flag the top q = 20% most persistent claims of the batch
+    "dapo+pacg_q": ["algorithm.name=pacg", "algorithm.clip_high=0.28",
+                    f"algorithm.params={{mode: quantile, q: 0.2, base: {{name: dapo, params: {{{_DAPO}}}}}}}"],
 }
+DEFAULT_ARMS = ["grpo", "dapo", "dapo+pacg", "vppo", "vppo+pacg"]
 BASE_OF = {"dapo+pacg": "dapo", "vppo+pacg": "vppo"}
 COLUMNS = [("accuracy", "accuracy", 100), ("correct_with_unsupported", "correct w/ unsupported claim", 100),
            ("persistence_unsupported", "P unsupported", 1), ("persistence_supported", "P supported", 1),
@@ -172,8 +176,12 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     from mmrl.data.annotations import load_samples
 
     world = out / "world"
+    path = out / f"seed{seed}.json"
+    res = json.loads(path.read_text()) if path.exists() else {"seed": seed, "arms": {}}
     arms = []
     for name in args.arms:
+        if name in res["arms"]:
+            continue
         cfg = load_config(None, common_overrides(args, world) + ARMS[name] + [
             f"model.path={out / 'sft' / 'final'}", f"train.out_dir={out / f'seed{seed}' / name.replace('+', '_')}",
             f"train.seed={seed}", f"train.steps={args.rl_steps}"])
@@ -185,13 +193,15 @@ def run_seed(seed: int, args, out: Path) -> Dict:
         if (step + 1) % 10 == 0:
             log(f"seed {seed}: step {step + 1}/{args.rl_steps} ({time.time() - t:.0f}s)")
     samples, _ = load_samples(str(world / "test.json"), str(world))
-    res = {"seed": seed, "arms": {}}
     for arm in arms:
         c = costs(arm.history)
         last = {k: v for k, v in arm.history[-1].items() if k.startswith("algo/")}
-        path = arm.finish()
-        res["arms"][arm.name] = {"eval": diagnose(path, arm.cfg, samples), "cost": c, "last_algo_metrics": last}
-    (out / f"seed{seed}.json").write_text(json.dumps(res, indent=1))
+        keys = sorted({k for h in arm.history for k in h if k.startswith("algo/")})
+        means = {k: statistics.mean([h[k] for h in arm.history if k in h]) for k in keys}
+        final = arm.finish()
+        res["arms"][arm.name] = {"eval": diagnose(final, arm.cfg, samples), "cost": c, "last_algo_metrics": last,
+                                 "algo_means": means, "side_by_side": [a.name for a in arms]}
+    path.write_text(json.dumps(res, indent=1))
     return res
 
 
@@ -230,17 +240,28 @@ def render(prep: Dict, results: List[Dict], args) -> str:
     for a in arms:
         cs = [r["arms"][a]["cost"] for r in results]
         ratio = "–"
-        if a in BASE_OF and BASE_OF[a] in arms:
+        if a in BASE_OF and BASE_OF[a] in arms and all(BASE_OF[a] in r["arms"][a].get("side_by_side", [BASE_OF[a]])
+                                                       for r in results):
             ratio = _ms([r["arms"][a]["cost"]["step_s"] / r["arms"][BASE_OF[a]]["cost"]["step_s"] for r in results], 1) + f" × {BASE_OF[a]}"
         lines.append(f"| {a} | {_ms([c['step_s'] for c in cs], 1)} | {_ms([c['rollout_s'] for c in cs], 1)} | "
                      f"{_ms([c['update_s'] for c in cs], 1)} | {_ms([c['resample_rounds'] for c in cs], 1)} | {ratio} |")
+    gated = [a for a in arms if a.startswith(("dapo+pacg", "vppo+pacg")) and all("algo_means" in r["arms"][a] for r in results)]
+    if gated:
+        lines += ["", "PACG gate activity (mean over training steps): claims per step, share of claims flagged, mean gain of a "
+                  "flagged claim, mean claim persistence in the batch:", "",
+                  "| arm | claims / step | flagged share | gain of flagged | P (batch) |", "|---|---|---|---|---|"]
+        for a in gated:
+            m = [r["arms"][a]["algo_means"] for r in results]
+            lines.append(f"| {a} | " + " | ".join(_ms([x.get(f"algo/pacg/{k}", float("nan")) for x in m], 1) for k in
+                                                  ("claims", "flagged_frac", "gain_flagged_mean", "persistence_mean")) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> str:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, choices=list(ARMS),
+                   help="arms already in OUT/seedS.json are kept, not rerun (add an arm to an earlier run)")
     p.add_argument("--warmup-steps", type=int, default=600, help="perception warm-up SFT steps (letters only; 0 = none)")
     p.add_argument("--warmup-lr", type=float, default=3e-4)
     p.add_argument("--sft-steps", type=int, default=300)

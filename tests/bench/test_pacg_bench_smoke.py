@@ -22,10 +22,10 @@ def test_pacg_bench_smoke(tiny_model_path, tmp_path, capsys):
     args = ["--seeds", "0", "--warmup-steps", "2", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "8", "--n-test", "3",
             "--prompts-per-step", "2", "--n", "2", "--max-new-tokens", "6", "--out", str(out), f"model.path={tiny_model_path}"]
     table = bench.main(args + ["--report", str(tmp_path / "report.md")])
-    for arm in bench.ARMS:
+    for arm in bench.DEFAULT_ARMS:
         assert f"| {arm} |" in table
     res = json.loads((out / "seed0.json").read_text())
-    assert set(res["arms"]) == set(bench.ARMS)
+    assert set(res["arms"]) == set(bench.DEFAULT_ARMS)
     # every arm started from the same SFT checkpoint and ran the algorithm it names
     for arm, r in res["arms"].items():
         cfg = (out / "seed0" / arm.replace("+", "_") / "final" / "config.json")
@@ -39,3 +39,9 @@ def test_pacg_bench_smoke(tiny_model_path, tmp_path, capsys):
     assert all("sft_response" not in it["meta"] for it in warm)  # the warm-up trains letters, the SFT the traces
     assert (out / "warmup" / "final" / "config.json").exists()
     assert bench.main(args + ["--render-only"]) == table
+    assert "PACG gate activity" in table and "| dapo+pacg |" in table.split("PACG gate activity")[1]
+    # adding an arm to the earlier run trains only that arm; the others are kept as they were
+    more = bench.main(args + ["--arms", "dapo", "dapo+pacg_q"])
+    again = json.loads((out / "seed0.json").read_text())
+    assert again["arms"]["dapo"] == res["arms"]["dapo"] and again["arms"]["dapo+pacg_q"]["side_by_side"] == ["dapo+pacg_q"]
+    assert "| dapo+pacg_q |" in more
