@@ -54,7 +54,7 @@ ARMS: Dict[str, List[str]] = {
                     f"algorithm.params={{mode: quantile, q: 0.2, base: {{name: dapo, params: {{{_DAPO}}}}}}}"],
 }
 DEFAULT_ARMS = ["grpo", "dapo", "dapo+pacg", "vppo", "vppo+pacg"]
-BASE_OF = {"dapo+pacg": "dapo", "vppo+pacg": "vppo"}
+BASE_OF = {"dapo+pacg": "dapo", "vppo+pacg": "vppo", "dapo+pacg_q": "dapo"}
 COLUMNS = [("accuracy", "accuracy", 100), ("correct_with_unsupported", "correct w/ unsupported claim", 100),
            ("persistence_unsupported", "P unsupported", 1), ("persistence_supported", "P supported", 1),
            ("efs_token_mean", "EFS / token", 1), ("claims_per_response", "claims / response", 1)]
