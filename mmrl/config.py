@@ -66,6 +66,7 @@ class RolloutConfig:
     max_batch_sequences: int = 256
     vllm_mode: str = "colocate"  # colocate | server
     vllm_gpu_memory_utilization: float = 0.4
+    agent_loop: str = "single_turn"  # a registered rollout loop (mmrl.rollout.agent_loop): single_turn | multi_turn
 
 
 @dataclass
@@ -138,12 +139,25 @@ def _check(cfg: Config) -> None:
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise ConfigError(f"config key '{key}' = {value!r}; expected one of {', '.join(allowed)}")
+    _check_agent_loop(cfg)
     positive = {"rollout.n": cfg.rollout.n, "train.prompts_per_step": cfg.train.prompts_per_step,
                 "train.micro_batch": cfg.train.micro_batch,
                 "rollout.max_new_tokens": cfg.rollout.max_new_tokens}
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"config key '{key}' must be >= 1, got {value}")
+
+
+def _check_agent_loop(cfg: Config) -> None:
+    from mmrl.rollout.agent_loop import agent_loop_names  # lazy: the loops register themselves on import
+
+    known = agent_loop_names()
+    if cfg.rollout.agent_loop not in known:
+        raise ConfigError(f"config key 'rollout.agent_loop' = {cfg.rollout.agent_loop!r}; expected one of {', '.join(known)}")
+    if cfg.rollout.agent_loop == "multi_turn":
+        raise ConfigError("config key 'rollout.agent_loop' = 'multi_turn' needs an environment for its episodes, and "
+                          "no run-config environment exists yet (tool suites come with rollout.tools); "
+                          "drive MultiTurnLoop from Python with an Environment")
 
 
 def load_config(files: List[str] | None = None, overrides: List[str] | None = None) -> Config:

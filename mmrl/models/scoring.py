@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from mmrl.media.inputs import PromptInputs, collate_vision, pad_right
+from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision, pad_right
 
 
 def backbone(model):
@@ -119,7 +119,14 @@ def _can_share(model) -> bool:
 
 def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
                       micro_batch: int = 16, pad_id: int = 0) -> List[torch.Tensor]:
-    """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled."""
+    """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled.
+
+    Items whose inputs are a ``SequenceInputs`` (multi-turn trajectories) are scored by one forward over their
+    whole sequence (``mmrl.models.sequence_scoring``)."""
+    if any(isinstance(p, SequenceInputs) for p, _ in items):
+        from mmrl.models.sequence_scoring import mixed_logprobs  # imports this module: resolved at call time
+
+        return mixed_logprobs(model, items, temperature, micro_batch, pad_id)
     out: List[torch.Tensor] = []
     core, head = backbone(model)
     device = next(model.parameters()).device

@@ -76,7 +76,7 @@ def build_step_inputs(samples: List[Sample], processor, data_cfg, n_for_role: Ca
             continue
         for view, pi in zip(views, inputs):
             req = RolloutRequest(inputs=pi, n=n_for_role(view.role), sample_id=sample.id, group_id=group_offset + gi,
-                                 view=view.name, role=view.role, expected=view.expected)
+                                 view=view.name, role=view.role, expected=view.expected, sample=sample)
             out.views[(sample.id, view.name)] = view
             out.candidates[(sample.id, view.name)] = cands
             if req.n > 0:

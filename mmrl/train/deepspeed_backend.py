@@ -179,8 +179,8 @@ class DeepSpeedTrainer(RankInvariantRollout, RLTrainer):
         train_idx = keep.nonzero().flatten().tolist()
         inputs = [r.inputs for r in si.requests]
         t_trajs = [trajs[i] for i in train_idx]
-        items = [(inputs[t.inputs_key], t.response_ids) for t in t_trajs]
-        fallback_item = (inputs[trajs[0].inputs_key], trajs[0].response_ids)
+        items = [t.scoring_item(inputs) for t in t_trajs]
+        fallback_item = trajs[0].scoring_item(inputs)
         ref_lps = old_lps = None
         with torch.no_grad():
             if cfg.algorithm.kl_coef > 0:

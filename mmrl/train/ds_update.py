@@ -70,7 +70,7 @@ def ds_policy_update(engine, trajs: List[Trajectory], inputs: List[PromptInputs]
         idx = list(range(k * mb, min(n, (k + 1) * mb)))
         dummy = not idx
         mb_trajs = [trajs[i] for i in idx] if idx else [trajs[0] if trajs else fallback]
-        items = [(inputs[t.inputs_key], t.response_ids) for t in mb_trajs]
+        items = [t.scoring_item(inputs) for t in mb_trajs]
         lps = engine_logprobs(engine, items, temperature, len(items), pad_id)
         logp = _pad(lps)
         mask = _pad([t.loss_mask for t in mb_trajs])

@@ -17,6 +17,7 @@ from mmrl.data.annotations import load_samples
 from mmrl.models.loading import load_model_and_processor
 from mmrl.rewards import RewardContext, compute_rewards
 from mmrl.rewards.base import RewardSpec
+from mmrl.rollout.agent_loop import build_agent_loop
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from mmrl.train.data_stream import DataStream
@@ -66,6 +67,7 @@ class RLTrainer:
             from mmrl.views import ViewSet
 
             self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
+        self.agent_loop = build_agent_loop(cfg.rollout.agent_loop)
         self.estimator = ADVANTAGES.get(cfg.algorithm.name)
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
         self.autocast = autocast_factory(cfg.train.precision, next(self.model.parameters()).device)
@@ -95,7 +97,7 @@ class RLTrainer:
                                seed=self.cfg.train.seed * 1000003 + self.step, group_offset=group_offset)
         r = self.cfg.rollout
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-        trajs = self.engine.generate(si.requests, params) if si.requests else []
+        trajs = self.agent_loop.run(self.engine, si.requests, params)
         return si, trajs
 
     def rewards(self, si: StepInputs, trajs) -> tuple[Dict[str, torch.Tensor], torch.Tensor]:
@@ -122,7 +124,7 @@ class RLTrainer:
     def _frozen_logprobs(self, trajs, inputs, reference: bool = False):
         """Old (behaviour-policy) or reference log-probs of the responses; the reference is the frozen copy, or
         the policy with its LoRA adapter disabled."""
-        items = [(inputs[t.inputs_key], t.response_ids) for t in trajs]
+        items = [t.scoring_item(inputs) for t in trajs]
         model = self.ref_model if (reference and self.ref_model is not None) else self.model
         adapter_off = self.model.disable_adapter() if (reference and self.ref_model is None) else contextlib.nullcontext()
         with adapter_off, self.autocast():

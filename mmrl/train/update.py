@@ -73,7 +73,7 @@ def policy_update(model, optimizer, trajs: List[Trajectory], inputs: List[Prompt
     optimizer.zero_grad(set_to_none=True)
     for s in range(0, n, mb):
         idx = list(range(s, min(n, s + mb)))
-        items = [(inputs[trajs[i].inputs_key], trajs[i].response_ids) for i in idx]
+        items = [trajs[i].scoring_item(inputs) for i in idx]
         with autocast() if autocast else contextlib.nullcontext():
             lps = response_logprobs(model, items, temperature=temperature, micro_batch=len(items), pad_id=pad_id)
         logp = _pad(lps)
