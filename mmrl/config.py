@@ -67,6 +67,7 @@ class RolloutConfig:
     vllm_mode: str = "colocate"  # colocate | server
     vllm_gpu_memory_utilization: float = 0.4
     agent_loop: str = "single_turn"  # a registered rollout loop (mmrl.rollout.agent_loop): single_turn | multi_turn
+    tools: Optional[str] = None  # multi_turn: a tool suite YAML (tools/video_seek.yaml)
 
 
 @dataclass
@@ -154,10 +155,19 @@ def _check_agent_loop(cfg: Config) -> None:
     known = agent_loop_names()
     if cfg.rollout.agent_loop not in known:
         raise ConfigError(f"config key 'rollout.agent_loop' = {cfg.rollout.agent_loop!r}; expected one of {', '.join(known)}")
-    if cfg.rollout.agent_loop == "multi_turn":
-        raise ConfigError("config key 'rollout.agent_loop' = 'multi_turn' needs an environment for its episodes, and "
-                          "no run-config environment exists yet (tool suites come with rollout.tools); "
-                          "drive MultiTurnLoop from Python with an Environment")
+    multi = cfg.rollout.agent_loop == "multi_turn"
+    if multi and not cfg.rollout.tools:
+        raise ConfigError("config key 'rollout.tools' must name a tool suite (e.g. tools/video_seek.yaml) when "
+                          "rollout.agent_loop is 'multi_turn'")
+    if cfg.rollout.tools and not multi:
+        raise ConfigError(f"config key 'rollout.tools' = {cfg.rollout.tools!r} needs rollout.agent_loop=multi_turn")
+    if multi:
+        if cfg.rollout.engine != "hf" or cfg.train.backend != "torch":
+            raise ConfigError("config key 'rollout.agent_loop' = 'multi_turn' runs with rollout.engine=hf and "
+                              "train.backend=torch only (so far)")
+        from mmrl.tools.suite import load_suite
+
+        load_suite(cfg.rollout.tools)  # a bad suite fails here, naming its file and key
 
 
 def load_config(files: List[str] | None = None, overrides: List[str] | None = None) -> Config:

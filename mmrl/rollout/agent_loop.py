@@ -25,12 +25,13 @@ AGENT_LOOPS = Registry("agent loop")
 
 @dataclass
 class Observation:
-    """What the environment shows the model next: a turn of ``role`` with ``text`` and at most one image or video
-    (``media``; decoded and sized by the environment, e.g. frames a tool returned), and facts to record (``info``)."""
+    """What the environment shows the model next: a turn of ``role`` with ``prefix``, at most one image or video
+    (``media``; decoded and sized by the environment, e.g. frames a tool returned), then ``text``; and facts to record (``info``)."""
 
     text: str
     media: Optional[Media] = None
     role: str = "user"
+    prefix: str = ""  # text before the media (e.g. "<tool_response>\n")
     info: Dict[str, Any] = field(default_factory=dict)  # recorded in the trajectory's turn (e.g. a tool call)
 
 

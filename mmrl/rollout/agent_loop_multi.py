@@ -30,7 +30,7 @@ from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
 
 
 def _message(obs: Observation) -> dict:
-    content: List[dict] = []
+    content: List[dict] = [{"type": "text", "text": obs.prefix}] if obs.prefix else []
     if obs.media is not None and (obs.media.is_video or obs.media.image is not None):
         content.append({"type": "video"} if obs.media.is_video else {"type": "image"})
     content.append({"type": "text", "text": obs.text})
@@ -77,6 +77,10 @@ class Episode:
     truncated: bool = False
     end: str = ""
 
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt.num_tokens + sum(int(s.ids.numel()) for s in self.segments)
+
     def inputs(self) -> PromptInputs:
         """What the engine continues: the prompt itself before the first turn (so episodes share it), then the
         whole sequence so far."""
@@ -90,10 +94,16 @@ class Episode:
 
 @AGENT_LOOPS.register("multi_turn")
 class MultiTurnLoop(AgentLoop):
-    def __init__(self, processor, env_factory: Callable[[], Environment], max_turns: int = 4):
+    """``env_factory()`` makes one episode's environment; ``max_turns`` model turns at most; ``system_suffix`` is
+    appended to every prompt's system turn (a tool suite's descriptions); an episode stops before a turn whose
+    prompt plus ``max_new_tokens`` would pass ``max_total_tokens``."""
+
+    def __init__(self, processor, env_factory: Callable[[], Environment], max_turns: int = 4, system_suffix: str = "",
+                 max_total_tokens: Optional[int] = None):
         if max_turns < 1:
             raise ValueError(f"multi_turn: max_turns must be >= 1, got {max_turns}")
         self.processor, self.env_factory, self.max_turns = processor, env_factory, max_turns
+        self.system_suffix, self.max_total_tokens = system_suffix, max_total_tokens
         self.im_end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def run(self, engine: RolloutEngine, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
@@ -102,6 +112,10 @@ class MultiTurnLoop(AgentLoop):
                              f"with media inserted mid-trajectory; use rollout.engine=hf")
         episodes = self._reset(requests)
         for turn in range(self.max_turns):
+            if turn > 0 and self.max_total_tokens is not None:
+                for e in episodes:
+                    if not e.done and e.num_tokens + params.max_new_tokens > self.max_total_tokens:
+                        e.finish("max_total_tokens")
             active = [e for e in episodes if not e.done]
             if not active:
                 break
@@ -137,12 +151,30 @@ class MultiTurnLoop(AgentLoop):
                 episodes.append(Episode(ri, j, env, prompt=req.inputs))
         own = [(e, o) for e, o in zip(episodes, firsts) if o is not None]
         if own:  # the environment's first observation is the prompt: one processor call for all of them
-            texts = [chat_text(self.processor, [_message(o)]) for _, o in own]
+            texts = [self._system(chat_text(self.processor, [_message(o)])) for _, o in own]
             medias = [o.media if o.media is not None else _empty_media() for _, o in own]
             for (e, o), p in zip(own, encode_texts(self.processor, texts, medias)):
                 e.prompt = p
                 e.turns.append({"turn": -1, "observation": o.text, **o.info})
+        kept = [e for e, o in zip(episodes, firsts) if o is None]
+        if kept and self.system_suffix:  # the step's prompts, with the suffix in their system turn (one call)
+            shared = list({id(e.prompt): e.prompt for e in kept}.values())
+            new = encode_texts(self.processor, [self._system(p.text) for p in shared],
+                               [p.media if p.media is not None else _empty_media() for p in shared])
+            swap = {id(p): q for p, q in zip(shared, new)}
+            for e in kept:
+                e.prompt = swap[id(e.prompt)]
         return episodes
+
+    def _system(self, text: str) -> str:
+        """``text`` (a templated prompt) with ``system_suffix`` at the end of its leading system turn."""
+        if not self.system_suffix:
+            return text
+        head = "<|im_start|>system\n"
+        if not text.startswith(head) or "<|im_end|>" not in text:
+            raise ValueError("multi_turn: the prompt does not start with a system turn; cannot add the tool list")
+        i = text.index("<|im_end|>")
+        return text[:i] + self.system_suffix + text[i:]
 
     @staticmethod
     def _turn_requests(active: List[Episode], requests: List[RolloutRequest]):

@@ -17,7 +17,7 @@ from mmrl.data.annotations import load_samples
 from mmrl.models.loading import load_model_and_processor
 from mmrl.rewards import RewardContext, compute_rewards
 from mmrl.rewards.base import RewardSpec
-from mmrl.rollout.agent_loop import build_agent_loop
+from mmrl.rollout.agent_loop_tools import agent_loop_from_config
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from mmrl.train.data_stream import DataStream
@@ -28,6 +28,7 @@ from mmrl.models.scoring import response_logprobs
 from mmrl.rollout.step_inputs import StepInputs, build_step_inputs
 from mmrl.train.update import policy_update
 from mmrl.rollout.view_metrics import view_metrics
+from mmrl.tools.metrics import tool_metrics
 
 
 def set_seed(seed: int, num_threads: int = 0) -> None:
@@ -67,7 +68,7 @@ class RLTrainer:
             from mmrl.views import ViewSet
 
             self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
-        self.agent_loop = build_agent_loop(cfg.rollout.agent_loop)
+        self.agent_loop = agent_loop_from_config(cfg.rollout, self.processor)
         self.estimator = ADVANTAGES.get(cfg.algorithm.name)
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
         self.autocast = autocast_factory(cfg.train.precision, next(self.model.parameters()).device)
@@ -163,6 +164,7 @@ class RLTrainer:
         self.step += 1
         gen_tokens = sum(int(t.response_ids.numel()) for t in trajs)
         metrics.update({f"reward/{k}": float(v.mean()) for k, v in comps.items()})
+        metrics.update(tool_metrics(trajs))
         metrics.update(view_metrics(trajs, si, self.cfg.data.prompt.abstain_text if self.viewset is not None else None))
         shaped = out.rewards if out.rewards is not None else total
         metrics.update({
