@@ -56,13 +56,16 @@ def _types(p: PromptInputs) -> torch.Tensor:
     return p.mm_token_type_ids if p.mm_token_type_ids is not None else torch.zeros_like(p.input_ids)
 
 
-def sequence_inputs(prompt: PromptInputs, segments: List[Segment]) -> SequenceInputs:
-    """The ``SequenceInputs`` of ``prompt`` followed by ``segments`` (tokens, token types and vision, in order)."""
+def sequence_inputs(prompt: PromptInputs, segments: List[Segment], for_scoring: bool = True) -> PromptInputs:
+    """``prompt`` followed by ``segments`` (tokens, token types and vision, in order): a ``SequenceInputs`` for the
+    scorer, or (``for_scoring=False``) a plain ``PromptInputs`` for the engine to continue, so that a scorer never
+    mistakes an episode's context for a scored sequence."""
     ids = torch.cat([prompt.input_ids] + [s.ids.to(prompt.input_ids.dtype) for s in segments])
     mm = torch.cat([_types(prompt)] + [s.mm_token_type_ids if s.mm_token_type_ids is not None
                                        else torch.zeros_like(s.ids) for s in segments])
-    return SequenceInputs(input_ids=ids, mm_token_type_ids=mm, vision=collate_vision([prompt, *segments]),
-                          text=prompt.text, media=None, prompt_len=prompt.num_tokens)
+    fields = dict(input_ids=ids, mm_token_type_ids=mm, vision=collate_vision([prompt, *segments]), text=prompt.text,
+                  media=None)
+    return SequenceInputs(**fields, prompt_len=prompt.num_tokens) if for_scoring else PromptInputs(**fields)
 
 
 @dataclass
@@ -84,7 +87,7 @@ class Episode:
     def inputs(self) -> PromptInputs:
         """What the engine continues: the prompt itself before the first turn (so episodes share it), then the
         whole sequence so far."""
-        return self.prompt if not self.segments else sequence_inputs(self.prompt, self.segments)
+        return self.prompt if not self.segments else sequence_inputs(self.prompt, self.segments, for_scoring=False)
 
     def finish(self, reason: str) -> None:
         """End the episode after its last model turn; ``turns[-1]["end"]`` says why (done, max_turns)."""

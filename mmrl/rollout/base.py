@@ -4,8 +4,8 @@ Callers build ``RolloutRequest``s (processor inputs from ``mmrl.media.inputs.bui
 number of samples) and receive one ``Trajectory`` per sample, in request order. Backends: ``hf``
 (``transformers.generate`` semantics, batched with a shared prompt prefill) and ``vllm`` (GPU, optional).
 An engine generates ONE model turn per sample. Multi-turn episodes (``mmrl.rollout.agent_loop_multi``) call
-``generate`` once per turn with each episode's whole sequence so far (a ``SequenceInputs``, media inserted
-mid-trajectory included) as the prompt; only engines with ``supports_sequences`` (today the HF engine) accept
+``generate`` once per turn with each episode's whole sequence so far (a ``PromptInputs`` holding every medium,
+those inserted mid-trajectory included) as the prompt; only engines with ``supports_sequences`` (today the HF engine) accept
 that, and the multi-turn loop refuses the others.
 """
 from __future__ import annotations

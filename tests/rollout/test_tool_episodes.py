@@ -1,0 +1,124 @@
+"""Tool episodes end to end on the tiny model: the tool list in the system turn, seek and zoom results as
+<tool_response> turns carrying video and an image, every call in ``turns``, masks, and full-sequence scores equal
+to the per-turn sampling log-probs. A stand-in engine writes the model's turns (a random tiny model never calls a
+tool); everything else is the real loop, processor, tools and scorer. Then one RL step from a config."""
+import torch
+
+from mmrl.config import load_config
+from mmrl.data.annotations import load_samples
+from mmrl.data.schema import Trajectory
+from mmrl.media.inputs import build_prompt_inputs
+from mmrl.media.decode import load_media
+from mmrl.media.prompts import build_messages
+from mmrl.models.loading import load_model, load_processor
+from mmrl.models.scoring import response_logprobs
+from mmrl.rollout.agent_loop_tools import tool_loop
+from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
+from mmrl.tools import load_suite
+from support import small_overrides
+
+
+class ScriptedEngine(RolloutEngine):
+    """Writes turn k of every episode as ``script[k]`` + ``<|im_end|>``, with its log-probs under the model."""
+
+    supports_sequences = True
+
+    def __init__(self, model, tokenizer, script):
+        self.model, self.tok, self.script, self.turn, self.prompts = model, tokenizer, script, 0, []
+
+    def generate(self, requests, params):
+        ids = torch.tensor(self.tok(self.script[self.turn])["input_ids"] + [self.tok.convert_tokens_to_ids("<|im_end|>")])
+        self.turn += 1
+        out = []
+        for k, r in enumerate(requests):
+            self.prompts.append(r.inputs)
+            with torch.no_grad():
+                lps = response_logprobs(self.model, [(r.inputs, ids)] * r.n, pad_id=0)
+            for j in range(r.n):
+                out.append(Trajectory(r.sample_id, r.group_id, r.view, r.role, r.inputs.input_ids, ids.clone(), lps[j],
+                                      torch.ones(ids.numel(), dtype=torch.bool), self.tok.decode(ids, skip_special_tokens=True),
+                                      inputs_key=k, pack_id=j))
+        return out
+
+
+def test_seek_then_zoom_then_answer(video_world, tiny_model_path):
+    proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
+    sample = load_samples(str(video_world / "train.json"))[0][0]
+    media = load_media(sample)
+    req = RolloutRequest(inputs=build_prompt_inputs(proc, build_messages(sample.question, sample.candidates, media), media),
+                         n=2, sample_id=sample.id, sample=sample)
+    script = ['<tool_call>{"name": "video_seek", "arguments": {"start": 0.5, "end": 1.5, "nframes": 4}}</tool_call>',
+              '<tool_call>{"name": "zoom", "arguments": {"time": 1.0, "box": [0.0, 0.0, 0.5, 0.5]}}</tool_call>',
+              "(A)"]
+    suite = load_suite("tools/video_seek.yaml")
+    suite.config.max_turns = 4  # the third turn answers: the environment ends the episode
+    engine = ScriptedEngine(model, proc.tokenizer, script)
+    trajs = tool_loop(proc, suite).run(engine, [req], SamplingParams(max_new_tokens=64))
+    tok = proc.tokenizer
+    assert len(trajs) == 2
+    prompt_text = tok.decode(engine.prompts[0].input_ids)
+    assert "# Tools" in prompt_text and '"name": "video_seek"' in prompt_text and '"name": "zoom"' in prompt_text
+    assert engine.prompts[0].num_tokens > req.inputs.num_tokens  # the step's prompt plus the tool list
+    video_pad, image_pad = tok.convert_tokens_to_ids("<|video_pad|>"), tok.convert_tokens_to_ids("<|image_pad|>")
+    for t in trajs:
+        kinds = [s.kind for s in t.segments]
+        assert kinds == ["model", "env", "model", "env", "model"] and t.text == "(A)"
+        seek, zoom = t.segments[1], t.segments[3]
+        assert tok.decode(seek.ids).startswith("\n<|im_start|>user\n<tool_response>\n<|vision_start|><|video_pad|>")
+        assert int((seek.ids == video_pad).sum()) == int(seek.vision["video_grid_thw"].prod()) // 4 > 0
+        assert int((zoom.ids == image_pad).sum()) == int(zoom.vision["image_grid_thw"].prod()) // 4 > 0
+        calls = [turn for turn in t.turns if "tool" in turn]
+        assert [c["tool"] for c in calls] == ["video_seek", "zoom"] and all(c["valid"] for c in calls)
+        assert calls[0]["arguments"] == {"start": 0.5, "end": 1.5, "nframes": 4} and calls[0]["frames"] == 4
+        assert all(c["latency_s"] >= 0 and c["call_media_tokens"] == c["media_tokens"] > 0 for c in calls)
+        assert t.turns[-1]["end"] == "done"
+        assert torch.equal(t.loss_mask, torch.cat([torch.full((s.ids.numel(),), s.trained) for s in t.segments]))
+        with torch.no_grad():
+            (lp,) = response_logprobs(model, [t.scoring_item([req.inputs])], pad_id=0)
+        assert torch.allclose(lp[t.loss_mask], t.logprobs[t.loss_mask], atol=1e-4)
+
+
+def test_an_invalid_call_is_answered_with_its_error(video_world, tiny_model_path):
+    proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
+    sample = load_samples(str(video_world / "train.json"))[0][0]
+    media = load_media(sample)
+    req = RolloutRequest(inputs=build_prompt_inputs(proc, build_messages(sample.question, sample.candidates, media), media),
+                         n=1, sample_id=sample.id, sample=sample)
+    engine = ScriptedEngine(model, proc.tokenizer, ['<tool_call>{"name": "video_seek", "arguments": {"path": "/etc/passwd"}}</tool_call>', "B"])
+    (t,) = tool_loop(proc, load_suite("tools/video_seek.yaml")).run(engine, [req], SamplingParams(max_new_tokens=64))
+    call = t.turns[0]
+    assert call["valid"] is False and call["reason"] == "invalid_arguments"
+    assert "error (invalid_arguments)" in proc.tokenizer.decode(t.segments[1].ids) and "vision" not in t.segments[1].vision
+
+
+def test_rl_step_with_tools_from_config(video_world, tiny_model_path, tmp_path):
+    from mmrl.train.rl_trainer import RLTrainer
+    from mmrl.train.update import policy_update
+
+    cfg = load_config(None, small_overrides(video_world, tmp_path / "rl", tiny_model_path)
+                      + ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml"])
+    tr = RLTrainer(cfg, quiet=True)
+    m = tr.train_step()
+    assert "tools/invalid_frac" in m and "tools/invalid/over_budget" in m and m["tools/turns_per_episode"] >= 1
+    # the trainer's own rollout gives tool episodes; an update on them with non-zero advantages moves the weights
+    si, trajs = tr.rollout(tr.stream.next(3))
+    assert trajs and all(t.sequence is not None and t.segments for t in trajs)
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    policy_update(tr.model, tr.optimizer, trajs, [r.inputs for r in si.requests], torch.linspace(-1, 1, len(trajs)),
+                  cfg.algorithm, cfg.train, 1.0, tr.pad_id)
+    assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+
+
+def test_config_requires_tools_with_multi_turn():
+    import pytest
+
+    from mmrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="rollout.tools"):
+        load_config([], ["rollout.agent_loop=multi_turn"])
+    with pytest.raises(ConfigError, match="needs rollout.agent_loop=multi_turn"):
+        load_config([], ["rollout.tools=tools/video_seek.yaml"])
+    with pytest.raises(ConfigError, match="no_such.yaml"):
+        load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=no_such.yaml"])
+    with pytest.raises(ConfigError, match="train.backend=torch"):
+        load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml", "train.backend=deepspeed"])
