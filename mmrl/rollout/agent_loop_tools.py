@@ -12,7 +12,8 @@ import copy
 from typing import Optional
 
 from mmrl.data.schema import Media, Sample
-from mmrl.rollout.agent_loop import AgentLoop, Environment, Observation, build_agent_loop
+from mmrl.errors import ConfigError
+from mmrl.rollout.agent_loop import AgentLoop, Environment, Observation, agent_loop_names, build_agent_loop
 from mmrl.tools.calls import run_call
 from mmrl.tools.episode import EpisodeState
 from mmrl.tools.suite import ToolSuite, load_suite
@@ -45,6 +46,18 @@ def tool_loop(processor, suite: ToolSuite) -> AgentLoop:
     return build_agent_loop("multi_turn", processor=processor, env_factory=lambda: ToolEnvironment(suite),
                             max_turns=c.max_turns, system_suffix=suite.system_block(),
                             max_total_tokens=c.max_total_tokens)
+
+
+def check_rollout_config(rollout_cfg) -> None:
+    """``rollout.agent_loop`` names a registered loop and ``rollout.tools`` a loadable suite; else ``ConfigError``
+    naming the key (with the known loop names). Cheap: no model is loaded."""
+    known = agent_loop_names()
+    name = rollout_cfg.agent_loop
+    if name not in known and ":" not in name:
+        raise ConfigError(f"config key 'rollout.agent_loop' = {name!r}; expected one of {', '.join(known)} "
+                          f"(or module:Class)")
+    if rollout_cfg.tools:
+        load_suite(rollout_cfg.tools)
 
 
 def agent_loop_from_config(rollout_cfg, processor) -> AgentLoop:

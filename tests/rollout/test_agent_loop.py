@@ -220,23 +220,29 @@ def test_unknown_agent_loop_names_the_known_ones():
 def test_config_agent_loop_is_checked():
     from mmrl.config import load_config
     from mmrl.errors import ConfigError
+    from mmrl.rollout.agent_loop_tools import check_rollout_config
 
-    assert load_config([], []).rollout.agent_loop == "single_turn"
+    cfg = load_config([], [])
+    assert cfg.rollout.agent_loop == "single_turn"
+    check_rollout_config(cfg.rollout)
     with pytest.raises(ConfigError, match=r"rollout\.agent_loop.*multi_turn, single_turn"):
-        load_config([], ["rollout.agent_loop=tool_agent"])
+        check_rollout_config(load_config([], ["rollout.agent_loop=tool_agent"]).rollout)
 
 
 def test_policy_update_trains_on_multi_turn_trajectories(tiny_model_path):
     """The training step's update scores multi-turn trajectories through their whole sequence and steps."""
+    import contextlib
+
     from mmrl.config import load_config
+    from mmrl.train.backend import Backend
     from mmrl.train.update import policy_update
 
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
     reqs, trajs, _, _ = _run(proc, model, lambda: [Observation("Look.", media=_image(9))], max_turns=2, n=2)
     cfg = load_config([], ["train.micro_batch=4", "train.lr=1e-3"])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    be = Backend(model, opt, None, None, contextlib.nullcontext, cfg, proc.tokenizer.pad_token_id)
     before = [p.detach().clone() for p in model.parameters()]
     adv = torch.tensor([1.0, -1.0] * 3)
-    stats = policy_update(model, opt, trajs, [r.inputs for r in reqs], adv, cfg.algorithm, cfg.train, 1.0,
-                          proc.tokenizer.pad_token_id)
+    stats = policy_update(be, trajs, [r.inputs for r in reqs], adv, cfg.algorithm, cfg.train.micro_batch)
     assert stats["grad_norm"] > 0 and any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))

@@ -104,8 +104,8 @@ def test_rl_step_with_tools_from_config(video_world, tiny_model_path, tmp_path):
     si, trajs = tr.rollout(tr.stream.next(3))
     assert trajs and all(t.sequence is not None and t.segments for t in trajs)
     before = {k: v.clone() for k, v in tr.model.state_dict().items()}
-    policy_update(tr.model, tr.optimizer, trajs, [r.inputs for r in si.requests], torch.linspace(-1, 1, len(trajs)),
-                  cfg.algorithm, cfg.train, 1.0, tr.pad_id)
+    policy_update(tr.backend, trajs, [r.inputs for r in si.requests], torch.linspace(-1, 1, len(trajs)),
+                  cfg.algorithm, cfg.train.micro_batch)
     assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
 
 
@@ -113,12 +113,14 @@ def test_config_requires_tools_with_multi_turn():
     import pytest
 
     from mmrl.errors import ConfigError
+    from mmrl.rollout.agent_loop_tools import check_rollout_config
 
     with pytest.raises(ConfigError, match="rollout.tools"):
         load_config([], ["rollout.agent_loop=multi_turn"])
     with pytest.raises(ConfigError, match="needs rollout.agent_loop=multi_turn"):
         load_config([], ["rollout.tools=tools/video_seek.yaml"])
     with pytest.raises(ConfigError, match="no_such.yaml"):
-        load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=no_such.yaml"])
-    with pytest.raises(ConfigError, match="train.backend=torch"):
-        load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml", "train.backend=deepspeed"])
+        check_rollout_config(load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=no_such.yaml"]).rollout)
+    for bad in ("train.backend=deepspeed", "rollout.seed_per_group=true", "rollout.engine=vllm"):
+        with pytest.raises(ConfigError, match="train.backend=torch"):
+            load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml", bad])
