@@ -124,3 +124,34 @@ def test_config_requires_tools_with_multi_turn():
     for bad in ("train.backend=deepspeed", "rollout.seed_per_group=true", "rollout.engine=vllm"):
         with pytest.raises(ConfigError, match="train.backend=torch"):
             load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml", bad])
+
+
+def test_resume_in_a_multi_turn_run_matches_a_straight_run(video_world, tiny_model_path, tmp_path):
+    """2 + 2 steps with a resume equal 4 straight steps (metrics and weights) under rollout.agent_loop=multi_turn."""
+    import json
+
+    from mmrl.config import RewardConfig
+    from mmrl.rewards import REWARDS
+    from mmrl.train.rl_trainer import RLTrainer
+
+    if "test_even_tokens_mt" not in REWARDS:  # a random-init model never answers: a reward that varies in groups
+        REWARDS.register("test_even_tokens_mt")(
+            lambda ctx: [float((c.trajectory.response_ids[c.trajectory.loss_mask] % 2 == 0).float().mean()) for c in ctx])
+
+    def cfg(out, steps):
+        c = load_config(None, small_overrides(video_world, out, tiny_model_path)
+                        + ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml", f"train.steps={steps}"])
+        c.rewards = [RewardConfig("test_even_tokens_mt", 1.0)]
+        return c
+
+    straight = RLTrainer(cfg(tmp_path / "a", 4), quiet=True).run()
+    RLTrainer(cfg(tmp_path / "b", 2), quiet=True).run()
+    RLTrainer(cfg(tmp_path / "b", 4), quiet=True).run(resume=True)
+    rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/") and k not in ("tokens_per_s", "view_time_share")}
+                        for r in rs]  # noqa: E731
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and strip(rows) == strip(straight)
+    assert any(r.get("adv/std", 0) > 0 for r in straight) and all("tools/invalid_frac" in r for r in straight)
+    a = torch.load(tmp_path / "a" / "checkpoints" / "step_000004" / "model.pt")
+    b = torch.load(tmp_path / "b" / "checkpoints" / "step_000004" / "model.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
