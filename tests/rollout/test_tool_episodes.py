@@ -41,12 +41,17 @@ class ScriptedEngine(RolloutEngine):
         return out
 
 
+def _request(proc, world, n: int) -> RolloutRequest:
+    """The first training sample's prompt over its own video, as the step builds it."""
+    sample = load_samples(str(world / "train.json"))[0][0]
+    media = load_media(sample)
+    return RolloutRequest(inputs=build_prompt_inputs(proc, build_messages(sample.question, sample.candidates, media), media),
+                          n=n, sample_id=sample.id, sample=sample)
+
+
 def test_seek_then_zoom_then_answer(video_world, tiny_model_path):
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
-    sample = load_samples(str(video_world / "train.json"))[0][0]
-    media = load_media(sample)
-    req = RolloutRequest(inputs=build_prompt_inputs(proc, build_messages(sample.question, sample.candidates, media), media),
-                         n=2, sample_id=sample.id, sample=sample)
+    req = _request(proc, video_world, n=2)
     script = ['<tool_call>{"name": "video_seek", "arguments": {"start": 0.5, "end": 1.5, "nframes": 4}}</tool_call>',
               '<tool_call>{"name": "zoom", "arguments": {"time": 1.0, "box": [0.0, 0.0, 0.5, 0.5]}}</tool_call>',
               "(A)"]
@@ -80,10 +85,7 @@ def test_seek_then_zoom_then_answer(video_world, tiny_model_path):
 
 def test_an_invalid_call_is_answered_with_its_error(video_world, tiny_model_path):
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
-    sample = load_samples(str(video_world / "train.json"))[0][0]
-    media = load_media(sample)
-    req = RolloutRequest(inputs=build_prompt_inputs(proc, build_messages(sample.question, sample.candidates, media), media),
-                         n=1, sample_id=sample.id, sample=sample)
+    req = _request(proc, video_world, n=1)
     engine = ScriptedEngine(model, proc.tokenizer, ['<tool_call>{"name": "video_seek", "arguments": {"path": "/etc/passwd"}}</tool_call>', "B"])
     (t,) = tool_loop(proc, load_suite("tools/video_seek.yaml")).run(engine, [req], SamplingParams(max_new_tokens=64))
     call = t.turns[0]
