@@ -2,8 +2,8 @@
 model), the media of its view, and its budgets with what has been spent."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import List, Optional, Set, Tuple
 
 from mmrl.data.schema import Media, Sample
 
@@ -34,12 +34,23 @@ def media_tokens(media: Media) -> int:
 
 
 @dataclass
+class StreamMemory:
+    """A streaming episode's archive: chunks ``(start s, end s, frames as a video Media)`` in time order, the index
+    of the chunk being shown now, and the chunks already recalled (``memory_recall`` returns each at most once)."""
+
+    chunks: List[Tuple[float, float, Media]] = field(default_factory=list)
+    current: int = 0
+    recalled: Set[int] = field(default_factory=set)
+
+
+@dataclass
 class EpisodeState:
     sample: Optional[Sample]
     media: Optional[Media]  # what the prompt showed (the view's media)
     budget: ToolBudget
     calls: int = 0
     media_tokens_used: int = 0
+    memory: Optional[StreamMemory] = None  # streaming episodes: set and advanced by their environment
 
     @property
     def sample_id(self) -> str:

@@ -56,7 +56,7 @@ class ToolSuite:
 
 
 def load_suite(path: str) -> ToolSuite:
-    import mmrl.tools.builtin  # noqa: F401  (registers the built-in tools)
+    import mmrl.tools  # noqa: F401  (registers the built-in tools)
 
     try:
         raw = OmegaConf.load(path)

@@ -183,3 +183,28 @@ def test_tool_metrics_count_reasons():
     assert math.isclose(m["tools/invalid/out_of_range"], 1 / 3) and m["tools/invalid/too_long"] == 0.0
     assert m["tools/turns_per_episode"] == 2 and m["tools/media_tokens_per_episode"] == 4
     assert tool_metrics([]) == {}
+
+
+def test_memory_recall_on_a_scripted_stream(suite):
+    from mmrl.data.schema import Media
+    from mmrl.tools import StreamMemory, TOOLS
+
+    tools = {"memory_recall": TOOLS.get("memory_recall")}
+
+    def chunk(i):  # chunk i covers [2i, 2i+2) s with 2 frames of value i
+        return (2.0 * i, 2.0 * i + 2, Media("c", frames=torch.full((2, 3, 56, 56), i, dtype=torch.uint8),
+                                           timestamps=[2.0 * i, 2.0 * i + 1], fps=1.0))
+
+    st = _state(None)
+    st.memory = StreamMemory(chunks=[chunk(i) for i in range(8)], current=6)
+    rec = run_call(_call("memory_recall", start=0.0, end=100.0), tools, st)
+    assert rec.valid and rec.info()["chunks"] == [2, 3, 4, 5]  # at most 4, strictly before chunk 6, latest first
+    assert rec.output.media.frames[:, 0, 0, 0].tolist() == [2, 2, 3, 3, 4, 4, 5, 5]
+    again = run_call(_call("memory_recall", start=0.0, end=100.0), tools, st)
+    assert again.valid and again.info()["chunks"] == [0, 1]  # each chunk at most once
+    assert run_call(_call("memory_recall", start=0.0, end=100.0), tools, st).reason == "out_of_range"
+    st2 = _state(None)
+    st2.memory = StreamMemory(chunks=[chunk(i) for i in range(8)], current=6)
+    assert run_call(_call("memory_recall", start=12.5, end=13.0), tools, st2).reason == "out_of_range"  # chunk 6: now
+    assert run_call(_call("memory_recall", start=3.0, end=3.5), tools, st2).info()["chunks"] == [1]
+    assert run_call(_call("memory_recall", start=0.0, end=1.0), tools, _state(None)).reason == "out_of_range"  # no stream
