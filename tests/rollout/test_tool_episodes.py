@@ -157,3 +157,22 @@ def test_resume_in_a_multi_turn_run_matches_a_straight_run(video_world, tiny_mod
     a = torch.load(tmp_path / "a" / "checkpoints" / "step_000004" / "model.pt")
     b = torch.load(tmp_path / "b" / "checkpoints" / "step_000004" / "model.pt")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_re_scoring_algorithms_are_refused_with_multi_turn():
+    import pytest
+
+    from mmrl.algos.grpo import GRPO
+    from mmrl.algos.spec import ALGORITHMS, Intervention, Needs, register_algorithm
+    from mmrl.errors import ConfigError
+
+    if "test_mt_rescore" not in ALGORITHMS:
+        @register_algorithm("test_mt_rescore")
+        class _Rescore(GRPO):
+            def needs(self):
+                return Needs(rescore={"gray": Intervention("gray", {"value": 128})})
+
+    with pytest.raises(ConfigError, match="algorithm.name.*re-scores"):
+        load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml",
+                         "algorithm.name=test_mt_rescore"])
+    load_config([], ["algorithm.name=test_mt_rescore"])  # single-turn: fine
