@@ -119,15 +119,12 @@ def _can_share(model) -> bool:
 
 def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
                       micro_batch: int = 16, pad_id: int = 0) -> List[torch.Tensor]:
-    """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled.
-
-    Items whose inputs are a ``SequenceInputs`` (multi-turn trajectories) are scored by one forward over their
-    whole sequence (``mmrl.models.sequence_scoring``)."""
-    if any(isinstance(p, SequenceInputs) for p, _ in items):
+    """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled."""
+    out: List[torch.Tensor] = []
+    if any(isinstance(p, SequenceInputs) for p, _ in items):  # multi-turn: one forward over each whole sequence
         from mmrl.models.sequence_scoring import mixed_logprobs  # imports this module: resolved at call time
 
         return mixed_logprobs(model, items, temperature, micro_batch, pad_id)
-    out: List[torch.Tensor] = []
     core, head = backbone(model)
     device = next(model.parameters()).device
     score = _score_shared if _can_share(model) else _score_full
