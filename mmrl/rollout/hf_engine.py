@@ -29,7 +29,6 @@ def vision_token_ids(tokenizer) -> List[int]:
 
 @ENGINES.register("hf")
 class HFEngine(RolloutEngine):
-    supports_sequences = True  # prompts are any PromptInputs: several images/videos, positions by get_rope_index
     def __init__(self, model, processor, max_batch_sequences: int = 64, shared_prefill: bool = True):
         self.model = model
         self.shared_prefill = shared_prefill
@@ -54,6 +53,8 @@ class HFEngine(RolloutEngine):
             total += r.n
         if chunk:
             yield chunk
+
+    supports_sequences = True  # prompts are any PromptInputs: several images/videos, positions by get_rope_index
 
     @torch.no_grad()
     def generate(self, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
