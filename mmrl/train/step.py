@@ -16,8 +16,8 @@ import torch
 
 from mmrl.algos.spec import StepBatch
 from mmrl.rollout.view_metrics import view_metrics
-from mmrl.tools.metrics import tool_metrics
 from mmrl.train.update import policy_update
+from mmrl.tools.metrics import tool_metrics
 
 
 def merge_step_inputs(si, trajs, si2, trajs2):
