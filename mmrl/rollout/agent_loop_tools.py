@@ -48,16 +48,21 @@ def tool_loop(processor, suite: ToolSuite) -> AgentLoop:
                             max_total_tokens=c.max_total_tokens)
 
 
-def check_rollout_config(rollout_cfg) -> None:
-    """``rollout.agent_loop`` names a registered loop and ``rollout.tools`` a loadable suite; else ``ConfigError``
-    naming the key (with the known loop names). Cheap: no model is loaded."""
+def check_rollout_config(rollout_cfg) -> str:
+    """One line describing the rollout loop (for the run plan). ``rollout.agent_loop`` must name a registered loop
+    and ``rollout.tools`` a loadable suite, else ``ConfigError`` naming the key (with the known loop names).
+    Cheap: no model is loaded."""
     known = agent_loop_names()
     name = rollout_cfg.agent_loop
     if name not in known and ":" not in name:
         raise ConfigError(f"config key 'rollout.agent_loop' = {name!r}; expected one of {', '.join(known)} "
                           f"(or module:Class)")
-    if rollout_cfg.tools:
-        load_suite(rollout_cfg.tools)
+    if not rollout_cfg.tools:
+        return f"rollout loop: {name}"
+    suite = load_suite(rollout_cfg.tools)
+    c, b = suite.config, suite.config.budget
+    return (f"rollout loop: {name} with {rollout_cfg.tools} ({', '.join(suite.tools)}): <= {c.max_turns} turns, "
+            f"<= {b.max_calls} calls, <= {b.max_media_tokens} tool media tokens per episode")
 
 
 def agent_loop_from_config(rollout_cfg, processor) -> AgentLoop:

@@ -14,7 +14,7 @@ from mmrl.data.annotations import load_samples
 from mmrl.models.loading import load_model_and_processor
 from mmrl.rewards import RewardContext, compute_rewards
 from mmrl.rewards.base import RewardSpec
-from mmrl.rollout.agent_loop_tools import agent_loop_from_config, check_rollout_config
+from mmrl.rollout.agent_loop_tools import agent_loop_from_config
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.train.data_stream import DataStream
 from mmrl.train.metrics import MetricsLogger, progress
@@ -41,7 +41,6 @@ class RLTrainer:
 
         self.cfg = cfg
         self.plan_lines = describe_plan(cfg)  # the algorithm's plan rejects a bad config before anything loads
-        check_rollout_config(cfg.rollout)  # the agent loop's name and tool suite, before anything loads
         self.spec = build_algorithm(cfg.algorithm)
         deepspeed = cfg.train.backend == "deepspeed"
         ds_config = hf_ds = None

@@ -123,6 +123,10 @@ def test_config_requires_tools_with_multi_turn():
         load_config([], ["rollout.tools=tools/video_seek.yaml"])
     with pytest.raises(ConfigError, match="no_such.yaml"):
         check_rollout_config(load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=no_such.yaml"]).rollout)
+    from mmrl.train.plan import describe_plan
+
+    lines = describe_plan(load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml"]))
+    assert "rollout loop: multi_turn with tools/video_seek.yaml (video_seek, zoom): <= 3 turns, <= 2 calls" in "\n".join(lines)
     for bad in ("train.backend=deepspeed", "rollout.seed_per_group=true", "rollout.engine=vllm"):
         with pytest.raises(ConfigError, match="train.backend=torch"):
             load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml", bad])
