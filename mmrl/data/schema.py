@@ -131,6 +131,7 @@ class Segment:
     mm_token_type_ids: Optional[torch.Tensor] = None  # [L]: 0 text, 1 image, 2 video
     vision: Dict[str, torch.Tensor] = field(default_factory=dict)  # pixel_values(_videos), *_grid_thw, ...
     text: str = ""
+    media: Optional["Media"] = field(default=None, repr=False)  # the decoded frames/image the observation showed
 
     @property
     def trained(self) -> bool:

@@ -211,7 +211,7 @@ class MultiTurnLoop(AgentLoop):
             ids, types = enc.input_ids, _types(enc)
             if cut:
                 ids, types = torch.cat([close.to(ids.dtype), ids]), torch.cat([types.new_zeros(1), types])
-            seg = Segment("env", ids, mm_token_type_ids=types, vision=enc.vision, text=o.text)
+            seg = Segment("env", ids, mm_token_type_ids=types, vision=enc.vision, text=o.text, media=o.media)
             e.segments.append(seg)
             e.turns[-1].update({"observation": o.text, "role": o.role, "obs_tokens": int(seg.ids.numel()),
                                 "media_tokens": int((seg.mm_token_type_ids != 0).sum()), **o.info})

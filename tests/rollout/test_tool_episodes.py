@@ -49,7 +49,7 @@ def _request(proc, world, n: int) -> RolloutRequest:
                           n=n, sample_id=sample.id, sample=sample)
 
 
-def test_seek_then_zoom_then_answer(video_world, tiny_model_path):
+def test_seek_then_zoom_then_answer(video_world, tiny_model_path, tmp_path):
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
     req = _request(proc, video_world, n=2)
     script = ['<tool_call>{"name": "video_seek", "arguments": {"start": 0.5, "end": 1.5, "nframes": 4}}</tool_call>',
@@ -81,6 +81,12 @@ def test_seek_then_zoom_then_answer(video_world, tiny_model_path):
         with torch.no_grad():
             (lp,) = response_logprobs(model, [t.scoring_item([req.inputs])], pad_id=0)
         assert torch.allclose(lp[t.loss_mask], t.logprobs[t.loss_mask], atol=1e-4)
+    from mmrl.tools.preview import episode_sheet, first_turn_with_media
+
+    sheet = episode_sheet(trajs[0], req.sample, req.inputs.media, tmp_path / "episode.png", cell=32)
+    assert (tmp_path / "episode.png").exists() and first_turn_with_media(trajs[0]) == 0
+    assert sheet.height > 3 * 32  # the prompt row, the seek's frames and the zoom's crop
+    assert trajs[0].segments[1].media.frames.shape[0] == 4 and trajs[0].segments[3].media.image is not None
 
 
 def test_an_invalid_call_is_answered_with_its_error(video_world, tiny_model_path):
