@@ -7,7 +7,8 @@ exception: ``too_long`` (body over ``max_call_chars``), ``malformed_json``, ``no
 also from overflowing literals such as ``1e999``), ``malformed_call`` (not ``{"name", "arguments": {...}}``),
 ``unknown_tool``, ``over_budget`` (calls or media tokens spent), ``invalid_arguments`` (the tool's JSON schema:
 wrong types, missing or extra keys such as a path, numbers out of the schema's bounds), ``out_of_range`` (the
-tool's own check, e.g. an interval outside the video) and ``tool_failed`` (the tool raised; the message names it).
+tool's own check, e.g. an interval outside the video), ``tool_failed`` (the tool raised; the message names it) and
+``bad_media`` (a tool returned media the processor cannot take as is: see ``check_media``).
 """
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional
 
+import torch
+
 from mmrl.tools.episode import EpisodeState, media_tokens
 from mmrl.tools.registry import ToolError, ToolOutput, ToolSpec
 
 REASONS = ("too_long", "malformed_json", "non_finite", "malformed_call", "unknown_tool", "over_budget",
-           "invalid_arguments", "out_of_range", "tool_failed")
+           "invalid_arguments", "out_of_range", "tool_failed", "bad_media")
 CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
 
@@ -80,6 +83,26 @@ def parse_call(body: str, max_chars: int) -> Dict[str, Any]:
     return {"name": call["name"], "arguments": call.get("arguments", {})}
 
 
+def check_media(media, budget) -> None:
+    """Media a tool returns must be what the processor takes without resizing: uint8, 3 channels, sides multiples
+    of 28 within ``frame_max_pixels``, and for video an even number (>= 2) of frames with one timestamp each."""
+    from mmrl.tools.episode import FACTOR
+
+    x = media.frames if media.is_video else media.image
+    if x is None:
+        raise ToolError("bad_media", "the tool returned a Media without frames or image")
+    shape = tuple(x.shape)
+    if x.dtype != torch.uint8 or len(shape) != (4 if media.is_video else 3) or shape[-3] != 3:
+        raise ToolError("bad_media", f"media must be uint8 [T, 3, H, W] or [3, H, W]; got {x.dtype} {list(shape)}")
+    h, w = shape[-2:]
+    if h % FACTOR or w % FACTOR or h * w > budget.frame_max_pixels:
+        raise ToolError("bad_media", f"frames of {h}x{w}: sides must be multiples of {FACTOR} within "
+                                     f"{budget.frame_max_pixels} pixels")
+    if media.is_video and (shape[0] < 2 or shape[0] % 2 or len(media.timestamps or []) != shape[0]):
+        raise ToolError("bad_media", f"a video needs an even number (>= 2) of frames with a timestamp each; got "
+                                     f"{shape[0]} frames, {len(media.timestamps or [])} timestamps")
+
+
 def run_call(text: str, tools: Mapping[str, ToolSpec], state: EpisodeState) -> Optional[CallRecord]:
     """Parse, check and run the first tool call in ``text`` on ``state``; ``None`` if ``text`` holds no call."""
     from jsonschema import Draft202012Validator
@@ -103,6 +126,10 @@ def run_call(text: str, tools: Mapping[str, ToolSpec], state: EpisodeState) -> O
             where = "/".join(str(p) for p in err.absolute_path) or "arguments"
             raise ToolError("invalid_arguments", f"{rec.name}: {where}: {err.message[:200]}")
         out = spec.fn(state, **rec.arguments)
+        if not isinstance(out, ToolOutput):
+            raise ToolError("tool_failed", f"{rec.name} returned {type(out).__name__}, not a ToolOutput")
+        if out.media is not None:
+            check_media(out.media, state.budget)
         used = media_tokens(out.media) if out.media is not None else 0
         if state.media_tokens_used + used > state.budget.max_media_tokens:
             left = state.budget.max_media_tokens - state.media_tokens_used

@@ -208,3 +208,24 @@ def test_memory_recall_on_a_scripted_stream(suite):
     assert run_call(_call("memory_recall", start=12.5, end=13.0), tools, st2).reason == "out_of_range"  # chunk 6: now
     assert run_call(_call("memory_recall", start=3.0, end=3.5), tools, st2).info()["chunks"] == [1]
     assert run_call(_call("memory_recall", start=0.0, end=1.0), tools, _state(None)).reason == "out_of_range"  # no stream
+
+
+def test_media_a_tool_returns_is_checked(video_sample):
+    from mmrl.data.schema import Media
+
+    outs = {
+        "test_odd_frames": Media("x", frames=torch.zeros(3, 3, 56, 56, dtype=torch.uint8), timestamps=[0, 1, 2]),
+        "test_float_image": Media("x", image=torch.zeros(3, 56, 56)),
+        "test_odd_size": Media("x", image=torch.zeros(3, 50, 56, dtype=torch.uint8)),
+        "test_too_big": Media("x", image=torch.zeros(3, 280, 280, dtype=torch.uint8)),
+    }
+    for name, media in outs.items():
+        if name not in TOOLS:
+            tool(name, {"type": "object"})(lambda state, _m=media: ToolOutput("x", media=_m))
+        st = _state(video_sample)
+        rec = run_call(_call(name), {name: TOOLS.get(name)}, st)
+        assert not rec.valid and rec.reason == "bad_media" and st.media_tokens_used == 0, (name, rec.message)
+    if "test_not_output" not in TOOLS:
+        tool("test_not_output", {"type": "object"})(lambda state: "frames")
+    rec = run_call(_call("test_not_output"), {"test_not_output": TOOLS.get("test_not_output")}, _state(video_sample))
+    assert rec.reason == "tool_failed" and "ToolOutput" in rec.message
