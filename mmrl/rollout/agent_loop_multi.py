@@ -40,8 +40,8 @@ def _message(obs: Observation) -> dict:
 def observation_text(processor, obs: Observation) -> str:
     """The observation as the chat template renders a turn after the model's ``<|im_end|>``: ``"\\n"``, the turn
     (``<|im_start|>role\\n<media placeholder>text<|im_end|>\\n``), then the next assistant header."""
-    sys = {"role": "system", "content": [{"type": "text", "text": "-"}]}
-    full = processor.apply_chat_template([sys, _message(obs)], tokenize=False, add_generation_prompt=True)
+    system = {"role": "system", "content": [{"type": "text", "text": "-"}]}
+    full = processor.apply_chat_template([system, _message(obs)], tokenize=False, add_generation_prompt=True)
     head, sep, turn = full.partition("<|im_end|>\n")
     if not sep:
         raise ValueError("chat template: no '<|im_end|>\\n' after the system turn; cannot render an observation turn")
@@ -90,7 +90,7 @@ class Episode:
         return self.prompt if not self.segments else sequence_inputs(self.prompt, self.segments, for_scoring=False)
 
     def finish(self, reason: str) -> None:
-        """End the episode after its last model turn; ``turns[-1]["end"]`` says why (done, max_turns)."""
+        """End the episode; ``turns[-1]["end"]`` says why (``done``, ``max_turns``, ``max_total_tokens``)."""
         self.done, self.end = True, reason
         self.turns[-1]["end"] = reason
 
