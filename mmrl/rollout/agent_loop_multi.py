@@ -73,6 +73,7 @@ class Episode:
     request: int
     pack: int
     env: Environment
+    sample_id: str = "?"
     prompt: Optional[PromptInputs] = None
     segments: List[Segment] = field(default_factory=list)
     turns: List[Dict[str, Any]] = field(default_factory=list)
@@ -151,7 +152,7 @@ class MultiTurnLoop(AgentLoop):
             for j in range(req.n):
                 env = self.env_factory()
                 firsts.append(env.reset(req.sample, req.inputs.media))
-                episodes.append(Episode(ri, j, env, prompt=req.inputs))
+                episodes.append(Episode(ri, j, env, sample_id=req.sample_id, prompt=req.inputs))
         own = [(e, o) for e, o in zip(episodes, firsts) if o is not None]
         if own:  # the environment's first observation is the prompt: one processor call for all of them
             texts = [self._system(chat_text(self.processor, [_message(o)])) for _, o in own]
@@ -207,7 +208,13 @@ class MultiTurnLoop(AgentLoop):
         texts = [observation_text(self.processor, o) for _, o, _ in pending]
         medias = [o.media if o.media is not None else _empty_media() for _, o, _ in pending]
         close = torch.tensor([self.im_end], dtype=torch.long)
-        for (e, o, cut), enc in zip(pending, encode_texts(self.processor, texts, medias)):
+        try:
+            encoded = encode_texts(self.processor, texts, medias)
+        except Exception as err:  # name the episodes instead of a processor stack trace
+            who = ", ".join(sorted({f"{e.sample_id} (turn {e.turns[-1]['turn']})" for e, _, _ in pending}))
+            raise ValueError(f"multi_turn: the processor rejected the observations of {who}: "
+                             f"{type(err).__name__}: {str(err)[:300]}") from err
+        for (e, o, cut), enc in zip(pending, encoded):
             ids, types = enc.input_ids, _types(enc)
             if cut:
                 ids, types = torch.cat([close.to(ids.dtype), ids]), torch.cat([types.new_zeros(1), types])

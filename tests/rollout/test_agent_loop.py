@@ -246,3 +246,10 @@ def test_policy_update_trains_on_multi_turn_trajectories(tiny_model_path):
     adv = torch.tensor([1.0, -1.0] * 3)
     stats = policy_update(be, trajs, [r.inputs for r in reqs], adv, cfg.algorithm, cfg.train.micro_batch)
     assert stats["grad_norm"] > 0 and any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_an_observation_the_processor_rejects_names_the_sample(tiny):
+    proc, model = tiny
+    bad = Media("obs", frames=torch.zeros(3, 3, 50, 50, dtype=torch.uint8), timestamps=[0, 1, 2], fps=1.0)
+    with pytest.raises(ValueError, match=r"rejected the observations of .*turn 0"):
+        _run(proc, model, lambda: [Observation("Broken.", media=bad)], max_turns=2, n=1)
