@@ -74,11 +74,11 @@ def _check_interval(start: float, end: float, duration: float) -> None:
         raise ToolError("out_of_range", f"the video is {duration:.2f} s long; start {start} is past its end")
 
 
-@tool("video_seek", SEEK_SCHEMA, "Frames of the video between start and end seconds (nframes frames, or at fps).")
+@tool("video_seek", SEEK_SCHEMA, "Frames of the video that cover [start, end) seconds (nframes frames, or at fps).")
 def video_seek(state: EpisodeState, start: float, end: float, nframes: Optional[int] = None,
                fps: Optional[float] = None) -> ToolOutput:
     ref = _video(state)
-    src_fps, _, offset, duration = _source(ref)
+    src_fps, total, offset, duration = _source(ref)
     _check_interval(start, end, duration)
     end = min(end, duration)
     b = state.budget
@@ -88,11 +88,15 @@ def video_seek(state: EpisodeState, start: float, end: float, nframes: Optional[
         raise ToolError("over_budget", f"at most {b.max_frames} frames per call; {nframes} were asked")
     if fps is not None:  # the frame count the rate gives, capped by the budget (an even count, as Qwen samples)
         nframes = min(b.max_frames, max(2, 2 * round(fps * (end - start) / 2)))
-    available = math.floor(end * src_fps) - math.ceil(start * src_fps) + 1
+    # the frames that cover [start, end): frame i covers [i / fps, (i + 1) / fps) of the file
+    first = math.floor((offset + start) * src_fps + 1e-9)
+    last = min(math.ceil((offset + end) * src_fps - 1e-9) - 1, total - 1)
+    available = last - first + 1
     nframes = min(nframes, available - available % 2) if available >= 2 else 0
     if nframes < 2:
-        raise ToolError("out_of_range", f"[{start}, {end}] s holds fewer than 2 frames at {src_fps:.2f} fps")
-    clip = VideoRef(path=ref.path, start=offset + start, end=offset + end, nframes=nframes,
+        raise ToolError("out_of_range", f"[{start}, {end}] s covers fewer than 2 frames at {src_fps:.2f} fps")
+    # half a frame inside each end, so the decoder's own rounding picks exactly frames first..last
+    clip = VideoRef(path=ref.path, start=(first - 0.5) / src_fps, end=(last + 0.5) / src_fps, nframes=nframes,
                     max_pixels=b.frame_max_pixels, frame_fps=ref.frame_fps)
     media = decode_video(clip, state.sample_id, MediaBudget(nframes=nframes, min_pixels=b.frame_min_pixels,
                                                              max_pixels=b.frame_max_pixels))
