@@ -4,15 +4,14 @@ come from the dataset; the model gives numbers, checked by the schema and here a
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from typing import List, Optional
 
 import numpy as np
 import torch
 
 from mmrl.data.schema import Media, VideoRef
-from mmrl.media.decode import MediaBudget, _resize, decode_video
+from mmrl.media.decode import _resize, decode_indices, probe
+from mmrl.media.sampling import qwen_indices
 from mmrl.tools.episode import EpisodeState
 from mmrl.tools.registry import ToolError, ToolOutput, tool
 
@@ -49,22 +48,12 @@ def _video(state: EpisodeState) -> VideoRef:
     return state.sample.video
 
 
-def _frame_files(path: str) -> List[Path]:
-    return sorted(p for p in Path(path).iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
-
-
-def _source(ref: VideoRef):
-    """``(fps, frame count)`` of the file and the clip's ``[offset, duration]`` in seconds."""
-    if os.path.isdir(ref.path):
-        fps, total = ref.frame_fps or 3.0, len(_frame_files(ref.path))
-    else:
-        import decord
-
-        vr = decord.VideoReader(ref.path, num_threads=1)
-        fps, total = float(vr.get_avg_fps()) or 1.0, len(vr)
+def _source(ref: VideoRef, sample_id: str):
+    """The file (``VideoInfo``: frame count, rate) and the clip's ``[offset, duration]`` in seconds."""
+    info = probe(ref.path, sample_id, ref.frame_fps)
     offset = max(0.0, ref.start or 0.0)
-    end = total / fps if ref.end is None else min(ref.end, total / fps)
-    return fps, total, offset, max(0.0, end - offset)
+    end = info.duration if ref.end is None else min(ref.end, info.duration)
+    return info, offset, max(0.0, end - offset)
 
 
 def _check_interval(start: float, end: float, duration: float) -> None:
@@ -78,7 +67,7 @@ def _check_interval(start: float, end: float, duration: float) -> None:
 def video_seek(state: EpisodeState, start: float, end: float, nframes: Optional[int] = None,
                fps: Optional[float] = None) -> ToolOutput:
     ref = _video(state)
-    src_fps, total, offset, duration = _source(ref)
+    info, offset, duration = _source(ref, state.sample_id)
     _check_interval(start, end, duration)
     end = min(end, duration)
     b = state.budget
@@ -89,35 +78,28 @@ def video_seek(state: EpisodeState, start: float, end: float, nframes: Optional[
     if fps is not None:  # the frame count the rate gives, capped by the budget (an even count, as Qwen samples)
         nframes = min(b.max_frames, max(2, 2 * round(fps * (end - start) / 2)))
     # the frames that cover [start, end): frame i covers [i / fps, (i + 1) / fps) of the file
-    first = math.floor((offset + start) * src_fps + 1e-9)
-    last = min(math.ceil((offset + end) * src_fps - 1e-9) - 1, total - 1)
+    first = math.floor((offset + start) * info.fps + 1e-9)
+    last = min(math.ceil((offset + end) * info.fps - 1e-9) - 1, info.num_frames - 1)
     available = last - first + 1
     nframes = min(nframes, available - available % 2) if available >= 2 else 0
     if nframes < 2:
-        raise ToolError("out_of_range", f"[{start}, {end}] s covers fewer than 2 frames at {src_fps:.2f} fps")
-    # half a frame inside each end, so the decoder's own rounding picks exactly frames first..last
-    clip = VideoRef(path=ref.path, start=(first - 0.5) / src_fps, end=(last + 0.5) / src_fps, nframes=nframes,
-                    max_pixels=b.frame_max_pixels, frame_fps=ref.frame_fps)
-    media = decode_video(clip, state.sample_id, MediaBudget(nframes=nframes, min_pixels=b.frame_min_pixels,
-                                                             max_pixels=b.frame_max_pixels))
-    times = [t - offset for t in media.timestamps]
+        raise ToolError("out_of_range", f"[{start}, {end}] s covers fewer than 2 frames at {info.fps:.2f} fps")
+    media = decode_indices(info, qwen_indices(first, last, nframes), state.sample_id, max_pixels=b.frame_max_pixels,
+                           min_pixels=b.frame_min_pixels)
+    media.timestamps = [t - offset for t in media.timestamps]
+    times = media.timestamps
     return ToolOutput(text=f"{len(times)} frames from {times[0]:.2f} s to {times[-1]:.2f} s.", media=media,
                       info={"interval": [float(start), float(end)], "frames": len(times)})
 
 
-def _source_frame(ref: VideoRef, t: float) -> torch.Tensor:
-    """The frame at clip time ``t`` at the file's own resolution, ``uint8 [C, H, W]``."""
-    fps, total, offset, _ = _source(ref)
-    idx = min(total - 1, max(0, round((offset + t) * fps)))
-    if os.path.isdir(ref.path):
-        from PIL import Image
+SOURCE_PIXELS = 1 << 40  # "no pixel cap": the source frame, its sides only rounded to multiples of 28
 
-        arr = np.asarray(Image.open(_frame_files(ref.path)[idx]).convert("RGB"))
-    else:
-        import decord
 
-        arr = decord.VideoReader(ref.path, num_threads=1).get_batch([idx]).asnumpy()[0]
-    return torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1)
+def _source_frame(ref: VideoRef, t: float, sample_id: str) -> torch.Tensor:
+    """The frame covering clip time ``t`` at (about) the file's own resolution, ``uint8 [C, H, W]``."""
+    info, offset, _ = _source(ref, sample_id)
+    idx = min(info.num_frames - 1, max(0, math.floor((offset + t) * info.fps + 1e-9)))
+    return decode_indices(info, [idx], sample_id, max_pixels=SOURCE_PIXELS).frames[0]
 
 
 def _source_image(state: EpisodeState) -> torch.Tensor:
@@ -136,10 +118,10 @@ def zoom(state: EpisodeState, box: List[float], time: Optional[float] = None) ->
     if sample is not None and sample.video is not None:
         if time is None:
             raise ToolError("invalid_arguments", "zoom: a video needs 'time'")
-        duration = _source(sample.video)[3]
-        if time > duration:
+        duration = _source(sample.video, state.sample_id)[2]
+        if time >= duration:
             raise ToolError("out_of_range", f"the video is {duration:.2f} s long; time {time} is past its end")
-        frame = _source_frame(sample.video, time)
+        frame = _source_frame(sample.video, time, state.sample_id)
     elif sample is not None and sample.image is not None:
         frame = _source_image(state)
     else:
