@@ -7,6 +7,10 @@ from mmrl.data.synth_seek import make_seek_world, overview_indices, teacher
 from mmrl.data.synth_video import PALETTE
 from mmrl.media.decode import MediaBudget, load_media
 
+from support import REPO
+
+SUITE = str(REPO / "tools" / "video_seek.yaml")
+
 
 @pytest.fixture(scope="module")
 def seek_world(tmp_path_factory):
@@ -28,7 +32,7 @@ def test_overview_misses_and_seek_finds_the_flash(seek_world):
     from mmrl.data.schema import Trajectory
 
     samples, _ = load_samples(str(seek_world / "train.json"))
-    suite = load_suite("tools/video_seek.yaml")
+    suite = load_suite(SUITE)
     assert {s.answer for s in samples} <= set(PALETTE) and len({s.answer for s in samples}) >= 3
     for s in samples:
         (t0, t1), = s.evidence.segments

@@ -15,7 +15,9 @@ from mmrl.models.scoring import response_logprobs
 from mmrl.rollout.agent_loop_tools import tool_loop
 from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.tools import load_suite
-from support import small_overrides
+from support import REPO, small_overrides
+
+SUITE = str(REPO / "tools" / "video_seek.yaml")
 
 
 class ScriptedEngine(RolloutEngine):
@@ -55,7 +57,7 @@ def test_seek_then_zoom_then_answer(video_world, tiny_model_path, tmp_path):
     script = ['<tool_call>{"name": "video_seek", "arguments": {"start": 0.5, "end": 1.5, "nframes": 4}}</tool_call>',
               '<tool_call>{"name": "zoom", "arguments": {"time": 1.0, "box": [0.0, 0.0, 0.5, 0.5]}}</tool_call>',
               "(A)"]
-    suite = load_suite("tools/video_seek.yaml")
+    suite = load_suite(SUITE)
     suite.config.max_turns = 4  # the third turn answers: the environment ends the episode
     engine = ScriptedEngine(model, proc.tokenizer, script)
     trajs = tool_loop(proc, suite).run(engine, [req], SamplingParams(max_new_tokens=64))
@@ -93,7 +95,7 @@ def test_an_invalid_call_is_answered_with_its_error(video_world, tiny_model_path
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
     req = _request(proc, video_world, n=1)
     engine = ScriptedEngine(model, proc.tokenizer, ['<tool_call>{"name": "video_seek", "arguments": {"path": "/etc/passwd"}}</tool_call>', "B"])
-    (t,) = tool_loop(proc, load_suite("tools/video_seek.yaml")).run(engine, [req], SamplingParams(max_new_tokens=64))
+    (t,) = tool_loop(proc, load_suite(SUITE)).run(engine, [req], SamplingParams(max_new_tokens=64))
     call = t.turns[0]
     assert call["valid"] is False and call["reason"] == "invalid_arguments"
     assert "error (invalid_arguments)" in proc.tokenizer.decode(t.segments[1].ids) and "vision" not in t.segments[1].vision
@@ -104,7 +106,7 @@ def test_rl_step_with_tools_from_config(video_world, tiny_model_path, tmp_path):
     from mmrl.train.update import policy_update
 
     cfg = load_config(None, small_overrides(video_world, tmp_path / "rl", tiny_model_path)
-                      + ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml"])
+                      + ["rollout.agent_loop=multi_turn", f"rollout.tools={SUITE}"])
     tr = RLTrainer(cfg, quiet=True)
     m = tr.train_step()
     assert "tools/invalid_frac" in m and "tools/invalid/over_budget" in m and m["tools/turns_per_episode"] >= 1
@@ -126,16 +128,16 @@ def test_config_requires_tools_with_multi_turn():
     with pytest.raises(ConfigError, match="rollout.tools"):
         load_config([], ["rollout.agent_loop=multi_turn"])
     with pytest.raises(ConfigError, match="needs rollout.agent_loop=multi_turn"):
-        load_config([], ["rollout.tools=tools/video_seek.yaml"])
+        load_config([], [f"rollout.tools={SUITE}"])
     with pytest.raises(ConfigError, match="no_such.yaml"):
         check_rollout_config(load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=no_such.yaml"]).rollout)
     from mmrl.train.plan import describe_plan
 
-    lines = describe_plan(load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml"]))
-    assert "rollout loop: multi_turn with tools/video_seek.yaml (video_seek, zoom): <= 3 turns, <= 2 calls" in "\n".join(lines)
+    lines = describe_plan(load_config([], ["rollout.agent_loop=multi_turn", f"rollout.tools={SUITE}"]))
+    assert f"rollout loop: multi_turn with {SUITE} (video_seek, zoom): <= 3 turns, <= 2 calls" in "\n".join(lines)
     for bad in ("train.backend=deepspeed", "rollout.seed_per_group=true", "rollout.engine=vllm"):
         with pytest.raises(ConfigError, match="train.backend=torch"):
-            load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml", bad])
+            load_config([], ["rollout.agent_loop=multi_turn", f"rollout.tools={SUITE}", bad])
 
 
 def test_resume_in_a_multi_turn_run_matches_a_straight_run(video_world, tiny_model_path, tmp_path):
@@ -152,7 +154,7 @@ def test_resume_in_a_multi_turn_run_matches_a_straight_run(video_world, tiny_mod
 
     def cfg(out, steps):
         c = load_config(None, small_overrides(video_world, out, tiny_model_path)
-                        + ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml", f"train.steps={steps}"])
+                        + ["rollout.agent_loop=multi_turn", f"rollout.tools={SUITE}", f"train.steps={steps}"])
         c.rewards = [RewardConfig("test_even_tokens_mt", 1.0)]
         return c
 
@@ -183,6 +185,6 @@ def test_re_scoring_algorithms_are_refused_with_multi_turn():
                 return Needs(rescore={"gray": Intervention("gray", {"value": 128})})
 
     with pytest.raises(ConfigError, match="algorithm.name.*re-scores"):
-        load_config([], ["rollout.agent_loop=multi_turn", "rollout.tools=tools/video_seek.yaml",
+        load_config([], ["rollout.agent_loop=multi_turn", f"rollout.tools={SUITE}",
                          "algorithm.name=test_mt_rescore"])
     load_config([], ["algorithm.name=test_mt_rescore"])  # single-turn: fine

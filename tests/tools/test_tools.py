@@ -10,8 +10,11 @@ from mmrl.data.annotations import load_samples
 from mmrl.errors import ConfigError
 from mmrl.tools import EpisodeState, ToolBudget, load_suite, media_tokens, run_call, tool
 from mmrl.tools.metrics import tool_metrics
-from mmrl.tools.suite import ToolSuite, SuiteConfig
 from mmrl.tools.registry import TOOLS, ToolOutput
+
+from support import REPO
+
+SUITE = str(REPO / "tools" / "video_seek.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +29,7 @@ def image_sample(image_world):
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
-    return load_suite("tools/video_seek.yaml")
+    return load_suite(SUITE)
 
 
 def _state(sample, **budget):
