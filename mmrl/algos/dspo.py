@@ -13,7 +13,7 @@ saves that pass). Per response, with candidates e_k of step 3 located in the res
     R   = R_rewards + cf_weight * R_cf + div_weight * (R_div^w - mean_k t_k)
 
 so that ``div_weight`` must equal the ``dspo_div`` reward's weight (0.3 in the paper) for R to be the paper's.
-Malformed responses (and K < 2) get R_cf = 0 and keep their reward.
+Malformed responses (``dspo_format`` 0, truncated ones included, or K < 2) get R_cf = 0 and keep their reward.
 
 Our reading (not the paper): the masked region is the sample's **evidence box** in pixels (the default
 intervention ``occlude_box``), not the response's own box, and not the post-encoder visual tokens the paper zeroes;
@@ -134,8 +134,12 @@ class DSPO(AlgorithmSpec):
         k_max = sum(1 for n in batch.components if n.startswith("dspo_div/t"))
         orig = batch.rescored["cvig_orig"] if self.params.p_source == "rescore" else batch.logprobs
         tok = _tokenizer(self.params.tokenizer)
+        fmt = batch.components.get("dspo_format")  # 0 also for truncated responses, which the text alone hides
         rcf, wmax, used = [], [], 0
         for i in range(len(batch)):
+            if fmt is not None and float(fmt[i]) == 0.0:
+                rcf.append(0.0)
+                continue
             terms = [float(batch.components[TERM.format(j)][i]) for j in range(k_max)]
             res = cvig_row(batch.texts[i], batch.response_ids[i].tolist(), orig[i], batch.rescored["cvig"][i],
                            float(batch.components["dspo_evidence/mask_area"][i]), terms, tok, self.params.tau,

@@ -114,6 +114,9 @@ def test_cvig_shapes_reward(tiny_model_path):
     # the ablation without CVIG leaves the reward as the rewards gave it
     plain = build_spec("dspo", {"cvig": False}, LossParams()).advantages(batch)
     assert torch.allclose(plain.rewards, batch.rewards)
+    # a response the format reward zeroed (e.g. truncated) gets no CVIG term even when its text parses
+    comps["dspo_format"] = torch.tensor([0.0, 0.0])
+    assert torch.allclose(spec.advantages(batch).rewards, batch.rewards)
     del comps["dspo_evidence/mask_area"]
     with pytest.raises(ConfigError, match="dspo_evidence"):
         spec.advantages(batch)
