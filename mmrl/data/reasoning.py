@@ -1,10 +1,11 @@
 """An optional reasoning span for the synthetic video world's SFT targets (FastRL's bench needs long responses).
 
 ``reasoning_target(item)`` writes a short, grounded chain of thought (built from the clip's own ``meta``: the
-colours, the direction, the frames where the squares are on screen) followed by ``<answer>L</answer>``, 33-42
-tokens of the tiny model's tokenizer. ``add_reasoning_targets(path)`` stores it as ``meta["sft_target"]`` in a world's JSON split; the SFT warm-up
-(``mmrl.train.sft``) trains on ``meta["sft_target"]`` when a sample has one, on the bare letter otherwise. The
-accuracy reward and the synthetic eval read the letter inside ``<answer>...</answer>`` (``mmrl.rewards.parsing``).
+colours, the direction, the frames where the squares are on screen) followed by ``<answer>L</answer>``, 40-49
+tokens of the tiny model's tokenizer. ``add_reasoning_targets(path)`` stores it as ``meta["sft_response"]`` in a
+world's JSON split; the SFT warm-up (``mmrl.train.sft.sft_target``) trains on ``meta["sft_response"]`` when a sample
+has one, on the bare letter otherwise. The accuracy reward and the synthetic eval read the letter inside
+``<answer>...</answer>`` (``mmrl.rewards.parsing``).
 """
 from __future__ import annotations
 
@@ -41,11 +42,11 @@ def reasoning_target(item: Dict) -> str:
 
 
 def add_reasoning_targets(path: str) -> int:
-    """Add ``meta["sft_target"]`` to every item of the JSON split at ``path`` (in place); returns the count."""
+    """Add ``meta["sft_response"]`` to every item of the JSON split at ``path`` (in place); returns the count."""
     with open(path) as f:
         items = json.load(f)
     for it in items:
-        it["meta"] = dict(it.get("meta") or {}, sft_target=reasoning_target(it))
+        it["meta"] = dict(it.get("meta") or {}, sft_response=reasoning_target(it))
     with open(path, "w") as f:
         json.dump(items, f, indent=1)
     return len(items)

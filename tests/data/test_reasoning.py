@@ -24,7 +24,7 @@ def test_every_qtype_reasons_then_answers_its_gold_letter(video_world, tiny_mode
     path.write_text(json.dumps(items))
     assert add_reasoning_targets(str(path)) == len(items)
     stored = json.loads(path.read_text())
-    assert all(s["meta"]["sft_target"] == reasoning_target(it) for s, it in zip(stored, items))
+    assert all(s["meta"]["sft_response"] == reasoning_target(it) for s, it in zip(stored, items))
     assert stored[0]["meta"]["seed"] == items[0]["meta"]["seed"]  # the world's own meta is kept
 
 
