@@ -1,21 +1,29 @@
-"""``mmrl`` command line: make-tiny-model, data synth, sft, train, eval, views preview, demo.
+"""mmrl command line: make-tiny-model, data synth, sft, train, eval, views preview, demo.
 
-Run configs are YAML plus dotted overrides: ``mmrl train --config configs/grpo_demo.yaml rollout.n=8``.
-User-facing errors (bad config key, bad sample, missing file) print one line and exit with status 2.
+Run configs are YAML plus dotted overrides: mmrl train --config configs/demo.yaml rollout.n=8.
+User-facing errors (bad config key, bad sample, missing file) print one line and exit with status 2;
+--debug shows the full traceback instead. SIGINT/SIGTERM during training save a checkpoint at the next step
+and print the command that resumes it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import traceback
 
-from mmrl.errors import MMRLError
+from mmrl import __version__
+from mmrl.errors import ConfigError, MMRLError
 
 
-def _cfg(args):
+def _cfg(args, kind: str):
     from mmrl.config import load_config
+    from mmrl.validate import check_yaml, validate
 
-    return load_config(args.config or [], args.overrides)
+    check_yaml(args.config or [])
+    cfg = load_config(args.config or [], args.overrides)
+    validate(cfg, kind)
+    return cfg
 
 
 def cmd_make_tiny(args) -> None:
@@ -24,26 +32,55 @@ def cmd_make_tiny(args) -> None:
     print(make_tiny_model(args.out))
 
 
+_SYNTH_FLAGS = {"size": "--size", "n_frames": "--frames", "fps": "--fps"}
+
+
 def cmd_synth(args) -> None:
-    if args.kind == "video":
-        from mmrl.data.synth_video import make_video_world
+    if args.n_train < 1 or args.n_test < 0:
+        raise ConfigError(f"data synth: --n-train must be >= 1 and --n-test >= 0, got {args.n_train} and {args.n_test}")
+    try:
+        if args.kind == "video":
+            from mmrl.data.synth_video import check_world_args, make_video_world
 
-        info = make_video_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size,
-                                n_frames=args.frames, fps=args.fps)
-    else:
-        from mmrl.data.synth_image import make_image_world
+            check_world_args(args.size, args.frames, args.fps)
+            info = make_video_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size,
+                                    n_frames=args.frames, fps=args.fps, fixed_options=args.fixed_options)
+        else:
+            from mmrl.data.synth_image import make_image_world
 
-        info = make_image_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+            if args.fixed_options:
+                raise ConfigError("data synth: --fixed-options applies to --kind video only")
+            if args.size < 24 or args.size % 2:
+                raise ValueError(f"size must be an even number >= 24, got {args.size}")
+            info = make_image_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+    except ValueError as e:
+        msg = str(e)
+        for name, flag in _SYNTH_FLAGS.items():
+            if msg.startswith(name + " "):
+                msg = flag + msg[len(name):]
+        raise ConfigError(f"data synth: {msg}") from None
     print(json.dumps(info, indent=2, default=str))
 
 
-def cmd_sft(args) -> None:
-    from mmrl.train.sft import run_sft
+def _run_mode(args) -> tuple:
+    resume = "auto" if args.auto_resume else bool(args.resume)
+    if args.resume and args.auto_resume:
+        raise ConfigError("--resume and --auto-resume exclude each other")
+    return resume, args.overwrite
 
-    cfg = _cfg(args)
+
+def cmd_sft(args) -> None:
+    from mmrl.train.run_dir import open_run
+
+    cfg = _cfg(args, "sft")
+    resume, overwrite = _run_mode(args)
+    open_run(cfg.train.out_dir, "sft", resume, overwrite, check_only=True)
     if args.dry_run:
         return _plan(cfg, "sft")
-    run_sft(cfg, quiet=args.quiet)
+    from mmrl.train.sft import run_sft
+
+    run_sft(cfg, quiet=args.quiet, resume=resume, overwrite=overwrite)
+    _summary(cfg.train.out_dir)
 
 
 def _plan(cfg, what: str) -> None:
@@ -56,39 +93,118 @@ def _plan(cfg, what: str) -> None:
         print(f"# {cfg.train.steps} steps x {cfg.train.prompts_per_step} prompts x {g} responses = "
               f"{cfg.train.steps * cfg.train.prompts_per_step * g} trajectories; algorithm {cfg.algorithm.name}, "
               f"loss {cfg.algorithm.loss}, backend {cfg.train.backend}, engine {cfg.rollout.engine}")
+    else:
+        print(f"# {cfg.sft.steps} steps x {cfg.sft.batch_size} samples; lr {cfg.sft.lr}")
+
+
+def _summary(out_dir: str) -> None:
+    """Where the run left its results (the end-of-run summary)."""
+    from pathlib import Path
+
+    from mmrl.train.run_dir import checkpoints
+
+    out = Path(out_dir)
+    lines = [f"mmrl: run finished in {out}"]
+    if (out / "final").exists():
+        lines.append(f"  final model   {out / 'final'}   (use as model.path, or mmrl eval synthetic --model)")
+    ck = checkpoints(out)
+    if ck:
+        lines.append(f"  checkpoints   {', '.join(p.name for p in ck)} in {out / 'checkpoints'}")
+    for name, what in (("metrics.jsonl", "metrics     "), ("report.md", "report      "), ("tb", "tensorboard "),
+                       ("skipped.jsonl", "skipped     ")):
+        if (out / name).exists() and (name != "skipped.jsonl" or (out / name).stat().st_size):
+            lines.append(f"  {what}  {out / name}")
+    print("\n".join(lines))
 
 
 def cmd_train(args) -> None:
-    cfg = _cfg(args)
+    from mmrl.train.run_dir import open_run
+
+    cfg = _cfg(args, "train")
+    resume, overwrite = _run_mode(args)
+    open_run(cfg.train.out_dir, "train", resume, overwrite, check_only=True)
     if args.dry_run:
         return _plan(cfg, "train")
     if cfg.train.backend == "deepspeed":
         from mmrl.train.deepspeed_backend import run_deepspeed
 
-        run_deepspeed(cfg, resume=args.resume, quiet=args.quiet)
+        if resume == "auto" or overwrite:
+            raise ConfigError("train.backend=deepspeed supports --resume only (not --auto-resume / --overwrite) yet")
+        run_deepspeed(cfg, resume=resume, quiet=args.quiet)
+        _summary(cfg.train.out_dir)
         return
     from mmrl.train.rl_trainer import RLTrainer
 
-    RLTrainer(cfg, quiet=args.quiet).run(resume=args.resume)
+    RLTrainer(cfg, quiet=args.quiet).run(resume=resume, overwrite=overwrite)
+    _summary(cfg.train.out_dir)
 
 
 def cmd_eval(args) -> None:
     if args.bench == "synthetic":
-        from mmrl.config import DataConfig
         from mmrl.eval.synthetic import evaluate_checkpoint
+        from mmrl.validate import check_model_path
 
+        if not args.model or not args.data:
+            raise ConfigError("mmrl eval synthetic: --model (a checkpoint folder or 'tiny') and --data (an annotation "
+                              "file) are required")
+        check_model_path(args.model, "--model")
+        data_cfg, max_new = _eval_data_cfg(args)
         viewset = None
         if args.viewset:
             from mmrl.views import ViewSet
 
-            viewset = ViewSet.load(args.viewset)
-        res = evaluate_checkpoint(args.model, args.data, DataConfig(nframes=args.nframes, on_error=args.on_error),
-                                  out_dir=args.out, viewset=viewset, limit=args.limit)
-        print(json.dumps(res, indent=2))
+            viewset = ViewSet.load(args.viewset, abstain_text=data_cfg.prompt.abstain_text)
+            print(f"view set '{viewset.name}': each question also lists the abstention option "
+                  f"'{viewset.abstain_text}' (right on views that remove the evidence)")
+        res = evaluate_checkpoint(args.model, args.data, data_cfg, out_dir=args.out, viewset=viewset, limit=args.limit,
+                                  max_new_tokens=max_new, batch_prompts=args.batch)
+        _print_eval(res, args.out)
     else:
         from mmrl.eval.cli_bench import run_benchmark_cli
 
         run_benchmark_cli(args)
+
+
+def _eval_data_cfg(args):
+    """The data settings of ``eval synthetic``: a training run's config (``--config``) or the defaults, then flags."""
+    from mmrl.config import DataConfig
+
+    max_new = 8
+    if args.config:
+        from mmrl.config import load_config
+        from mmrl.validate import check_yaml
+
+        check_yaml([args.config])
+        cfg = load_config([args.config])
+        data_cfg, max_new = cfg.data, cfg.rollout.max_new_tokens
+    else:
+        data_cfg = DataConfig()
+    data_cfg.on_error = args.on_error
+    if args.nframes is not None:
+        data_cfg.nframes = args.nframes
+    if args.max_pixels is not None:
+        data_cfg.max_pixels = args.max_pixels
+    if args.max_new_tokens is not None:
+        max_new = args.max_new_tokens
+    return data_cfg, max_new
+
+
+def _print_eval(res: dict, out_dir) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"held-out accuracy ({res['n']} questions, {res['errors']} unusable, scored wrong)")
+    t.add_column("question type")
+    t.add_column("accuracy %", justify="right")
+    for q, v in res["per_qtype"].items():
+        t.add_row(q, f"{100 * v:.1f}")
+    t.add_row("macro", f"{100 * res['macro_accuracy']:.1f}")
+    t.add_row("overall", f"{100 * res['accuracy']:.1f}")
+    for k, v in (res.get("view_metrics") or {}).items():
+        t.add_row(k, f"{100 * v:.1f}" if isinstance(v, float) else str(v))
+    Console().print(t)
+    if out_dir:
+        print(f"predictions: {out_dir}/predictions.jsonl; summary: {out_dir}/summary.json")
 
 
 def cmd_views_preview(args) -> None:
@@ -103,53 +219,76 @@ def cmd_demo(args) -> None:
     run_demo(out_dir=args.out, seed=args.seed, quick=args.quick, overrides=args.overrides)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mmrl", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after every option's help; descriptions kept as written."""
 
-    s = sub.add_parser("make-tiny-model", help="write the embedded tiny Qwen2.5-VL checkpoint")
-    s.add_argument("out")
+
+def _sub(parent, name: str, help: str, common):
+    return parent.add_parser(name, help=help, description=help, formatter_class=_Help, parents=[common])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="on an error, show the full traceback (default: one line)")
+    p = argparse.ArgumentParser(prog="mmrl", description=__doc__, formatter_class=_Help)
+    p.add_argument("--version", action="version", version=f"mmrl {__version__}")
+    p.add_argument("--debug", action="store_true", help="on an error, show the full traceback instead of one line")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    s = _sub(sub, "make-tiny-model", "write the embedded tiny Qwen2.5-VL checkpoint", common)
+    s.add_argument("out", help="output folder")
     s.set_defaults(fn=cmd_make_tiny)
 
-    d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
-    s = d.add_parser("synth", help="generate a synthetic world (real MP4s / PNGs + annotations)")
-    s.add_argument("--out", required=True)
-    s.add_argument("--kind", choices=["video", "image"], default="video")
-    s.add_argument("--n-train", type=int, default=512)
-    s.add_argument("--n-test", type=int, default=128)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--size", type=int, default=56)
-    s.add_argument("--frames", type=int, default=8)
-    s.add_argument("--fps", type=float, default=4.0)
+    d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True, metavar="COMMAND")
+    s = _sub(d, "synth", "generate a synthetic world (real MP4s / PNGs + annotations)", common)
+    s.add_argument("--out", required=True, help="output folder (videos/ or images/, train.json, test.json)")
+    s.add_argument("--kind", choices=["video", "image"], default="video", help="video clips or single images")
+    s.add_argument("--n-train", type=int, default=512, help="training questions")
+    s.add_argument("--n-test", type=int, default=128, help="held-out questions")
+    s.add_argument("--seed", type=int, default=0, help="world seed")
+    s.add_argument("--size", type=int, default=56, help="frame side in pixels (even, >= 24)")
+    s.add_argument("--frames", type=int, default=8, help="frames per clip (>= 4; video)")
+    s.add_argument("--fps", type=float, default=4.0, help="frames per second of the clips (video)")
+    s.add_argument("--fixed-options", action="store_true",
+                   help="list every question's whole answer pool in a fixed order (the demo's world; video)")
     s.set_defaults(fn=cmd_synth)
 
     for name, fn, helptext in (("sft", cmd_sft, "supervised warm-up"), ("train", cmd_train, "RL training")):
-        s = sub.add_parser(name, help=helptext)
+        s = _sub(sub, name, helptext, common)
         s.add_argument("--config", action="append", help="YAML config (repeatable; later files override)")
-        s.add_argument("--dry-run", action="store_true", help="build and print the config and plan; load nothing")
-        s.add_argument("--quiet", action="store_true")
-        if name == "train":
-            s.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in train.out_dir")
-        s.add_argument("overrides", nargs="*", help="dotted overrides key=value")
+        s.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; load nothing")
+        s.add_argument("--quiet", action="store_true", help="no progress bar")
+        s.add_argument("--resume", action="store_true",
+                       help="continue from the latest checkpoint in train.out_dir (an error when there is none)")
+        s.add_argument("--auto-resume", action="store_true",
+                       help="continue from the latest checkpoint when there is one, else start at step 0")
+        s.add_argument("--overwrite", action="store_true",
+                       help="delete the previous run's artifacts in train.out_dir first (else a non-empty run "
+                            "directory is refused)")
+        s.add_argument("overrides", nargs="*", help="dotted overrides key=value (e.g. rollout.n=8)")
         s.set_defaults(fn=fn)
 
-    e = sub.add_parser("eval", help="evaluation")
-    e.add_argument("bench", choices=["synthetic", "mvbench", "ovobench"])
+    e = _sub(sub, "eval", "evaluation", common)
+    e.add_argument("bench", choices=["synthetic", "mvbench", "ovobench"], help="benchmark")
     e.add_argument("--model", help="checkpoint folder or 'tiny'")
-    e.add_argument("--data", help="annotation file (synthetic)")
+    e.add_argument("--data", help="synthetic: annotation file")
+    e.add_argument("--config", help="synthetic: a training run's config.yaml (prompt, frames, pixels, max_new_tokens)")
     e.add_argument("--data-root", help="MVBench root (json/ and video folders)")
     e.add_argument("--anno", help="OVO-Bench annotation file")
     e.add_argument("--video-root", help="OVO-Bench videos (source or pre-chunked)")
     e.add_argument("--protocol", default="original", help="MVBench protocol: original | lmms-eval")
     e.add_argument("--score-only", nargs="*", help="OVO-Bench: score existing result files")
-    e.add_argument("--viewset")
-    e.add_argument("--out")
-    e.add_argument("--limit", type=int, default=0)
-    e.add_argument("--nframes", type=int, default=4)
-    e.add_argument("--batch", type=int, default=8)
-    e.add_argument("--on-error", choices=["raise", "skip"], default="skip")
-    e.add_argument("--max-pixels", type=int, help="mvbench/ovobench: pixel budget per frame (default 112*112)")
-    e.add_argument("--max-new-tokens", type=int, help="mvbench/ovobench: default from eval/<bench>.yaml")
+    e.add_argument("--viewset", help="synthetic: also evaluate on the views of this view set")
+    e.add_argument("--out", help="output folder (predictions.jsonl, summary.json)")
+    e.add_argument("--limit", type=int, default=0, help="first N questions only (0 = all)")
+    e.add_argument("--nframes", type=int, help="synthetic: frames per clip (default: --config's, else 4)")
+    e.add_argument("--batch", type=int, default=8, help="prompts per generation batch")
+    e.add_argument("--on-error", choices=["raise", "skip"], default="skip",
+                   help="an unusable sample: stop, or list it in predictions.jsonl and score it wrong")
+    e.add_argument("--max-pixels", type=int, help="pixel budget per frame (default: --config's, else 112*112)")
+    e.add_argument("--max-new-tokens", type=int, help="generation budget (default: --config's, else 8; "
+                                                      "mvbench/ovobench: eval/<bench>.yaml)")
     e.add_argument("--num-segments", type=int, help="mvbench: frames per item (default 16, eval/mvbench*.yaml)")
     e.add_argument("--tasks", help="mvbench/ovobench: comma-separated task names (default: all)")
     e.add_argument("--layout", choices=["official", "hf_video"], help="mvbench: annotation layout (default: auto)")
@@ -160,19 +299,20 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: bfloat16 on GPU")
     e.set_defaults(fn=cmd_eval)
 
-    v = sub.add_parser("views", help="counterfactual view sets").add_subparsers(dest="views_cmd", required=True)
-    s = v.add_parser("preview", help="contact sheet of every view of one sample")
-    s.add_argument("--viewset", required=True)
-    s.add_argument("--data", required=True)
-    s.add_argument("--sample", required=True)
-    s.add_argument("--out", required=True)
-    s.add_argument("--nframes", type=int, default=8)
-    s.add_argument("--seed", type=int, default=0)
+    v = sub.add_parser("views", help="counterfactual view sets").add_subparsers(dest="views_cmd", required=True,
+                                                                                metavar="COMMAND")
+    s = _sub(v, "preview", "contact sheet of every view of one sample", common)
+    s.add_argument("--viewset", required=True, help="view set YAML")
+    s.add_argument("--data", required=True, help="annotation file")
+    s.add_argument("--sample", required=True, help="sample id")
+    s.add_argument("--out", required=True, help="output PNG")
+    s.add_argument("--nframes", type=int, help="frames to show (default: every frame of the clip)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random views")
     s.set_defaults(fn=cmd_views_preview)
 
-    s = sub.add_parser("demo", help="tiny model -> synthetic video world -> SFT -> GRPO -> eval")
-    s.add_argument("--out", default="runs/demo")
-    s.add_argument("--seed", type=int, default=0)
+    s = _sub(sub, "demo", "tiny model -> synthetic video world -> SFT -> GRPO -> eval", common)
+    s.add_argument("--out", default="runs/demo", help="output folder (replaced on every run)")
+    s.add_argument("--seed", type=int, default=0, help="world and training seed")
     s.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
     s.add_argument("overrides", nargs="*", help="dotted overrides applied to configs/demo.yaml")
     s.set_defaults(fn=cmd_demo)
@@ -180,12 +320,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from mmrl.train.interrupt import Interrupted, set_command
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # valid anywhere on the line, also between dotted overrides
+    argv = [a for a in argv if a != "--debug"]
     args = build_parser().parse_args(argv)
+    set_command(argv)
     try:
         args.fn(args)
+    except Interrupted as e:
+        print(f"mmrl: {e}", file=sys.stderr)
+        return e.exit_code
     except MMRLError as e:
+        if debug:
+            traceback.print_exc()
         print(f"mmrl: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print("mmrl: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug, not bad input: still one line unless --debug
+        if debug:
+            raise
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        print(f"mmrl: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+              f"(at {where.filename}:{where.lineno}; run with --debug for the full traceback)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -18,7 +18,8 @@ class MetricsLogger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(str(Path(out_dir) / "tb"))
+                # after a resume, drop the events logged past the checkpoint (else TensorBoard shows those steps twice)
+                self.tb = SummaryWriter(str(Path(out_dir) / "tb"), purge_step=resume_step + 1 if resume_step else None)
             except ImportError:
                 self.tb = None
 

@@ -18,7 +18,11 @@ from mmrl.models.loading import load_model_and_processor
 from mmrl.rewards import RewardContext, compute_rewards
 from mmrl.rewards.base import RewardSpec
 from mmrl.rollout.base import SamplingParams, build_engine
+from mmrl.errors import RewardError
 from mmrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from mmrl.train.interrupt import graceful_stop
+from mmrl.train.run_dir import Resume, open_run
+from mmrl.train.skips import skip_log_for
 from mmrl.train.data_stream import DataStream
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
@@ -138,6 +142,8 @@ class RLTrainer:
         if cfg.algorithm.dynamic_sampling:
             si, trajs, comps, total, rounds = self._dynamic_sampling(si, trajs, comps, total)
         t1 = time.perf_counter()
+        if getattr(self, "skips", None) is not None:
+            self.skips.add(si.skipped, "rollout", self.step + 1)
         metrics: Dict[str, float] = {"skipped_samples": float(len(si.skipped)), "resample_rounds": float(rounds)}
         if not trajs:
             self.step += 1
@@ -204,28 +210,33 @@ class RLTrainer:
         from mmrl.eval.synthetic import evaluate_samples
 
         if self.test_samples is None:
-            self.test_samples, _ = load_samples(self.cfg.data.test, self.cfg.data.media_root, on_error="skip")
+            self.test_samples, self.test_errors = load_samples(self.cfg.data.test, self.cfg.data.media_root, on_error="skip")
             if self.cfg.train.eval_limit:
                 self.test_samples = self.test_samples[: self.cfg.train.eval_limit]
         res = evaluate_samples(self.model, self.processor, self.test_samples, self.cfg.data,
-                               max_new_tokens=self.cfg.rollout.max_new_tokens, viewset=None, engine=self.engine)
+                               max_new_tokens=self.cfg.rollout.max_new_tokens, viewset=None, engine=self.engine,
+                               load_errors=self.test_errors)  # unusable test items count, scored wrong
         return {"eval/accuracy": res["accuracy"], **{f"eval/acc_{k}": v for k, v in res["per_qtype"].items()}}
 
-    def run(self, resume: bool = False, eval_fn=None) -> List[Dict[str, float]]:
+    def run(self, resume: Resume = False, eval_fn=None, overwrite: bool = False) -> List[Dict[str, float]]:
+        """Train to ``train.steps``. ``resume``: False, True (needs a checkpoint) or "auto"; ``overwrite`` replaces
+        a previous run in ``train.out_dir`` (else refused); see ``mmrl.train.run_dir``."""
         cfg = self.cfg
         out_dir = Path(cfg.train.out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        rd = open_run(cfg.train.out_dir, "train", resume, overwrite, say=self._say)
         (out_dir / "config.yaml").write_text(to_yaml(cfg))
-        if resume:
-            self.resume()
+        if rd.checkpoint is not None:
+            self.resume(str(rd.checkpoint))
+        self.skips = skip_log_for(str(out_dir), cfg.data, self.samples, self.load_skipped, self.step)
+        self.stream.excluded = self.skips.excluded
         logger = MetricsLogger(str(out_dir), resume_step=self.step)
         history = []
         if eval_fn is None and cfg.train.eval_every and cfg.data.test:
             eval_fn = RLTrainer.evaluate
-        with progress(cfg.train.steps, "train", disable=self.quiet) as bar:
+        with progress(cfg.train.steps, "train", disable=self.quiet) as bar, graceful_stop(self.quiet) as stop:
             task = bar.add_task("train", total=cfg.train.steps, completed=self.step, info="")
             while self.step < cfg.train.steps:
-                m = self.train_step()
+                m = self._guarded_step()
                 if eval_fn is not None and cfg.train.eval_every and self.step % cfg.train.eval_every == 0:
                     m.update(eval_fn(self))
                 logger.log(self.step, m)
@@ -234,13 +245,32 @@ class RLTrainer:
                            info=f"reward {m.get('reward/total', float('nan')):.3f} acc {m.get('reward/accuracy', float('nan')):.3f}")
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                     self.save()
+                stop.check(self.save, self.step, cfg.train.out_dir)
         self.save()
         logger.close()
         self.export(str(out_dir / "final"))
         from mmrl.train.report import write_report
 
         write_report(str(out_dir), title=f"mmrl {cfg.algorithm.name} run")
+        self._say(self.skips.summary())
         return history
+
+    def _guarded_step(self) -> Dict[str, float]:
+        """One step; its skipped samples go to ``skipped.jsonl``. When it fails on a reward, a checkpoint of the
+        last completed step is kept (written if missing) before the error stops the run."""
+        try:
+            m = self.train_step()
+        except RewardError:
+            if not (Path(self.cfg.train.out_dir) / "checkpoints" / f"step_{self.step:06d}").exists() and self.step:
+                self.save()
+            raise
+        m["skipped_total"] = float(len(self.skips.excluded))
+        return m
+
+    @staticmethod
+    def _say(line: Optional[str]) -> None:
+        if line:
+            print(line)
 
     def export(self, path: str) -> str:
         from mmrl.models.loading import export_merged

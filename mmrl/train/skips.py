@@ -1,0 +1,81 @@
+"""Skip accounting: every sample left out of training is written to ``skipped.jsonl`` with its reason.
+
+One row per sample, the first time it fails: ``{"id", "file", "stage", "reason", "step"}`` where ``stage`` is
+``load`` (annotation item rejected when the file is read: missing answer, missing media, ...) or ``rollout`` /
+``sft`` (media decode or prompt build failed during a step). A sample that failed once is excluded from later
+epochs (``excluded``, consulted by ``DataStream``). Past ``data.max_skip_frac`` of the training split, or when
+no sample is usable at all, training stops with an error naming the file. On resume, rows written after the
+checkpoint step are dropped (those samples are tried again, as in the uninterrupted run).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+from mmrl.errors import DataError
+
+FILE = "skipped.jsonl"
+
+
+class SkipLog:
+    def __init__(self, out_dir: str, data_file: str, n_items: int, max_frac: float, files: Dict[str, str],
+                 resume_step: int = 0):
+        """``n_items``: items in the annotation file (usable + rejected at load); ``files``: sample id -> media."""
+        self.path = Path(out_dir) / FILE
+        self.data_file, self.n_items, self.max_frac, self.files = data_file, n_items, max_frac, files
+        self.rows: List[dict] = []
+        if self.path.exists() and resume_step > 0:
+            self.rows = [r for r in (json.loads(x) for x in self.path.read_text().splitlines() if x.strip())
+                         if r.get("step", 0) <= resume_step]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        self.excluded: Set[str] = {r["id"] for r in self.rows}
+
+    def add(self, pairs: Iterable[Tuple[str, str]], stage: str, step: int) -> int:
+        """Record ``(sample id, reason)`` pairs not seen before; returns how many were new. Checks the limit."""
+        new = [(sid, why) for sid, why in pairs if sid not in self.excluded]
+        if new:
+            with self.path.open("a") as f:
+                for sid, why in new:
+                    row = {"id": sid, "file": self.files.get(sid, self.data_file), "stage": stage, "reason": why,
+                           "step": step}
+                    self.rows.append(row)
+                    self.excluded.add(sid)
+                    f.write(json.dumps(row) + "\n")
+        self.check()
+        return len(new)
+
+    def check(self) -> None:
+        n = len(self.excluded)
+        if self.n_items and n >= self.n_items:
+            raise DataError(f"none of its {self.n_items} items is usable ({self._reasons()}); every one is listed in "
+                            f"{self.path}", path=self.data_file)
+        if self.n_items and n / self.n_items > self.max_frac:
+            raise DataError(f"{n} of {self.n_items} samples skipped ({100 * n / self.n_items:.1f}%), more than "
+                            f"data.max_skip_frac={self.max_frac}; most common: {self._reasons()}; all listed in "
+                            f"{self.path}", path=self.data_file)
+
+    def _reasons(self, top: int = 2) -> str:
+        # the reason without its sample-specific prefix ("sample 'x', file 'y': ...")
+        common = Counter(r["reason"].rsplit(": ", 1)[-1] for r in self.rows).most_common(top)
+        return "; ".join(f"{k!r} x{v}" for k, v in common)
+
+    def summary(self) -> Optional[str]:
+        """One line for the end of the run, or None when nothing was skipped."""
+        if not self.rows:
+            return None
+        by_stage = Counter(r["stage"] for r in self.rows)
+        stages = ", ".join(f"{v} at {k}" for k, v in sorted(by_stage.items()))
+        return (f"{len(self.rows)} of {self.n_items} samples skipped ({stages}); most common: {self._reasons()}; "
+                f"listed in {self.path}")
+
+
+def skip_log_for(out_dir: str, data_cfg, samples, load_skipped, resume_step: int = 0) -> SkipLog:
+    """The skip log of a training run over ``samples`` (usable) and ``load_skipped`` ((id, reason) at load)."""
+    files = {s.id: (s.video or s.image).path for s in samples}
+    log = SkipLog(out_dir, data_cfg.train, len(samples) + len(load_skipped), data_cfg.max_skip_frac, files,
+                  resume_step)
+    log.add(load_skipped, "load", 0)
+    return log
