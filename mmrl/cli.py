@@ -325,7 +325,14 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # valid anywhere on the line, also between dotted overrides
     argv = [a for a in argv if a != "--debug"]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    # argparse takes the dotted overrides in one run: those after a flag (`a=1 --resume b=2`) come back here
+    extra = [a for a in rest if "=" in a and not a.startswith("-")]
+    if len(extra) != len(rest) or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(a for a in rest if a not in extra or not hasattr(args, 'overrides'))}")
+    if extra:
+        args.overrides = list(args.overrides or []) + extra
     set_command(argv)
     try:
         args.fn(args)
