@@ -22,7 +22,7 @@ from mmrl.errors import RewardError
 from mmrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from mmrl.train.interrupt import graceful_stop
 from mmrl.train.run_dir import Resume, open_run
-from mmrl.train.skips import skip_log_for
+from mmrl.train.skips import check_loaded, skip_log_for
 from mmrl.train.data_stream import DataStream
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
@@ -62,6 +62,7 @@ class RLTrainer:
         self.engine = build_engine(cfg.rollout.engine, model=self.model, processor=self.processor,
                                    max_batch_sequences=cfg.rollout.max_batch_sequences, **extra)
         self.samples, self.load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
+        check_loaded(cfg.data, self.samples, self.load_skipped)
         self.stream = DataStream(self.samples, cfg.train.seed, cfg.data.shuffle)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.train)
         self.ref_model = self._build_ref() if cfg.algorithm.kl_coef > 0 else None

@@ -22,7 +22,7 @@ from mmrl.train.checkpoint import load_checkpoint, save_checkpoint
 from mmrl.train.data_stream import DataStream
 from mmrl.train.interrupt import graceful_stop
 from mmrl.train.run_dir import Resume, open_run
-from mmrl.train.skips import skip_log_for
+from mmrl.train.skips import check_loaded, skip_log_for
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory
@@ -43,6 +43,7 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
     rd = open_run(cfg.train.out_dir, "sft", resume, overwrite)
     model, processor = load_model_and_processor(cfg.model)
     samples, load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
+    check_loaded(cfg.data, samples, load_skipped)
     out_dir = Path(cfg.train.out_dir)
     skips = skip_log_for(str(out_dir), cfg.data, samples, load_skipped, rd.resume_step)
     stream = DataStream(samples, cfg.train.seed, cfg.data.shuffle)

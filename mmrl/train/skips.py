@@ -10,6 +10,7 @@ checkpoint step are dropped (those samples are tried again, as in the uninterrup
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
@@ -17,6 +18,12 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 from mmrl.errors import DataError
 
 FILE = "skipped.jsonl"
+_PREFIX = re.compile(r"^(sample '[^']*'(, file '[^']*')?: )?(item \d+: )?")
+
+
+def reason_kind(reason: str) -> str:
+    """A reason without its sample-specific prefix (``sample 'x', file 'y': `` / ``item 3: ``), for counting."""
+    return _PREFIX.sub("", reason, count=1)
 
 
 class SkipLog:
@@ -59,7 +66,7 @@ class SkipLog:
 
     def _reasons(self, top: int = 2) -> str:
         # the reason without its sample-specific prefix ("sample 'x', file 'y': ...")
-        common = Counter(r["reason"].rsplit(": ", 1)[-1] for r in self.rows).most_common(top)
+        common = Counter(reason_kind(r["reason"]) for r in self.rows).most_common(top)
         return "; ".join(f"{k!r} x{v}" for k, v in common)
 
     def summary(self) -> Optional[str]:
@@ -79,3 +86,17 @@ def skip_log_for(out_dir: str, data_cfg, samples, load_skipped, resume_step: int
                   resume_step)
     log.add(load_skipped, "load", 0)
     return log
+
+
+def check_loaded(data_cfg, samples, load_skipped) -> None:
+    """Right after the annotation file is read: refuse a file with no usable item, or with more rejected items
+    than ``data.max_skip_frac`` allows, naming the file and the most common reasons."""
+    n = len(samples) + len(load_skipped)
+    if not load_skipped or (samples and len(load_skipped) / n <= data_cfg.max_skip_frac):
+        return
+    common = Counter(reason_kind(why) for _, why in load_skipped).most_common(2)
+    reasons = "; ".join(f"{k!r} x{v}" for k, v in common)
+    if not samples:
+        raise DataError(f"none of its {n} items is usable ({reasons})", path=data_cfg.train)
+    raise DataError(f"{len(load_skipped)} of {n} items rejected ({100 * len(load_skipped) / n:.1f}%), more than "
+                    f"data.max_skip_frac={data_cfg.max_skip_frac}; most common: {reasons}", path=data_cfg.train)
