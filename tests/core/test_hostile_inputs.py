@@ -230,3 +230,22 @@ def test_all_bad_data_is_refused(capsys, video_world, tiny_model_path, tmp_path)
     (world / "noanswer.json").write_text(json.dumps([{k: v for k, v in it.items() if k != "answer"} for it in items]))
     _one_line_error(capsys, base + ["--overwrite", f"data.train={world / 'noanswer.json'}"], "noanswer.json",
                     "none of its 24 items is usable", "'answer': missing")
+
+
+def test_one_frame_clip_and_decoder_noise_become_one_error(tmp_path, capfd):
+    """qwen-vl-utils' "nframes should in interval [2, 1]" and decord's own stderr lines are translated into the
+    DataError naming sample and file."""
+    from PIL import Image
+
+    from mmrl.data.schema import VideoRef
+    from mmrl.errors import DataError
+    from mmrl.media.decode import decode_video
+
+    (tmp_path / "one").mkdir()
+    Image.new("RGB", (56, 56)).save(tmp_path / "one" / "000.jpg")
+    with pytest.raises(DataError, match=r"sample 's1', file '.*one': clip has 1 frame\(s\) in range; .* at least 2"):
+        decode_video(VideoRef(str(tmp_path / "one"), nframes=1), "s1")
+    (tmp_path / "bad.mp4").write_bytes(b"garbage" * 10)
+    with pytest.raises(DataError, match=r"sample 's2', file '.*bad.mp4': unreadable video"):
+        decode_video(VideoRef(str(tmp_path / "bad.mp4")), "s2")
+    assert "ERROR" not in capfd.readouterr().err
