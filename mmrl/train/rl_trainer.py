@@ -24,7 +24,7 @@ from mmrl.train.interrupt import graceful_stop
 from mmrl.train.run_dir import Resume, open_run
 from mmrl.train.skips import check_loaded, skip_log_for
 from mmrl.train.data_stream import DataStream
-from mmrl.train.metrics import MetricsLogger, progress
+from mmrl.train.metrics import MetricsLogger, progress, sampled_entropy
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory
 from mmrl.models.scoring import response_logprobs
@@ -172,7 +172,7 @@ class RLTrainer:
         shaped = out.rewards if out.rewards is not None else total
         metrics.update({
             "reward/total": float(shaped.mean()), "adv/mean": float(adv.mean()), "adv/std": float(adv.std()) if adv.numel() > 1 else 0.0,
-            "adv/zero_frac": float((adv.abs() < 1e-8).float().mean()),
+            "adv/zero_frac": float((adv.abs() < 1e-8).float().mean()), "entropy": sampled_entropy(trajs),
             "response_len": gen_tokens / len(trajs), "truncated_frac": sum(t.truncated for t in trajs) / len(trajs),
             # the work a step does: every distinct (media, prompt) is prefilled and scored once, each response decoded
             # and scored once (mmrl.models.scoring); step cost scales with their sum where compute dominates

@@ -56,7 +56,7 @@ def test_readme_commands_run_in_order(tmp_path, monkeypatch, tiny_model_path, ca
             args += ["train.steps=3"]  # one step more than the run it continues
         assert main(args) == 0, (line, args, capsys.readouterr().err[-2000:])
         if kind == "train" and "..." not in line:
-            last_train = ["train"] + [a for a in shlex.split(line)[1:] if a != "..."]
+            last_train = shlex.split(line)[1:]  # ["train", ...]
         if "--resume" in args:  # continued the RL run from its last checkpoint
             assert "from step 2" in capsys.readouterr().out
             assert [r["step"] for r in _metrics(tmp_path / "runs" / "rl")] == [1, 2, 3]

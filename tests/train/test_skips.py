@@ -123,3 +123,17 @@ def test_eval_counts_load_and_decode_failures_as_wrong(video_world, tiny_model_p
     errors = {r["id"]: r["error"] for r in rows if "error" in r}
     assert set(errors) == {items[0]["id"], items[1]["id"]} and "'answer': missing" in errors[items[1]["id"]]
     assert res["accuracy"] == sum(r["correct"] for r in rows) / len(items)
+
+
+def test_report_warns_when_most_groups_carry_no_signal_and_links_skips(tmp_path):
+    from mmrl.train.report import ema, no_signal_warning, write_report
+
+    rows = [{"step": i, "adv/zero_frac": 0.2 if i < 30 else 0.94, "loss": 0.1, "entropy": 1.0 / i} for i in range(1, 41)]
+    assert "adv/zero_frac averaged 0.94 over the last 10 steps" in no_signal_warning(rows)
+    assert no_signal_warning(rows[:30]) == ""
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "skipped.jsonl").write_text('{"id": "a"}\n')
+    text = write_report(str(tmp_path)).read_text()
+    assert "**Warning:** most groups carry no signal" in text and "[skipped.jsonl](skipped.jsonl)" in text
+    assert (tmp_path / "policy.png").exists() and (tmp_path / "optim.png").exists()
+    assert ema([1.0, 1.0, 1.0]) == pytest.approx([1.0, 1.0, 1.0]) and ema([0.0, 1.0], 0.5)[1] == pytest.approx(2 / 3)
