@@ -22,7 +22,7 @@ def _cfg(args, kind: str):
 
     check_yaml(args.config or [])
     cfg = load_config(args.config or [], args.overrides)
-    validate(cfg, kind)
+    validate(cfg, kind, data_paths=not args.no_data_check)
     return cfg
 
 
@@ -77,6 +77,8 @@ def cmd_sft(args) -> None:
     open_run(cfg.train.out_dir, "sft", resume, overwrite, check_only=True)
     if args.dry_run:
         return _plan(cfg, "sft")
+    if args.no_data_check:
+        raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
     from mmrl.train.sft import run_sft
 
     run_sft(cfg, quiet=args.quiet, resume=resume, overwrite=overwrite)
@@ -125,6 +127,8 @@ def cmd_train(args) -> None:
     open_run(cfg.train.out_dir, "train", resume, overwrite, check_only=True)
     if args.dry_run:
         return _plan(cfg, "train")
+    if args.no_data_check:
+        raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
     if cfg.train.backend == "deepspeed":
         from mmrl.train.deepspeed_backend import run_deepspeed
 
@@ -258,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
         s = _sub(sub, name, helptext, common)
         s.add_argument("--config", action="append", help="YAML config (repeatable; later files override)")
         s.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; load nothing")
+        s.add_argument("--no-data-check", action="store_true",
+                       help="with --dry-run, planning for another machine: do not require model.path and the data "
+                            "files to exist here")
         s.add_argument("--quiet", action="store_true", help="no progress bar")
         s.add_argument("--resume", action="store_true",
                        help="continue from the latest checkpoint in train.out_dir (an error when there is none)")

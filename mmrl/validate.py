@@ -112,19 +112,21 @@ def _ranges(cfg, kind: str) -> List[tuple]:
     ]
 
 
-def validate(cfg, kind: str = "train") -> None:
-    """Raise ``ConfigError`` (one line, naming the key) for the first problem found in ``cfg``; see module doc."""
+def validate(cfg, kind: str = "train", data_paths: bool = True) -> None:
+    """Raise ``ConfigError`` (one line, naming the key) for the first problem found in ``cfg``; see module doc.
+    ``data_paths=False`` (planning a run for another machine) leaves out the existence of the model and data."""
     for key, value, ok, expect in _ranges(cfg, kind):
         if isinstance(value, float) and not math.isfinite(value):
             ok = False
         if not ok:
             raise ConfigError(f"config key '{key}' must be {expect}, got {value}")
-    check_model_path(cfg.model.path)
-    _file(cfg.data.train, "data.train", "annotation file")
-    if cfg.data.test or (kind == "train" and cfg.train.eval_every):
-        _file(cfg.data.test, "data.test", "annotation file (train.eval_every > 0 evaluates on it)")
-    if cfg.data.media_root is not None and not os.path.isdir(cfg.data.media_root):
-        raise ConfigError(f"config key 'data.media_root': folder not found: {cfg.data.media_root}")
+    if data_paths:
+        check_model_path(cfg.model.path)
+        _file(cfg.data.train, "data.train", "annotation file")
+        if cfg.data.test or (kind == "train" and cfg.train.eval_every):
+            _file(cfg.data.test, "data.test", "annotation file (train.eval_every > 0 evaluates on it)")
+        if cfg.data.media_root is not None and not os.path.isdir(cfg.data.media_root):
+            raise ConfigError(f"config key 'data.media_root': folder not found: {cfg.data.media_root}")
     if cfg.train.deepspeed_config:
         _file(cfg.train.deepspeed_config, "train.deepspeed_config", "DeepSpeed config")
     if kind == "sft":

@@ -22,6 +22,6 @@ if [ -f "$OUT_DIR/checkpoints/latest" ]; then RESUME=(--resume); fi
 if [ "${DRY_RUN:-0}" = 1 ]; then
   echo "# launch: ${LAUNCH[*]} ${RESUME[*]+${RESUME[*]}} ${OVERRIDES[*]}"
   echo "# ranks: $((NUM_GPUS * NUM_NODES)) ($NUM_NODES node(s) x $NUM_GPUS GPU(s))"
-  exec "$PY" -m mmrl train --dry-run --config "$CONFIG" "${OVERRIDES[@]}"
+  exec "$PY" -m mmrl train --dry-run --no-data-check --config "$CONFIG" "${OVERRIDES[@]}"
 fi
 exec "${LAUNCH[@]}" ${RESUME[@]+"${RESUME[@]}"} "${OVERRIDES[@]}"
