@@ -249,3 +249,12 @@ def test_one_frame_clip_and_decoder_noise_become_one_error(tmp_path, capfd):
     with pytest.raises(DataError, match=r"sample 's2', file '.*bad.mp4': unreadable video"):
         decode_video(VideoRef(str(tmp_path / "bad.mp4")), "s2")
     assert "ERROR" not in capfd.readouterr().err
+
+
+def test_no_data_check_plans_for_another_machine_only(capsys, tmp_path):
+    over = ["model.path=/models/qwen7b", "data.train=/data/train.json", f"train.out_dir={tmp_path / 'r'}"]
+    assert main(["train", "--dry-run", "--no-data-check"] + over) == 0
+    assert "# plan: mmrl train" in capsys.readouterr().out
+    _one_line_error(capsys, ["train", "--dry-run", "--no-data-check"] + over + ["train.lr=0"], "'train.lr'")
+    _one_line_error(capsys, ["train", "--no-data-check"] + over, "--no-data-check", "--dry-run")
+    _one_line_error(capsys, ["train", "--dry-run"] + over, "'model.path'")

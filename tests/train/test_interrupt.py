@@ -78,7 +78,9 @@ def test_signal_checkpoints_and_resume_command_finishes_the_run(kind, sig, strai
     cmd = shlex.split(line.split("resume with: ", 1)[1])
     assert cmd[:3] == ["mmrl", kind, "--resume"]
     assert main(cmd[1:]) == 0
-    assert f"from step {at}" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"from step {at}" in said
+    assert f"final model   {out / 'final'}" in said and f"metrics       {out / 'metrics.jsonl'}" in said  # summary
     assert _rows(out) == _rows(straight[kind])
     a, b = _weights(out), _weights(straight[kind])
     assert all(torch.equal(a[k], b[k]) for k in a)
