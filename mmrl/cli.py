@@ -70,13 +70,11 @@ def _run_mode(args) -> tuple:
 
 
 def cmd_sft(args) -> None:
-    from mmrl.train.run_dir import open_run
-
     cfg = _cfg(args, "sft")
     resume, overwrite = _run_mode(args)
-    open_run(cfg.train.out_dir, "sft", resume, overwrite, check_only=True)
+    run_note = _run_dir_note(cfg, "sft", resume, overwrite, args.dry_run)
     if args.dry_run:
-        return _plan(cfg, "sft")
+        return _plan(cfg, "sft", run_note)
     if args.no_data_check:
         raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
     from mmrl.train.sft import run_sft
@@ -85,7 +83,23 @@ def cmd_sft(args) -> None:
     _summary(cfg.train.out_dir)
 
 
-def _plan(cfg, what: str) -> None:
+def _run_dir_note(cfg, kind: str, resume, overwrite: bool, dry_run: bool) -> str:
+    """Apply the run-directory rules before anything loads: a real run stops on a violation; a dry run shows what
+    a real run would do (start, resume from step N, or stop)."""
+    from mmrl.train.run_dir import open_run
+
+    try:
+        rd = open_run(cfg.train.out_dir, kind, resume, overwrite, check_only=True)
+    except ConfigError as e:
+        if not dry_run:
+            raise
+        return f"# a real run would stop here: {e}"
+    if rd.checkpoint is not None:
+        return f"# resumes from step {rd.resume_step} ({rd.checkpoint})"
+    return f"# starts at step 0 in {cfg.train.out_dir}" + (" (replacing the run there)" if overwrite else "")
+
+
+def _plan(cfg, what: str, run_note: str = "") -> None:
     from mmrl.config import to_yaml
 
     print(f"# plan: mmrl {what} (dry run: config built and validated, no weights loaded)")
@@ -97,6 +111,8 @@ def _plan(cfg, what: str) -> None:
               f"loss {cfg.algorithm.loss}, backend {cfg.train.backend}, engine {cfg.rollout.engine}")
     else:
         print(f"# {cfg.sft.steps} steps x {cfg.sft.batch_size} samples; lr {cfg.sft.lr}")
+    if run_note:
+        print(run_note)
 
 
 def _summary(out_dir: str) -> None:
@@ -120,13 +136,11 @@ def _summary(out_dir: str) -> None:
 
 
 def cmd_train(args) -> None:
-    from mmrl.train.run_dir import open_run
-
     cfg = _cfg(args, "train")
     resume, overwrite = _run_mode(args)
-    open_run(cfg.train.out_dir, "train", resume, overwrite, check_only=True)
+    run_note = _run_dir_note(cfg, "train", resume, overwrite, args.dry_run)
     if args.dry_run:
-        return _plan(cfg, "train")
+        return _plan(cfg, "train", run_note)
     if args.no_data_check:
         raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
     if cfg.train.backend == "deepspeed":

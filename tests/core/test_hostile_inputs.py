@@ -127,6 +127,15 @@ def test_non_empty_run_dir_is_refused(capsys, ok, tmp_path):
     assert "metrics.jsonl" in msg and (tmp_path / "metrics.jsonl").read_text().strip()  # untouched
 
 
+def test_dry_run_says_what_a_real_run_would_do_with_the_run_dir(capsys, ok, tmp_path):
+    _old_run(tmp_path)
+    (tmp_path / "checkpoints" / "step_000003" / "owner.json").write_text(json.dumps({"run_id": "old"}))
+    assert main(["train", "--dry-run"] + ok + [f"train.out_dir={tmp_path}"]) == 0
+    assert "# a real run would stop here: train.out_dir" in capsys.readouterr().out
+    assert main(["train", "--dry-run", "--resume"] + ok + [f"train.out_dir={tmp_path}"]) == 0
+    assert "# resumes from step 3" in capsys.readouterr().out
+
+
 def test_resume_without_checkpoint_is_refused(capsys, ok, tmp_path):
     _one_line_error(capsys, ["train", "--resume"] + ok + [f"train.out_dir={tmp_path / 'none'}"], "--resume",
                     "does not exist", "--auto-resume")
