@@ -179,7 +179,10 @@ def cmd_eval(args) -> None:
         _print_eval(res, args.out)
     else:
         from mmrl.eval.cli_bench import run_benchmark_cli
+        from mmrl.validate import check_model_path
 
+        if args.model and not args.score_only:
+            check_model_path(args.model, "--model")
         run_benchmark_cli(args)
 
 
@@ -305,8 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=int, default=0, help="first N questions only (0 = all)")
     e.add_argument("--nframes", type=int, help="synthetic: frames per clip (default: --config's, else 4)")
     e.add_argument("--batch", type=int, default=8, help="prompts per generation batch")
-    e.add_argument("--on-error", choices=["raise", "skip"], default="skip",
-                   help="an unusable sample: stop, or list it in predictions.jsonl and score it wrong")
+    e.add_argument("--on-error", choices=["raise", "skip"], default="raise",
+                   help="synthetic: an unusable sample stops the evaluation with its name (as data.on_error in "
+                        "training), or with skip is listed in predictions.jsonl and scored wrong")
     e.add_argument("--max-pixels", type=int, help="pixel budget per frame (default: --config's, else 112*112)")
     e.add_argument("--max-new-tokens", type=int, help="generation budget (default: --config's, else 8; "
                                                       "mvbench/ovobench: eval/<bench>.yaml)")
