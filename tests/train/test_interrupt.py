@@ -12,8 +12,6 @@ from support import small_overrides
 from mmrl.cli import main
 from mmrl.train.metrics import MetricsLogger
 
-pytestmark = pytest.mark.slow
-
 KINDS = {
     "sft": ["sft.steps=4", "sft.batch_size=4", "train.micro_batch=4", "sft.lr=1e-3", "train.keep_checkpoints=0"],
     "train": ["train.steps=3", "rewards=[{name: test_even_tokens}]"],
@@ -54,6 +52,7 @@ def straight(video_world, tiny_model_path, tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_signal_checkpoints_and_resume_command_finishes_the_run(kind, sig, straight, video_world, tiny_model_path,
@@ -87,6 +86,7 @@ def test_signal_checkpoints_and_resume_command_finishes_the_run(kind, sig, strai
     assert (out / "final" / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_sft_checkpoints_follow_save_every_and_keep(video_world, tiny_model_path, tmp_path):
     out = tmp_path / "sft"
     argv = ["sft", "--quiet"] + small_overrides(video_world, out, tiny_model_path) + [
@@ -96,3 +96,21 @@ def test_sft_checkpoints_follow_save_every_and_keep(video_world, tiny_model_path
     state = torch.load(out / "checkpoints" / "step_000004" / "trainer_state.pt", weights_only=False)
     assert state["step"] == 4 and state["data"]["pos"] == 8
     assert json.loads((out / "run.json").read_text())["kind"] == "sft"
+
+
+def test_first_signal_sets_the_flag_second_stops_at_once_and_handlers_come_back(capsys):
+    from mmrl.train.interrupt import Interrupted, graceful_stop, resume_command, set_command
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with graceful_stop() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.requested and stop.signum == signal.SIGTERM
+            assert "SIGTERM received: saving a checkpoint after the current step" in capsys.readouterr().err
+            os.kill(os.getpid(), signal.SIGTERM)
+            pytest.fail("the second signal did not stop the block")
+    assert signal.getsignal(signal.SIGTERM) is before
+    set_command(["--debug", "train", "--config", "c.yaml", "--overwrite", "a=1"])
+    assert resume_command("runs/x") == "mmrl --debug train --resume --config c.yaml a=1"
+    e = Interrupted(signal.SIGINT, 7, "runs/x/checkpoints/step_000007", "runs/x")
+    assert e.exit_code == 130 and str(e).startswith("SIGINT received: stopped after step 7")
