@@ -105,10 +105,10 @@ def _plan(cfg, what: str, run_note: str = "") -> None:
     print(f"# plan: mmrl {what} (dry run: config built and validated, no weights loaded)")
     print(to_yaml(cfg))
     if what == "train":
-        g = cfg.rollout.n
-        print(f"# {cfg.train.steps} steps x {cfg.train.prompts_per_step} prompts x {g} responses = "
-              f"{cfg.train.steps * cfg.train.prompts_per_step * g} trajectories; algorithm {cfg.algorithm.name}, "
-              f"loss {cfg.algorithm.loss}, backend {cfg.train.backend}, engine {cfg.rollout.engine}")
+        from mmrl.train.plan import describe_plan
+
+        for line in describe_plan(cfg):
+            print(f"# {line}")
     else:
         print(f"# {cfg.sft.steps} steps x {cfg.sft.batch_size} samples; lr {cfg.sft.lr}")
     if run_note:
@@ -143,14 +143,6 @@ def cmd_train(args) -> None:
         return _plan(cfg, "train", run_note)
     if args.no_data_check:
         raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
-    if cfg.train.backend == "deepspeed":
-        from mmrl.train.deepspeed_backend import run_deepspeed
-
-        if resume == "auto" or overwrite:
-            raise ConfigError("train.backend=deepspeed supports --resume only (not --auto-resume / --overwrite) yet")
-        run_deepspeed(cfg, resume=resume, quiet=args.quiet)
-        _summary(cfg.train.out_dir)
-        return
     from mmrl.train.rl_trainer import RLTrainer
 
     RLTrainer(cfg, quiet=args.quiet).run(resume=resume, overwrite=overwrite)

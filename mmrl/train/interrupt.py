@@ -55,10 +55,16 @@ class StopFlag:
     def requested(self) -> bool:
         return self.signum is not None
 
-    def check(self, save: Callable[[], Path], step: int, out_dir: str) -> None:
-        """At a step boundary: if a stop was requested, ``save()`` a checkpoint and raise ``Interrupted``."""
-        if self.signum is not None:
-            raise Interrupted(self.signum, step, save(), out_dir)
+    def check(self, save: Callable[[], Path], step: int, out_dir: str,
+              agree: Optional[Callable[[bool], bool]] = None) -> None:
+        """At a step boundary: if a stop was requested, ``save()`` a checkpoint and raise ``Interrupted``.
+        ``agree`` turns this process's flag into the decision of all ranks (any rank signalled -> all stop at
+        the same step, so that the collective save cannot hang)."""
+        requested = self.signum is not None
+        if agree is not None:
+            requested = agree(requested)
+        if requested:
+            raise Interrupted(self.signum or signal.SIGTERM, step, save(), out_dir)
 
 
 @contextmanager

@@ -48,11 +48,11 @@ def progress(total: int, description: str, disable: bool = False):
                     TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=disable)
 
 
-def sampled_entropy(trajs) -> float:
-    """Per-token entropy of the sampling policy, estimated from the rollout itself: H(pi) = E_{y~pi}[-log pi(y)],
-    so the mean of -log pi(y_t) over the sampled, trained response tokens is an unbiased Monte Carlo estimate
-    (no full-vocabulary logits needed). A collapse toward 0 is the usual sign of entropy collapse in RL post-training
-    (DAPO, Yu et al. 2025, sec. 3.1)."""
+def entropy_sums(trajs) -> List[float]:
+    """``[sum of -log pi(y_t), token count]`` over the sampled, trained response tokens; their ratio estimates the
+    per-token entropy of the sampling policy: H(pi) = E_{y~pi}[-log pi(y)], so the mean of -log pi(y_t) over
+    sampled tokens is an unbiased Monte Carlo estimate (no full-vocabulary logits needed). Sums, so that ranks
+    can add theirs. A fall toward 0 is the usual sign of entropy collapse in RL post-training (DAPO, Yu et al.
+    2025, sec. 3.1)."""
     num = sum(float(-(t.logprobs.float() * t.loss_mask).sum()) for t in trajs)
-    den = sum(int(t.loss_mask.sum()) for t in trajs)
-    return num / den if den else 0.0
+    return [num, float(sum(int(t.loss_mask.sum()) for t in trajs))]

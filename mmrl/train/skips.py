@@ -28,29 +28,31 @@ def reason_kind(reason: str) -> str:
 
 class SkipLog:
     def __init__(self, out_dir: str, data_file: str, n_items: int, max_frac: float, files: Dict[str, str],
-                 resume_step: int = 0):
-        """``n_items``: items in the annotation file (usable + rejected at load); ``files``: sample id -> media."""
+                 resume_step: int = 0, write: bool = True):
+        """``n_items``: items in the annotation file (usable + rejected at load); ``files``: sample id -> media;
+        ``write=False`` on the ranks other than 0 (same bookkeeping, no file)."""
         self.path = Path(out_dir) / FILE
         self.data_file, self.n_items, self.max_frac, self.files = data_file, n_items, max_frac, files
+        self.write = write
         self.rows: List[dict] = []
         if self.path.exists() and resume_step > 0:
             self.rows = [r for r in (json.loads(x) for x in self.path.read_text().splitlines() if x.strip())
                          if r.get("step", 0) <= resume_step]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        if write:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
         self.excluded: Set[str] = {r["id"] for r in self.rows}
 
     def add(self, pairs: Iterable[Tuple[str, str]], stage: str, step: int) -> int:
         """Record ``(sample id, reason)`` pairs not seen before; returns how many were new. Checks the limit."""
         new = [(sid, why) for sid, why in pairs if sid not in self.excluded]
-        if new:
+        rows = [{"id": sid, "file": self.files.get(sid, self.data_file), "stage": stage, "reason": why, "step": step}
+                for sid, why in dict(new).items()]
+        self.rows.extend(rows)
+        self.excluded.update(r["id"] for r in rows)
+        if rows and self.write:
             with self.path.open("a") as f:
-                for sid, why in new:
-                    row = {"id": sid, "file": self.files.get(sid, self.data_file), "stage": stage, "reason": why,
-                           "step": step}
-                    self.rows.append(row)
-                    self.excluded.add(sid)
-                    f.write(json.dumps(row) + "\n")
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
         self.check()
         return len(new)
 
@@ -79,13 +81,28 @@ class SkipLog:
                 f"listed in {self.path}")
 
 
-def skip_log_for(out_dir: str, data_cfg, samples, load_skipped, resume_step: int = 0) -> SkipLog:
+def skip_log_for(out_dir: str, data_cfg, samples, load_skipped, resume_step: int = 0, write: bool = True) -> SkipLog:
     """The skip log of a training run over ``samples`` (usable) and ``load_skipped`` ((id, reason) at load)."""
-    files = {s.id: (s.video or s.image).path for s in samples}
+    files = {s.id: _media_path(s) for s in samples}
     log = SkipLog(out_dir, data_cfg.train, len(samples) + len(load_skipped), data_cfg.max_skip_frac, files,
-                  resume_step)
+                  resume_step, write)
     log.add(load_skipped, "load", 0)
     return log
+
+
+def _media_path(sample) -> str:
+    ref = sample.video or sample.image
+    return ref.path if ref is not None else ""
+
+
+def record_step_skips(tr, pairs) -> Dict[str, float]:
+    """The step's skipped ``(sample id, reason)`` pairs of every rank into trainer ``tr``'s log (all ranks keep
+    the same exclusions, so that they keep drawing the same prompts); the step's metrics about them."""
+    if getattr(tr, "skips", None) is None:  # a step run outside RLTrainer.run (tests, benches)
+        return {}
+    every = [p for part in tr.backend.gather(list(pairs)) for p in part]
+    tr.skips.add(every, "rollout", tr.step + 1)
+    return {"skipped_total": float(len(tr.skips.excluded))}
 
 
 def check_loaded(data_cfg, samples, load_skipped) -> None:

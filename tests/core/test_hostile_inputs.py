@@ -155,7 +155,7 @@ def test_sft_into_a_train_run_is_refused(capsys, ok, tmp_path):
 def test_debug_shows_the_traceback(capsys, ok):
     assert main(["train", "--dry-run"] + ok + ["--debug", "algorithm.name=grpoo"]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" in err and "check_name" in err and err.strip().splitlines()[-1].startswith("mmrl: error:")
+    assert "Traceback" in err and "build_algorithm" in err and err.strip().splitlines()[-1].startswith("mmrl: error:")
 
 
 def test_version_and_help_show_defaults(capsys):
