@@ -119,8 +119,11 @@ def _summary(out_dir: str) -> None:
     """Where the run left its results (the end-of-run summary)."""
     from pathlib import Path
 
+    from mmrl.dist import is_main
     from mmrl.train.run_dir import checkpoints
 
+    if not is_main():  # one summary for N ranks
+        return
     out = Path(out_dir)
     lines = [f"mmrl: run finished in {out}"]
     if (out / "final").exists():
