@@ -14,7 +14,8 @@ _CURVES = [("reward/total", "total reward"), ("reward/accuracy", "accuracy rewar
 _PANELS = [("optim.png", [("loss", "policy loss"), ("sft/loss", "SFT loss"), ("kl", "KL to reference"),
                           ("grad_norm", "grad norm")], "optimisation"),
            ("policy.png", [("entropy", "token entropy"), ("adv/zero_frac", "share of zero advantages"),
-                           ("truncated_frac", "truncated share")], "policy")]
+                           ("truncated_frac", "truncated share")], "policy"),
+           ("length.png", [("response_len", "response tokens")], "response length")]
 
 
 def no_signal_warning(rows: List[dict], threshold: float = 0.5) -> str:
