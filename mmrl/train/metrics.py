@@ -18,8 +18,9 @@ class MetricsLogger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                # after a resume, drop the events logged past the checkpoint (else TensorBoard shows those steps twice)
-                self.tb = SummaryWriter(str(Path(out_dir) / "tb"), purge_step=resume_step + 1 if resume_step else None)
+                # drop the events an earlier process logged past the resume step (past 0 on a fresh start): else
+                # TensorBoard shows the steps between the last checkpoint and a kill twice
+                self.tb = SummaryWriter(str(Path(out_dir) / "tb"), purge_step=resume_step + 1)
             except ImportError:
                 self.tb = None
 

@@ -121,3 +121,9 @@ def test_tensorboard_purges_steps_after_the_checkpoint(tmp_path):
     events = [(e.step, e.value) for e in acc.Scalars("x")]
     assert events == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)]
     assert [r["step"] for r in MetricsLogger.read(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4]
+    log = MetricsLogger(str(tmp_path))  # a fresh start over leftovers (a run that died before its first save)
+    log.log(1, {"x": 100.0})
+    log.close()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("x")] == [(1, 100.0)]
