@@ -68,9 +68,10 @@ class StopFlag:
 
 
 @contextmanager
-def graceful_stop(quiet: bool = False):
+def graceful_stop():
     """Yield a ``StopFlag`` set by SIGINT/SIGTERM while the block runs; the old handlers come back afterwards.
-    Outside the main thread (signals cannot be caught there) the flag is never set."""
+    The first signal prints one line (also under ``--quiet``). Outside the main thread (signals cannot be caught
+    there) the flag is never set."""
     flag = StopFlag()
     if threading.current_thread() is not threading.main_thread():
         yield flag
@@ -83,9 +84,8 @@ def graceful_stop(quiet: bool = False):
                 signal.signal(s, h)
             raise KeyboardInterrupt
         flag.signum = signum
-        if not quiet:
-            print(f"\nmmrl: {signal.Signals(signum).name} received: saving a checkpoint after the current step "
-                  "(send it again to stop at once, without saving)", file=sys.stderr, flush=True)
+        print(f"\nmmrl: {signal.Signals(signum).name} received: saving a checkpoint after the current step "
+              "(send it again to stop at once, without saving)", file=sys.stderr, flush=True)
 
     for s in old:
         signal.signal(s, handler)

@@ -194,7 +194,7 @@ class RLTrainer:
         history = []
         if eval_fn is None and cfg.train.eval_every and cfg.data.test:
             eval_fn = type(self).evaluate
-        with progress(cfg.train.steps, "train", disable=self.quiet) as bar, graceful_stop(self.quiet) as stop:
+        with progress(cfg.train.steps, "train", disable=self.quiet) as bar, graceful_stop() as stop:
             task = bar.add_task("train", total=cfg.train.steps, completed=self.step, info="")
             while self.step < cfg.train.steps:
                 m = self._guarded_step()

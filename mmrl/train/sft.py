@@ -86,7 +86,7 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
                                keep=cfg.train.keep_checkpoints)
 
     model.train()
-    with progress(cfg.sft.steps, "sft", disable=quiet) as bar, graceful_stop(quiet) as stop:
+    with progress(cfg.sft.steps, "sft", disable=quiet) as bar, graceful_stop() as stop:
         task = bar.add_task("sft", total=cfg.sft.steps, completed=start, info="")
         for step in range(start + 1, cfg.sft.steps + 1):
             t0 = time.perf_counter()
