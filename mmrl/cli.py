@@ -13,6 +13,7 @@ import sys
 import traceback
 
 from mmrl import __version__
+from mmrl.cli_eval import eval_parsers
 from mmrl.errors import ConfigError, MMRLError
 
 
@@ -153,74 +154,9 @@ def cmd_train(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    if args.bench == "synthetic":
-        from mmrl.eval.synthetic import evaluate_checkpoint
-        from mmrl.validate import check_model_path
+    from mmrl.cli_eval import run_eval
 
-        if not args.model or not args.data:
-            raise ConfigError("mmrl eval synthetic: --model (a checkpoint folder or 'tiny') and --data (an annotation "
-                              "file) are required")
-        check_model_path(args.model, "--model")
-        data_cfg, max_new = _eval_data_cfg(args)
-        viewset = None
-        if args.viewset:
-            from mmrl.views import ViewSet
-
-            viewset = ViewSet.load(args.viewset, abstain_text=data_cfg.prompt.abstain_text)
-            print(f"view set '{viewset.name}': each question also lists the abstention option "
-                  f"'{viewset.abstain_text}' (right on views that remove the evidence)")
-        res = evaluate_checkpoint(args.model, args.data, data_cfg, out_dir=args.out, viewset=viewset, limit=args.limit,
-                                  max_new_tokens=max_new, batch_prompts=args.batch)
-        _print_eval(res, args.out)
-    else:
-        from mmrl.eval.cli_bench import run_benchmark_cli
-        from mmrl.validate import check_model_path
-
-        if args.model and not args.score_only:
-            check_model_path(args.model, "--model")
-        run_benchmark_cli(args)
-
-
-def _eval_data_cfg(args):
-    """The data settings of ``eval synthetic``: a training run's config (``--config``) or the defaults, then flags."""
-    from mmrl.config import DataConfig
-
-    max_new = 8
-    if args.config:
-        from mmrl.config import load_config
-        from mmrl.validate import check_yaml
-
-        check_yaml([args.config])
-        cfg = load_config([args.config])
-        data_cfg, max_new = cfg.data, cfg.rollout.max_new_tokens
-    else:
-        data_cfg = DataConfig()
-    data_cfg.on_error = args.on_error
-    if args.nframes is not None:
-        data_cfg.nframes = args.nframes
-    if args.max_pixels is not None:
-        data_cfg.max_pixels = args.max_pixels
-    if args.max_new_tokens is not None:
-        max_new = args.max_new_tokens
-    return data_cfg, max_new
-
-
-def _print_eval(res: dict, out_dir) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=f"held-out accuracy ({res['n']} questions, {res['errors']} unusable, scored wrong)")
-    t.add_column("question type")
-    t.add_column("accuracy %", justify="right")
-    for q, v in res["per_qtype"].items():
-        t.add_row(q, f"{100 * v:.1f}")
-    t.add_row("macro", f"{100 * res['macro_accuracy']:.1f}")
-    t.add_row("overall", f"{100 * res['accuracy']:.1f}")
-    for k, v in (res.get("view_metrics") or {}).items():
-        t.add_row(k, f"{100 * v:.1f}" if isinstance(v, float) else str(v))
-    Console().print(t)
-    if out_dir:
-        print(f"predictions: {out_dir}/predictions.jsonl; summary: {out_dir}/summary.json")
+    run_eval(args)
 
 
 def cmd_views_preview(args) -> None:
@@ -235,8 +171,15 @@ def cmd_demo(args) -> None:
     run_demo(out_dir=args.out, seed=args.seed, quick=args.quick, overrides=args.overrides)
 
 
-class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown after every option's help; descriptions kept as written."""
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Every option's default after its help (unless the help already states it); descriptions kept as written."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default is None or action.default is False or not action.option_strings \
+                or action.default == argparse.SUPPRESS:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _sub(parent, name: str, help: str, common):
@@ -288,36 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("overrides", nargs="*", help="dotted overrides key=value (e.g. rollout.n=8)")
         s.set_defaults(fn=fn)
 
-    e = _sub(sub, "eval", "evaluation", common)
-    e.add_argument("bench", choices=["synthetic", "mvbench", "ovobench"], help="benchmark")
-    e.add_argument("--model", help="checkpoint folder or 'tiny'")
-    e.add_argument("--data", help="synthetic: annotation file")
-    e.add_argument("--config", help="synthetic: a training run's config.yaml (prompt, frames, pixels, max_new_tokens)")
-    e.add_argument("--data-root", help="MVBench root (json/ and video folders)")
-    e.add_argument("--anno", help="OVO-Bench annotation file")
-    e.add_argument("--video-root", help="OVO-Bench videos (source or pre-chunked)")
-    e.add_argument("--protocol", default="original", help="MVBench protocol: original | lmms-eval")
-    e.add_argument("--score-only", nargs="*", help="OVO-Bench: score existing result files")
-    e.add_argument("--viewset", help="synthetic: also evaluate on the views of this view set")
-    e.add_argument("--out", help="output folder (predictions.jsonl, summary.json)")
-    e.add_argument("--limit", type=int, default=0, help="first N questions only (0 = all)")
-    e.add_argument("--nframes", type=int, help="synthetic: frames per clip (default: --config's, else 4)")
-    e.add_argument("--batch", type=int, default=8, help="prompts per generation batch")
-    e.add_argument("--on-error", choices=["raise", "skip"], default="raise",
-                   help="synthetic: an unusable sample stops the evaluation with its name (as data.on_error in "
-                        "training), or with skip is listed in predictions.jsonl and scored wrong")
-    e.add_argument("--max-pixels", type=int, help="pixel budget per frame (default: --config's, else 112*112)")
-    e.add_argument("--max-new-tokens", type=int, help="generation budget (default: --config's, else 8; "
-                                                      "mvbench/ovobench: eval/<bench>.yaml)")
-    e.add_argument("--num-segments", type=int, help="mvbench: frames per item (default 16, eval/mvbench*.yaml)")
-    e.add_argument("--tasks", help="mvbench/ovobench: comma-separated task names (default: all)")
-    e.add_argument("--layout", choices=["official", "hf_video"], help="mvbench: annotation layout (default: auto)")
-    e.add_argument("--chunked", action="store_true", help="ovobench: --video-root holds {id}.mp4 / {id}_{i}.mp4")
-    e.add_argument("--retry-errors", action="store_true", help="mvbench/ovobench: redo queries that failed")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar")
-    e.add_argument("--device", help="mvbench/ovobench: cuda | cpu (default: cuda when available)")
-    e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: bfloat16 on GPU")
-    e.set_defaults(fn=cmd_eval)
+    ev = sub.add_parser("eval", help="evaluation: synthetic | mvbench | ovobench").add_subparsers(
+        dest="bench", required=True, metavar="BENCHMARK")
+    eval_parsers(ev, common, _sub, cmd_eval)
 
     v = sub.add_parser("views", help="counterfactual view sets").add_subparsers(dest="views_cmd", required=True,
                                                                                 metavar="COMMAND")
