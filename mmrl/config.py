@@ -108,6 +108,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     eval_every: int = 0
     eval_limit: int = 0  # 0 = whole test split
+    wandb_project: Optional[str] = None  # also log the metrics to this Weights & Biases project (pip install wandb)
 
 
 @dataclass

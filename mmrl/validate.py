@@ -112,6 +112,11 @@ def validate(cfg, kind: str = "train", data_paths: bool = True) -> None:
             _file(cfg.data.test, "data.test", "annotation file (train.eval_every > 0 evaluates on it)")
         if cfg.data.media_root is not None and not os.path.isdir(cfg.data.media_root):
             raise ConfigError(f"config key 'data.media_root': folder not found: {cfg.data.media_root}")
+    if cfg.train.wandb_project:
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            raise ConfigError("config key 'train.wandb_project' needs the wandb package: pip install wandb")
     if cfg.train.deepspeed_config:
         _file(cfg.train.deepspeed_config, "train.deepspeed_config", "DeepSpeed config")
     if kind == "sft":

@@ -3,6 +3,7 @@ and reports. The same class runs one process (``train.backend: torch``) and N De
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -11,11 +12,11 @@ import torch
 from mmrl.algos.spec import build_algorithm
 from mmrl.config import Config, to_yaml
 from mmrl.data.annotations import load_samples
+from mmrl.errors import RewardError
 from mmrl.models.loading import load_model_and_processor
 from mmrl.rewards import RewardContext, compute_rewards
 from mmrl.rewards.base import RewardSpec
 from mmrl.rollout.base import SamplingParams, build_engine
-from mmrl.errors import RewardError
 from mmrl.train.data_stream import DataStream
 from mmrl.train.interrupt import graceful_stop
 from mmrl.train.metrics import MetricsLogger, progress
@@ -190,7 +191,8 @@ class RLTrainer:
             self.resume(str(rd.checkpoint))
         self.skips = skip_log_for(str(out_dir), cfg.data, self.samples, self.load_skipped, self.step, write=be.is_main())
         self.stream.excluded = self.skips.excluded
-        logger = MetricsLogger(str(out_dir), resume_step=self.step) if be.is_main() else None
+        logger = MetricsLogger(str(out_dir), resume_step=self.step, wandb_project=cfg.train.wandb_project,
+                               config=asdict(cfg)) if be.is_main() else None
         history = []
         if eval_fn is None and cfg.train.eval_every and cfg.data.test:
             eval_fn = type(self).evaluate

@@ -6,6 +6,7 @@ once per sample and reused across epochs (media decoded once per sample).
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List
 
@@ -68,7 +69,8 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
         state = load_checkpoint(rd.checkpoint, model, opt, sched)
         start = int(state["step"])
         stream.load_state_dict(state["data"])
-    logger = MetricsLogger(str(out_dir), resume_step=start)
+    logger = MetricsLogger(str(out_dir), resume_step=start, wandb_project=cfg.train.wandb_project,
+                           config=asdict(cfg))
     pad_id = processor.tokenizer.pad_token_id
     autocast = autocast_factory(cfg.train.precision, next(model.parameters()).device)
     history = []

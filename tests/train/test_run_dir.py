@@ -127,3 +127,42 @@ def test_tensorboard_purges_steps_after_the_checkpoint(tmp_path):
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("x")] == [(1, 100.0)]
+
+
+def test_wandb_logger_uses_the_run_id_and_logs_numbers(tmp_path, monkeypatch):
+    """train.wandb_project: metrics also go to W&B (a stand-in module records the calls); the run id of run.json
+    is the W&B id, so a resume continues the same W&B run. Without the package it is a config error up front."""
+    import sys
+    import types
+
+    from mmrl.config import load_config
+    from mmrl.train.metrics import MetricsLogger
+    from mmrl.validate import validate
+
+    calls = []
+
+    class Run:
+        def log(self, metrics, step):
+            calls.append(("log", step, metrics))
+
+        def finish(self):
+            calls.append(("finish",))
+
+    fake = types.ModuleType("wandb")
+    fake.init = lambda **kw: calls.append(("init", kw)) or Run()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    rd = open_run(str(tmp_path), "train", say=_quiet)
+    log = MetricsLogger(str(tmp_path), wandb_project="proj", config={"a": 1})
+    log.log(1, {"x": 0.5, "note": "text"})
+    log.close()
+    init = calls[0][1]
+    assert init["project"] == "proj" and init["id"] == rd.run_id and init["resume"] == "allow" and init["config"] == {"a": 1}
+    assert calls[1:] == [("log", 1, {"x": 0.5}), ("finish",)]
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    cfg = load_config(None, ["train.wandb_project=proj"])
+    cfg.data.train = __file__
+    with pytest.raises(ConfigError, match="'train.wandb_project' needs the wandb package"):
+        validate(cfg, "sft")
