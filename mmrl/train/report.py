@@ -88,6 +88,9 @@ def write_report(run_dir: str, title: str = "mmrl run", extra: str = "") -> Path
         for png, keys, title in _PANELS:
             if _plot(rows, keys, run / png, title):
                 lines += ["", f"![{title}]({png})"]
+        preds = sorted((run / "predictions").glob("step_*.jsonl"))
+        if preds:
+            lines += ["", f"Held-out predictions of the last evaluation: [{preds[-1].name}](predictions/{preds[-1].name})"]
         if (run / "skipped.jsonl").exists() and (run / "skipped.jsonl").stat().st_size:
             n = len((run / "skipped.jsonl").read_text().splitlines())
             lines += ["", f"{n} samples were skipped: [skipped.jsonl](skipped.jsonl)"]

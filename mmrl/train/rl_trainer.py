@@ -162,7 +162,8 @@ class RLTrainer:
         return self.backend.export(path, self.processor)
 
     def evaluate(self) -> Dict[str, float]:
-        """Greedy held-out accuracy on ``data.test`` (first ``train.eval_limit`` samples; 0 = all)."""
+        """Greedy held-out accuracy on ``data.test`` (first ``train.eval_limit`` samples; 0 = all); the predictions go
+        to ``<out_dir>/predictions/step_N.jsonl`` (linked from the report)."""
         from mmrl.eval.synthetic import evaluate_samples
 
         if self.test_samples is None:
@@ -172,7 +173,9 @@ class RLTrainer:
         with self.backend.rollout_context():
             res = evaluate_samples(self.model, self.processor, self.test_samples, self.cfg.data,
                                    max_new_tokens=self.cfg.rollout.max_new_tokens, viewset=None, engine=self.engine,
-                                   load_errors=self.test_errors)  # unusable test items count, scored wrong
+                                   load_errors=self.test_errors,  # unusable test items count, scored wrong
+                                   predictions_path=str(Path(self.cfg.train.out_dir) / "predictions" /
+                                                        f"step_{self.step:06d}.jsonl") if self.backend.is_main() else None)
         return {"eval/accuracy": res["accuracy"], **{f"eval/acc_{k}": v for k, v in res["per_qtype"].items()}}
 
     # ---- run ----------------------------------------------------------------------------------------------------

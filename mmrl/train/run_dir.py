@@ -26,8 +26,8 @@ from mmrl.errors import ConfigError
 RUN_FILE = "run.json"
 OWNER_FILE = "owner.json"
 # what a run writes into its directory; --overwrite deletes exactly these
-ARTIFACTS = ("metrics.jsonl", "checkpoints", "final", "tb", "skipped.jsonl", "report.md", "rewards.png", "views.png",
-             "config.yaml", RUN_FILE)
+ARTIFACTS = ("metrics.jsonl", "checkpoints", "final", "tb", "skipped.jsonl", "predictions", "report.md", "rewards.png",
+             "views.png", "optim.png", "policy.png", "length.png", "config.yaml", RUN_FILE)
 _DATA = ("metrics.jsonl", "checkpoints", "final")
 
 Resume = Union[bool, str]  # False | True | "auto"

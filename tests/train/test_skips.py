@@ -133,7 +133,11 @@ def test_report_warns_when_most_groups_carry_no_signal_and_links_skips(tmp_path)
     assert no_signal_warning(rows[:30]) == ""
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "skipped.jsonl").write_text('{"id": "a"}\n')
+    (tmp_path / "predictions").mkdir()
+    for step in (20, 40):
+        (tmp_path / "predictions" / f"step_{step:06d}.jsonl").write_text("{}\n")
     text = write_report(str(tmp_path)).read_text()
+    assert "[step_000040.jsonl](predictions/step_000040.jsonl)" in text
     assert "**Warning:** most groups carry no signal" in text and "[skipped.jsonl](skipped.jsonl)" in text
     assert (tmp_path / "policy.png").exists() and (tmp_path / "optim.png").exists()
     assert ema([1.0, 1.0, 1.0]) == pytest.approx([1.0, 1.0, 1.0]) and ema([0.0, 1.0], 0.5)[1] == pytest.approx(2 / 3)
