@@ -16,6 +16,7 @@ def eval_parsers(ev, common, sub, fn) -> None:
     syn.add_argument("--max-pixels", type=int, help="pixel budget per frame (default: --config's, else 112*112)")
     syn.add_argument("--max-new-tokens", type=int, help="generation budget (default: --config's, else 8)")
     syn.add_argument("--batch", type=int, default=32, help="prompts per generation batch")
+    syn.add_argument("--no-progress", action="store_true", help="no progress bar")
     syn.add_argument("--on-error", choices=["raise", "skip"], default="raise",
                      help="an unusable sample stops the evaluation with its name (as data.on_error in training), or "
                           "with skip is listed in predictions.jsonl and scored wrong")
@@ -69,7 +70,7 @@ def run_eval(args) -> None:
             print(f"view set '{viewset.name}': each question also lists the abstention option "
                   f"'{viewset.abstain_text}' (right on views that remove the evidence)")
         res = evaluate_checkpoint(args.model, args.data, data_cfg, out_dir=args.out, viewset=viewset, limit=args.limit,
-                                  max_new_tokens=max_new, batch_prompts=args.batch)
+                                  max_new_tokens=max_new, batch_prompts=args.batch, progress=not args.no_progress)
         _print_eval(res, args.out)
     else:
         from mmrl.eval.cli_bench import run_benchmark_cli
@@ -108,7 +109,7 @@ def _print_eval(res: dict, out_dir) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"held-out accuracy ({res['n']} questions, {res['errors']} unusable, scored wrong)")
+    t = Table(title="held-out accuracy", caption=f"{res['n']} questions; {res['errors']} unusable (scored wrong)")
     t.add_column("question type")
     t.add_column("accuracy %", justify="right")
     for q, v in res["per_qtype"].items():
