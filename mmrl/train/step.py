@@ -113,7 +113,8 @@ def train_step(tr) -> Dict[str, float]:
         si2, trajs2 = tr.rollout(tr.stream.next(sel.resample), group_offset=int(batch.groups["prompt"].max()) + 1)
         comps2, total2 = tr.rewards(si2, trajs2)
         si, trajs = merge_step_inputs(si, trajs, si2, trajs2)
-        comps = {k: torch.cat([comps[k], comps2[k]]) for k in comps}
+        # a rank may draw no prompt of a small resampling round (its shard is empty): nothing to append then
+        comps = {k: torch.cat([comps[k], comps2[k]]) if k in comps2 else comps[k] for k in comps}
         total = torch.cat([total, total2])
         rescore(tr, si, trajs)
         batch, (lo, hi) = gather_batch(tr, trajs, comps, total)
