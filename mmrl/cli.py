@@ -13,7 +13,6 @@ import sys
 import traceback
 
 from mmrl import __version__
-from mmrl.cli_eval import eval_parsers
 from mmrl.errors import ConfigError, MMRLError
 
 
@@ -154,9 +153,12 @@ def cmd_train(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from mmrl.cli_eval import run_eval
+    from mmrl.eval.cli_bench import eval_main
+    from mmrl.validate import check_model_path
 
-    run_eval(args)
+    if args.model and args.score_only is None:  # a folder that is not a checkpoint: one line, before loading
+        check_model_path(args.model, "--model")
+    eval_main(args)
 
 
 def cmd_views_preview(args) -> None:
@@ -231,9 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("overrides", nargs="*", help="dotted overrides key=value (e.g. rollout.n=8)")
         s.set_defaults(fn=fn)
 
-    ev = sub.add_parser("eval", help="evaluation: synthetic | mvbench | ovobench").add_subparsers(
-        dest="bench", required=True, metavar="BENCHMARK")
-    eval_parsers(ev, common, _sub, cmd_eval)
+    e = sub.add_parser("eval", help="evaluate on a benchmark (eval/<name>.yaml)", formatter_class=_Help)
+    from mmrl.eval.cli_bench import add_eval_arguments
+
+    add_eval_arguments(e)
+    e.set_defaults(fn=cmd_eval)
 
     v = sub.add_parser("views", help="counterfactual view sets").add_subparsers(dest="views_cmd", required=True,
                                                                                 metavar="COMMAND")

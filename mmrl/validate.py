@@ -49,10 +49,11 @@ def check_model_path(path: str, key: str = "model.path") -> None:
     """'tiny' or a local Qwen2-VL / Qwen2.5-VL checkpoint folder (holding config.json)."""
     if path == "tiny":
         return
+    where = key if key.startswith("--") else f"config key '{key}'"
     if not os.path.exists(path):
-        raise ConfigError(f"config key '{key}': checkpoint folder not found: {path} (no hub downloads at run time)")
+        raise ConfigError(f"{where}: checkpoint folder not found: {path} (no hub downloads at run time)")
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise ConfigError(f"config key '{key}': {path} is not a model checkpoint (no config.json); give a folder "
+        raise ConfigError(f"{where}: {path} is not a model checkpoint (no config.json); give a folder "
                           "written by mmrl (e.g. <out_dir>/final) or a Hugging Face checkpoint, or 'tiny'")
 
 

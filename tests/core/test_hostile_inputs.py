@@ -92,7 +92,7 @@ def test_eval_synthetic_needs_model_and_data(capsys, args, culprits):
 
 def test_eval_model_that_is_not_a_checkpoint(capsys, tmp_path, video_world):
     _one_line_error(capsys, ["eval", "synthetic", "--model", str(tmp_path), "--data", str(video_world / "test.json")],
-                    "'--model'", "no config.json")
+                    "--model: ", "no config.json")
 
 
 @pytest.mark.parametrize("args,culprits", [
