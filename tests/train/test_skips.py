@@ -141,3 +141,24 @@ def test_report_warns_when_most_groups_carry_no_signal_and_links_skips(tmp_path)
     assert "**Warning:** most groups carry no signal" in text and "[skipped.jsonl](skipped.jsonl)" in text
     assert (tmp_path / "policy.png").exists() and (tmp_path / "optim.png").exists()
     assert ema([1.0, 1.0, 1.0]) == pytest.approx([1.0, 1.0, 1.0]) and ema([0.0, 1.0], 0.5)[1] == pytest.approx(2 / 3)
+
+
+@pytest.mark.slow
+def test_eval_synthetic_cli_counts_rejected_items(video_world, tmp_path, capsys):
+    """Through ``mmrl eval synthetic`` (eval/synthetic.yaml's hooks): an item rejected at load is in n, scored
+    wrong and listed in predictions.jsonl, like one that fails to decode."""
+    from mmrl.cli import main
+
+    world = tmp_path / "w"
+    shutil.copytree(video_world, world)
+    items = json.loads((world / "test.json").read_text())
+    (world / items[0]["video"]).write_bytes(b"garbage")
+    del items[1]["answer"]
+    (world / "test.json").write_text(json.dumps(items))
+    out = tmp_path / "ev"
+    assert main(["eval", "synthetic", "--model", "tiny", "--data", str(world / "test.json"), "--out", str(out),
+                 "--on-error", "skip", "--device", "cpu", "--no-progress", "--max-new-tokens", "2"]) == 0
+    sc = json.loads((out / "summary.json").read_text())["scores"]
+    rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    assert sc["n"] == len(items) == len(rows) and sc["errors"] == 2
+    assert {r["id"] for r in rows if "error" in r} == {items[0]["id"], items[1]["id"]}
