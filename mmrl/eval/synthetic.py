@@ -18,7 +18,7 @@ from mmrl.rollout.view_metrics import view_metrics
 
 def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 8, viewset=None,
                      batch_prompts: int = 32, engine=None, predictions_path: Optional[str] = None,
-                     load_errors=(), progress: bool = False) -> Dict:
+                     load_errors=()) -> Dict:
     """Greedy accuracy over ``samples``. A sample that cannot be used, whether rejected when the annotation file
     was read (``load_errors``: ``(id, reason)`` pairs from ``load_samples``) or failing to decode here, counts in
     ``n``, is scored wrong, and is listed in the predictions with its reason (``errors`` counts them)."""
@@ -29,9 +29,7 @@ def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 
     # compute them once, never as a weighted mean of per-chunk values
     all_trajs, seen = [], SimpleNamespace(candidates={}, samples={})
     params = SamplingParams(max_new_tokens=max_new_tokens, greedy=True)
-    from rich.progress import track
-
-    for s in track(range(0, len(samples), batch_prompts), description="eval", disable=not progress, transient=True):
+    for s in range(0, len(samples), batch_prompts):
         chunk = samples[s : s + batch_prompts]
         si = build_step_inputs(chunk, processor, data_cfg, lambda role, n_views: 1, viewset, seed=0)
         skipped.extend(si.skipped)
@@ -73,7 +71,7 @@ def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 
 
 
 def evaluate_checkpoint(model_path: str, data_path: str, data_cfg, out_dir: Optional[str] = None, viewset=None,
-                        limit: int = 0, max_new_tokens: int = 8, batch_prompts: int = 32, progress: bool = False) -> Dict:
+                        limit: int = 0) -> Dict:
     from mmrl.models.loading import load_model, load_processor
 
     model, processor = load_model(model_path), load_processor(model_path)
@@ -82,8 +80,7 @@ def evaluate_checkpoint(model_path: str, data_path: str, data_cfg, out_dir: Opti
         samples = samples[:limit]
     preds = str(Path(out_dir) / "predictions.jsonl") if out_dir else None
     res = evaluate_samples(model, processor, samples, data_cfg, viewset=viewset, predictions_path=preds,
-                           load_errors=skipped, max_new_tokens=max_new_tokens, batch_prompts=batch_prompts,
-                           progress=progress)
+                           load_errors=skipped)
     if out_dir:
         (Path(out_dir) / "summary.json").write_text(json.dumps(res, indent=2))
     return res

@@ -117,7 +117,7 @@ def test_eval_counts_load_and_decode_failures_as_wrong(video_world, tiny_model_p
     del items[1]["answer"]
     (world / "test.json").write_text(json.dumps(items))
     res = evaluate_checkpoint(tiny_model_path, str(world / "test.json"), DataConfig(on_error="skip", max_pixels=3136),
-                              out_dir=str(tmp_path / "ev"), max_new_tokens=2)
+                              out_dir=str(tmp_path / "ev"))
     rows = [json.loads(x) for x in (tmp_path / "ev" / "predictions.jsonl").read_text().splitlines()]
     assert res["n"] == len(items) == len(rows) and res["errors"] == 2
     errors = {r["id"]: r["error"] for r in rows if "error" in r}
