@@ -156,7 +156,8 @@ def cmd_eval(args) -> None:
     from mmrl.eval.cli_bench import eval_main
     from mmrl.validate import check_model_path
 
-    if args.model and args.score_only is None:  # a folder that is not a checkpoint: one line, before loading
+    # a folder that is not a checkpoint: one line before anything loads (--show-protocol, --score-only load none)
+    if args.model and args.score_only is None and not args.show_protocol:
         check_model_path(args.model, "--model")
     eval_main(args)
 
