@@ -72,7 +72,8 @@ def gather_batch(tr, trajs, comps, total):
         response_ids=ids, texts=cat("texts"), logprobs=cat("lps"),
         rescored={k: [r[k] for r in rescored] for k in (rescored[0] if rescored else {})},
         step=tr.step, epoch=tr.stream.epoch, world_size=tr.backend.world_size,
-        target_groups=tr.cfg.train.prompts_per_step)
+        target_groups=tr.cfg.train.prompts_per_step,
+        decode=lambda ids: tr.processor.tokenizer.decode(ids, skip_special_tokens=False))
     return batch, (lo, lo + counts[tr.backend.rank])
 
 
