@@ -46,7 +46,10 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--micro-batch", type=int, default=64)
+    ap.add_argument("--gen", action="store_true", help="time generation (the HF engine's decode layouts) instead")
     args = ap.parse_args(argv)
+    if args.gen:
+        return gen_table(args)
 
     from mmrl.models.loading import load_model, load_processor
     from mmrl.models.scoring import response_logprobs, scoring_strategy
@@ -83,6 +86,40 @@ def main(argv=None) -> None:
         pick = scoring_strategy(max(p.num_tokens for p in prompts), args.n, L)
         print(f"| {L} | " + " | ".join(f"{statistics.median(times[s]):.3f}" for s in args.strategies)
               + f" | {pick} | {diff:.1e} |", flush=True)
+
+
+def gen_table(args) -> None:
+    """Median CPU seconds of ``HFEngine.generate`` per layout (``--prompts`` x ``--n`` samples, T=1, no early EOS:
+    the random tiny model rarely samples ``<|im_end|>``, so every sample runs to the length)."""
+    from mmrl.models.loading import load_model, load_processor
+    from mmrl.models.scoring import scoring_strategy
+    from mmrl.models.tiny import ensure_tiny_model
+    from mmrl.rollout.base import RolloutRequest, SamplingParams, build_engine
+
+    path = str(ensure_tiny_model())
+    proc, model = load_processor(path), load_model(path)
+    prompts = image_prompts(proc, args.prompts)
+    reqs = [RolloutRequest(inputs=p, n=args.n, sample_id=str(i), group_id=i) for i, p in enumerate(prompts)]
+    layouts = [s for s in args.strategies if s != "full"]
+    engines = {s: build_engine("hf", model=model, processor=proc, max_batch_sequences=args.prompts * args.n, layout=s)
+               for s in layouts}
+    print(f"generation: {args.prompts} prompts x {args.n} samples in one chunk, {torch.get_num_threads()} thread(s); "
+          f"median CPU s per generate over {args.reps} reps\n")
+    print("| new tokens | " + " | ".join(layouts) + " | auto picks | same tokens |")
+    print("|---|" + "---|" * (len(layouts) + 2))
+    for L in args.lengths:
+        times, toks = {s: [] for s in layouts}, {}
+        for _ in range(args.reps):
+            for s in layouts:
+                torch.manual_seed(0)
+                t = time.process_time()
+                out = engines[s].generate(reqs, SamplingParams(max_new_tokens=L))
+                times[s].append(time.process_time() - t)
+                toks[s] = [o.response_ids.tolist() for o in out]
+        same = all(toks[s] == toks[layouts[0]] for s in layouts)
+        pick = scoring_strategy(max(p.num_tokens for p in prompts), args.n, L)
+        print(f"| {L} | " + " | ".join(f"{statistics.median(times[s]):.3f}" for s in layouts) + f" | {pick} | {same} |",
+              flush=True)
 
 
 if __name__ == "__main__":

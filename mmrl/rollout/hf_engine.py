@@ -40,6 +40,7 @@ def vision_token_ids(tokenizer) -> List[int]:
 
 @ENGINES.register("hf")
 class HFEngine(RolloutEngine):
+    drop_fraction = 0.25  # expand layout: drop finished rows from the forward once they are this share of live rows
     def __init__(self, model, processor, max_batch_sequences: int = 64, shared_prefill: bool = True,
                  layout: str = "auto"):
         if layout not in ("auto", "packed", "expand"):
@@ -146,7 +147,8 @@ class HFEngine(RolloutEngine):
 
     def _decode_expand(self, core, head, logits, cache, mask, start, owner, slot, params: SamplingParams):
         """One row per sample over a growing copy of its prompt's cache; finished rows leave the forward in
-        batches (when they are >= 1/4 of the live rows), the sampler keeps drawing for all rows."""
+        batches (when they are ``drop_fraction`` of the live rows: each drop copies the live cache once, so the
+        copies add up to at most ``1 / drop_fraction`` caches), the sampler keeps drawing for all rows."""
         N, P, T = len(owner), mask.shape[1], params.max_new_tokens
         device = mask.device
         live = torch.arange(N, device=device)  # original row of each row still in the forward
@@ -161,7 +163,7 @@ class HFEngine(RolloutEngine):
             if bool(done.all()) or t == T - 1:
                 break
             finished = done[live]
-            if int(finished.sum()) * 4 >= len(live):
+            if bool(finished.any()) and int(finished.sum()) >= self.drop_fraction * len(live):
                 keep = (~finished).nonzero().squeeze(1)
                 live = live[keep]
                 cache.batch_select_indices(keep)
