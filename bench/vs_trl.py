@@ -1,18 +1,23 @@
-"""mmrl vs TRL's GRPOTrainer on one CPU, at equal work; plus mmrl on video and the algorithms side by side.
+"""mmrl vs TRL's GRPOTrainer on one CPU, at equal work; plus mmrl on video, the floor, and the algorithms side by side.
 
     .venv/bin/python bench/vs_trl.py [--steps 6] [--warmup 1] [--reps 3] [--threads 1] [--out runs/vs_trl]
-                                     [--no-algos] [--no-video] [--no-trl] [--algo-sft-steps 40] [--mmrl-baseline]
+                                     [--lengths 4 64 256 512] [--no-algos] [--no-video] [--no-trl] [--no-floor]
+                                     [--algo-sft-steps 40] [--mmrl-baseline]
 
-Every run is a fresh subprocess (fair peak RSS, no shared caches), in the order ``mmrl, TRL, mmrl-video,
-algorithms...`` repeated ``--reps`` times (A B A B ...). Both frameworks get the same tiny Qwen2.5-VL checkpoint,
-the same synthetic single-image task (``make_image_world``: 56x56 PNGs, 4 image tokens), ``--prompts`` prompts x
-``--n`` responses per step, ``--max-new-tokens``, temperature 1.0, AdamW at ``--lr`` (constant), grad clip 1.0,
-micro-batch ``--micro-batch``, fp32, ``--threads`` torch/OpenMP threads, and ``--steps`` optimizer steps of which
-the first ``--warmup`` are not timed. Rewards: mmrl's ``accuracy`` + 0.1 x ``format`` (TRL: the same rules).
+Every run is a fresh subprocess (fair peak RSS, no shared caches), in the order ``mmrl, TRL, floor, mmrl-video,
+floor-video, algorithms...`` for each length, repeated ``--reps`` times (A B A B ...). Both frameworks get the same
+tiny Qwen2.5-VL checkpoint, the same synthetic single-image task (``make_image_world``: 56x56 PNGs, 4 image tokens),
+``--prompts`` prompts x ``--n`` responses per step, ``--max-new-tokens`` (or each of ``--lengths``), temperature
+1.0, AdamW at ``--lr`` (constant), grad clip 1.0, micro-batch ``--micro-batch``, fp32, ``--threads`` torch/OpenMP
+threads, and ``--steps`` optimizer steps of which the first ``--warmup`` are not timed. Rewards: mmrl's
+``accuracy`` + 0.1 x ``format`` (TRL: the same rules). The floor (``bench/floor.py``) is the same step's bare
+computation in plain torch, on the image and on the video world.
 
 Printed per run kind: steps/s, samples/s (generated completions), generated tokens/s, peak RSS, and seconds per
 step in generation / scoring / update (definitions in ``bench/README.md``); then mmrl/TRL ratios with
-min/median/max over the repetitions (pairs of the same repetition). Then the algorithm table on the video world:
+min/median/max over the repetitions (pairs of the same repetition). With several ``--lengths``, first one table
+with a row per length (mmrl vs TRL, vs the floor, video vs its floor), then the per-length tables; the tables are
+rewritten after every repetition. Then the algorithm table on the video world (at the first length only):
 time per step of GRPO, DAPO, GSPO, BPO (configs/bpo_demo.yaml), T-GRPO (configs/tgrpo_demo.yaml) as ratios to
 GRPO, and BPO's ``view_time_share``. The algorithms start from a short SFT warm-up of the tiny model
 (``--algo-sft-steps``, made once and kept in ``--out``) so that rewards vary and DAPO's dynamic sampling is not degenerate.
@@ -324,13 +329,18 @@ def main() -> None:
                 print(f"[vs_trl] rep {rep + 1}/{a.reps} {L:4d} tokens {kind:14s} {s['s_per_step']:.3f} s/step  "
                       f"{s['samples_per_s']:.1f} samples/s  peak RSS {s['peak_rss_mb']:.0f} MB  (run {res['wall_s']:.0f} s)",
                       flush=True)
+        table = _write(argparse.Namespace(**dict(vars(a), reps=rep + 1)), lengths, results, out)  # partial tables too
+    print("\n" + table)
+
+
+def _write(a, lengths: List[int], results: Dict, out: Path) -> str:
     tables = [report(argparse.Namespace(**dict(vars(a), max_new_tokens=L)), results[L]) for L in lengths]
     if len(lengths) > 1:
         tables.insert(0, lengths_table(a, lengths, results))
     table = "\n\n".join(tables)
-    print("\n" + table)
     (out / "results.json").write_text(json.dumps({"args": vars(a), "results": {str(L): r for L, r in results.items()}}, indent=1))
     (out / "table.md").write_text(table + "\n")
+    return table
 
 
 def _plan(a, prep: Dict, out: Path, algos: bool) -> List:
@@ -365,9 +375,9 @@ def lengths_table(a, lengths: List[int], results: Dict[int, Dict[str, List[Dict]
     lines = [f"mmrl vs TRL and the floor by response length ({a.prompts} prompts x {a.n} responses, {a.threads} thread(s), "
              f"{a.steps} steps ({a.warmup} warm-up), {a.reps} repetitions; ratios per repetition: min / median / max; "
              "s/step and gen/update s are medians):", "",
-             "| new tokens | mmrl s/step | TRL s/step | mmrl / TRL steps/s | peak RSS mmrl / TRL | mmrl gen / score+update s "
+             "| new tokens | mmrl s/step | TRL s/step | mmrl / TRL steps/s | TRL / mmrl CPU s per step | peak RSS mmrl / TRL | mmrl gen / score+update s "
              "| TRL gen / score+update s | floor s/step | mmrl / floor | video s/step | video floor s/step | video / floor |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for L in lengths:
         S = {k: [summarize(r, a.warmup) for r in v] for k, v in results[L].items()}
         med = {k: _median_summary(v) for k, v in S.items()}
@@ -381,6 +391,7 @@ def lengths_table(a, lengths: List[int], results: Dict[int, Dict[str, List[Dict]
         lines.append(" | ".join([
             f"| {L}", cell("mmrl", lambda m: f"{m['s_per_step']:.3f}"), cell("trl", lambda m: f"{m['s_per_step']:.3f}"),
             ratio("mmrl", "trl", lambda m, t: m["steps_per_s"] / t["steps_per_s"]),
+            ratio("mmrl", "trl", lambda m, t: t["cpu_per_step"] / m["cpu_per_step"]),
             ratio("mmrl", "trl", lambda m, t: m["peak_rss_mb"] / t["peak_rss_mb"]),
             cell("mmrl", lambda m: f"{m['gen']:.2f} / {m['update'] + m['score']:.2f}"),
             cell("trl", lambda m: f"{m['gen']:.2f} / {m['update'] + m['score']:.2f}"),

@@ -147,6 +147,16 @@ def scoring_strategy(prompt_tokens: int, n: int, response_tokens: int) -> str:
 PACKED_MAX_EXTRA_KEYS = 192
 
 
+def strategy_note(n: int, max_new_tokens: int) -> str:
+    """One line for a run plan (``--dry-run``): the layout the HF engine decodes in and the scorer starts from
+    (the scorer re-applies the rule per micro-batch to the longest response it holds, which EOS can make shorter)."""
+    name = scoring_strategy(0, n, max_new_tokens)
+    why = ("a single response per prompt" if n <= 1 else
+           f"(n-1) x max_new_tokens = {(n - 1) * max_new_tokens} {'<=' if name == 'packed' else '>'} {PACKED_MAX_EXTRA_KEYS}")
+    return f"shared-prompt layout: {name} ({why}; packed = responses side by side in the prompt's row, expand = the " \
+           f"prompt's KV cache gathered per response)"
+
+
 def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
                       micro_batch: int = 16, pad_id: int = 0, strategy: str = "auto") -> List[torch.Tensor]:
     """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled.
