@@ -170,7 +170,7 @@ def step_prompts(spec: Dict, proc) -> List[list]:
     out = []
     for s in range(spec["steps"]):
         chunk = [samples[(s * k + j) % len(samples)] for j in range(k)]
-        out.append([r.inputs for r in build_step_inputs(chunk, proc, cfg.data, lambda role: 1).requests])
+        out.append([r.inputs for r in build_step_inputs(chunk, proc, cfg.data, lambda role, views: 1).requests])
     return out
 
 

@@ -8,7 +8,7 @@ import torch
 
 from mmrl.models.kv_cache import GrowingLayer, growing_cache
 from mmrl.models.loading import load_model, load_processor
-from mmrl.models.scoring import PACKED_MAX_EXTRA_KEYS, response_logprobs, scoring_strategy
+from mmrl.models.scoring import PACKED_MAX_EXTRA_KEYS, response_logprobs, scoring_strategy, strategy_note
 from mmrl.rollout.base import SamplingParams, build_engine
 from support import mixed_requests
 
@@ -60,6 +60,8 @@ def test_strategy_rule():
     assert scoring_strategy(70, 8, PACKED_MAX_EXTRA_KEYS // 7 + 1) == "expand"
     assert scoring_strategy(70, 8, 512) == "expand"
     assert scoring_strategy(70, 1, 4) == "expand"  # nothing to pack
+    assert strategy_note(8, 4).startswith("shared-prompt layout: packed") and "28 <= 192" in strategy_note(8, 4)
+    assert strategy_note(8, 256).startswith("shared-prompt layout: expand")
     with pytest.raises(ValueError, match="scoring strategy"):
         response_logprobs(None, [], strategy="dense")
 
