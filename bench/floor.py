@@ -59,9 +59,10 @@ class Floor:
         x1, x2 = x.chunk(2, dim=-1)
         return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
-    def layer(self, i: int, h: torch.Tensor, cos, sin, past=None, mask=None, causal=False):
-        """One decoder layer on ``h [B, S, hidden]``; ``past`` = (keys, values) ``[B, KV, L, D]`` to attend to first.
-        Returns the new hidden states and this call's (keys, values)."""
+    def layer(self, i: int, h: torch.Tensor, cos, sin, past=None, mask=None, causal=False, write=None):
+        """One decoder layer on ``h [B, S, hidden]``; ``past`` = (keys, values) ``[B, KV, L, D]`` to attend to first,
+        or ``write`` = (key buffer, value buffer, L): this call's keys/values are written in place at column ``L``
+        and attention reads the filled columns. Returns the new hidden states and this call's (keys, values)."""
         L = self.layers[i]
         B, S, _ = h.shape
         x = F.rms_norm(h, (h.shape[-1],), L.input_layernorm.weight, self.eps)
@@ -70,7 +71,12 @@ class Floor:
         k = F.linear(x, a.k_proj.weight, a.k_proj.bias).view(B, S, self.KV, self.D).transpose(1, 2)
         v = F.linear(x, a.v_proj.weight, a.v_proj.bias).view(B, S, self.KV, self.D).transpose(1, 2)
         q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
-        kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        if write is not None:
+            bk, bv, n = write
+            bk[:, :, n : n + S], bv[:, :, n : n + S] = k, v
+            kk, vv = bk[:, :, : n + S], bv[:, :, : n + S]
+        else:
+            kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
         o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, is_causal=causal and mask is None, enable_gqa=True)
         h = h + F.linear(o.transpose(1, 2).reshape(B, S, -1), a.o_proj.weight)
         x = F.rms_norm(h, (h.shape[-1],), L.post_attention_layernorm.weight, self.eps)
@@ -131,10 +137,7 @@ class Floor:
             h = self.lm.embed_tokens(nxt)
             cos, sin = self.rope((pos + t)[:, None])
             for i in range(len(self.layers)):
-                bk, bv = cache[i]
-                h, (k, v) = self.layer(i, h, cos, sin, past=(bk[:, :, : P + t], bv[:, :, : P + t]),
-                                       mask=keymask[..., : P + t + 1])
-                bk[:, :, P + t : P + t + 1], bv[:, :, P + t : P + t + 1] = k, v
+                h, _ = self.layer(i, h, cos, sin, mask=keymask[..., : P + t + 1], write=cache[i] + (P + t,))
             logits = self.head(F.rms_norm(h[:, 0], (h.shape[-1],), self.lm.norm.weight, self.eps))
         return torch.cat(toks, dim=1)
 
