@@ -12,7 +12,8 @@ part of the floor), and per step only:
    rows, each row reading its prompt's keys/values and its own (a preallocated cache written in place), and
    ``torch.multinomial`` on the softmax of the logits (temperature 1, no top-k/top-p: the benchmark's setting).
 2. **Update**: one forward and backward over exactly the prompt tokens (once per prompt) and the response tokens
-   (once per response, attending to its prompt's keys/values): no padding of responses, no prompt repeated;
+   (once per response, attending to its prompt's keys/values), in micro-batches of ``micro_batch`` responses (64,
+   the benchmark's; the same arithmetic as one pass, with a smaller working set): no padding, no prompt repeated;
    the log-probs of the sampled tokens, GRPO advantages (group mean/std of a random stand-in reward), the PPO-clip
    loss with per-sequence token mean, grad-norm clip 1.0 and one AdamW step.
 
@@ -195,7 +196,11 @@ def run_floor(spec: Dict) -> Dict:
         reward = torch.rand(len(prompts), n, generator=gen)
         adv = ((reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-4)).view(-1)
         opt.zero_grad(set_to_none=True)
-        floor.loss(prompts, n, resp, adv).backward()
+        k = max(1, spec.get("micro_batch", 64) // n)  # prompts per micro-batch (the benchmark's micro-batch of 64)
+        for s in range(0, len(prompts), k):  # mean over all sequences = sum of micro-batch means x their share
+            rows = slice(s * n, (s + k) * n)
+            share = resp[rows].shape[0] / resp.shape[0]
+            (floor.loss(prompts[s : s + k], n, resp[rows], adv[rows]) * share).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
         opt.step()
         now = time.perf_counter()
