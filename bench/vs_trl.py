@@ -336,7 +336,8 @@ def _write(a, lengths: List[int], results: Dict, out: Path) -> str:
     if len(lengths) > 1:
         tables.insert(0, lengths_table(a, lengths, results))
     table = "\n\n".join(tables)
-    (out / "results.json").write_text(json.dumps({"args": vars(a), "results": {str(L): r for L, r in results.items()}}, indent=1))
+    by_length = {str(L): r for L, r in results.items()} if a.lengths else results[lengths[0]]
+    (out / "results.json").write_text(json.dumps({"args": vars(a), "results": by_length}, indent=1))
     (out / "table.md").write_text(table + "\n")
     return table
 
