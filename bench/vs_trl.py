@@ -364,6 +364,8 @@ def _plan(a, prep: Dict, out: Path, algos: bool) -> List:
             plan.append(("floor_video", "floor", dict(floor, world=str(prep["video"]))))
     if algos:
         for name, files, extra in ALGOS:
+            if name == "BPO":  # rollout.n = packs x 4 views: the nearest multiple of 4 (the old fixed 2 packs = 8)
+                extra = extra + [f"rollout.n={4 * max(1, a.n // 4)}"]
             plan.append((f"algo_{name}", "mmrl", _mmrl_spec(a, prep["warm"], prep["video"], ["configs/demo.yaml"] + files,
                                                              extra, out / f"algo_{name}")))
     return plan

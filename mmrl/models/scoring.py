@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from mmrl.media.inputs import PromptInputs, collate_vision, pad_right
+from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision, pad_right
 
 
 def backbone(model):
@@ -166,6 +166,10 @@ def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]],
     if strategy not in ("auto",) + STRATEGIES:
         raise ValueError(f"scoring strategy must be one of auto, {', '.join(STRATEGIES)}; got {strategy!r}")
     out: List[torch.Tensor] = []
+    if any(isinstance(p, SequenceInputs) for p, _ in items):  # multi-turn: one forward over each whole sequence
+        from mmrl.models.sequence_scoring import mixed_logprobs  # imports this module: resolved at call time
+
+        return mixed_logprobs(model, items, temperature, micro_batch, pad_id)
     core, head = backbone(model)
     device = next(model.parameters()).device
     for s in range(0, len(items), micro_batch):
