@@ -10,6 +10,11 @@ gradients flow through it) and then only the response tokens of every item, atte
 keys/values. The result equals one forward over each full ``prompt + response`` sequence (same positions, same
 causal attention), at the cost of ``U`` prompts instead of ``N`` (``U = N / n``). ``prefill_prompts`` is the
 first pass; the HF rollout engine uses it too, so sampling and scoring read the model the same way.
+
+The second pass has two layouts, picked per micro-batch by ``scoring_strategy`` (short responses: ``packed``, a
+group's responses side by side in its prompt's row; long ones: ``expand``, one row per response over a gathered
+copy of its prompt's cache). Every layout makes the same module calls (prefill, one response pass, the head), so
+ZeRO-3 ranks stay in step even when their micro-batches pick different layouts.
 """
 from __future__ import annotations
 
