@@ -29,7 +29,7 @@ def cmd_synth(args) -> None:
         from mmrl.data.synth_video import make_video_world
 
         info = make_video_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size,
-                                n_frames=args.frames, fps=args.fps)
+                                n_frames=args.frames, fps=args.fps, prior=args.prior, prior_strength=args.prior_strength)
     else:
         from mmrl.data.synth_image import make_image_world
 
@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--size", type=int, default=56)
     s.add_argument("--frames", type=int, default=8)
     s.add_argument("--fps", type=float, default=4.0)
+    s.add_argument("--prior", choices=["frequent", "phrasing"], default=None,
+                   help="video world: a prior to unlearn in the train split (test.json is debiased, test_biased.json not)")
+    s.add_argument("--prior-strength", type=float, default=0.8, help="P(the train answer follows the prior)")
     s.set_defaults(fn=cmd_synth)
 
     for name, fn, helptext in (("sft", cmd_sft, "supervised warm-up"), ("train", cmd_train, "RL training")):

@@ -98,6 +98,8 @@ class View:
     media: Media
     expected: Optional[str]
     transform: str = "identity"
+    weight: float = 1.0  # scales the advantage of this view's responses (the view set's ``weight``)
+    pixels_differ: Optional[bool] = None  # False: the transform left the anchor's pixels as they were
 
 
 @dataclass
@@ -119,3 +121,4 @@ class Trajectory:
     expected: Optional[str] = None
     inputs_key: int = 0  # index into the rollout batch's multimodal inputs (one per prompt/view)
     pack_id: int = 0  # j-th response of every view of a sample forms pack j (BPO)
+    view_weight: float = 1.0  # the view's ``weight`` (scales its advantage)

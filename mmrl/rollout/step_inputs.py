@@ -24,6 +24,7 @@ class StepInputs:
     media: Dict[str, Media] = field(default_factory=dict)
     views: Dict[tuple, View] = field(default_factory=dict)
     skipped: List[tuple] = field(default_factory=list)  # (sample id, reason)
+    skipped_views: List[tuple] = field(default_factory=list)  # (sample id, view, reason): ``if_unchanged: skip``
     time_decode: float = 0.0
     time_views: float = 0.0
     time_processor: float = 0.0
@@ -53,7 +54,9 @@ def build_step_inputs(samples: List[Sample], processor, data_cfg, n_for_role: Ca
             media = load_media(sample, budget)
             t1 = time.perf_counter()
             if viewset is not None:
-                views = viewset.expand(sample, media, seed)
+                dropped: List[tuple] = []
+                views = viewset.expand(sample, media, seed, skipped=dropped)
+                out.skipped_views.extend((sample.id, v, why) for v, why in dropped)
                 cands = viewset.candidates_for(sample)
             else:
                 views = [View(name="original", role="anchor", media=media, expected=sample.answer_letter)]

@@ -96,6 +96,8 @@ class RLTrainer:
         r = self.cfg.rollout
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
         trajs = self.engine.generate(si.requests, params) if si.requests else []
+        for t in trajs:  # the view set's weight travels with the trajectory
+            t.view_weight = si.views[(t.sample_id, t.view)].weight
         return si, trajs
 
     def rewards(self, si: StepInputs, trajs) -> tuple[Dict[str, torch.Tensor], torch.Tensor]:
@@ -115,7 +117,8 @@ class RLTrainer:
         inp = AdvantageInputs(rewards=total, group_ids=torch.tensor([t.group_id for t in trajs]), components=comps,
                               roles=[t.role for t in trajs], accuracy=comps.get("accuracy"),
                               lengths=torch.tensor([t.response_ids.numel() for t in trajs]),
-                              pack_ids=torch.tensor([t.pack_id for t in trajs]))
+                              pack_ids=torch.tensor([t.pack_id for t in trajs]),
+                              view_weights=torch.tensor([t.view_weight for t in trajs], dtype=torch.float64))
         return self.estimator(inp, self.cfg.algorithm)
 
     @torch.no_grad()
