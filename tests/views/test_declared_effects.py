@@ -154,3 +154,29 @@ def test_static_clips_have_no_vacuous_view():
             _, _, views, skipped = expand(vs, sc, q)
             assert not skipped and all(v.pixels_differ for v in views[1:])
             assert [v.expected for v in views][-1] == ANSWER_ABSTAIN
+
+
+def test_destroyed_views_of_decoded_mp4s_match_the_decoded_empty_clip(tmp_path):
+    """Through the codec: the occluded / support-masked clip is the empty scene to within codec noise (<= 4 of
+    255), while the original differs from it by the object's contrast."""
+    from mmrl.data.annotations import load_samples
+    from mmrl.data.synth_video import make_video_world, write_mp4
+    from mmrl.demo import WORLD
+    from mmrl.media.decode import MediaBudget, load_media
+
+    info = make_video_world(str(tmp_path), 10, 0, seed=3, **WORLD)
+    samples, _ = load_samples(info["train"], str(tmp_path))
+    write_mp4(str(tmp_path / "empty.mp4"), np.stack([render([], WORLD["size"])] * WORLD["n_frames"]), WORLD["fps"])
+    budget = MediaBudget(nframes=WORLD["n_frames"])
+    empty = load_media(Sample(id="e", question="?", candidates=["a"], answer="a", video=VideoRef(str(tmp_path / "empty.mp4"))),
+                       budget).frames.int()
+    vs = ViewSet.load(VIEWS_DIR / "bpo_video.yaml")
+    checked = set()
+    for s in samples:
+        media = load_media(s, budget)
+        for v in vs.expand(s, media):
+            if v.name in ("occlude_obj", "mask_support"):
+                assert (v.media.frames.int() - empty).abs().max() <= 4, (s.id, v.name)
+                assert (media.frames.int() - empty).abs().max() > 100
+                checked.add(s.qtype)
+    assert checked == {"color", "location", "count"}
