@@ -141,14 +141,16 @@ class DeepSpeedTrainer(RankInvariantRollout, RLTrainer):
         """All-gather this step's reward vectors, run the estimator on the whole batch, keep this rank's slice."""
         local = {"total": total.tolist(), "comps": {k: v.tolist() for k, v in comps.items()},
                  "gids": [t.group_id for t in trajs], "roles": [t.role for t in trajs],
-                 "lens": [int(t.response_ids.numel()) for t in trajs], "packs": [t.pack_id for t in trajs]}
+                 "lens": [int(t.response_ids.numel()) for t in trajs], "packs": [t.pack_id for t in trajs],
+                 "weights": [t.view_weight for t in trajs]}
         parts = dist.all_gather_objects(local)
         cat = lambda key: [x for p in parts for x in p[key]]  # noqa: E731
         names = sorted({k for p in parts for k in p["comps"]})
         g_comps = {k: torch.tensor([x for p in parts for x in p["comps"].get(k, [])]) for k in names}
         inp = AdvantageInputs(rewards=torch.tensor(cat("total")), group_ids=torch.tensor(cat("gids")),
                               components=g_comps, roles=cat("roles"), accuracy=g_comps.get("accuracy"),
-                              lengths=torch.tensor(cat("lens")), pack_ids=torch.tensor(cat("packs")))
+                              lengths=torch.tensor(cat("lens")), pack_ids=torch.tensor(cat("packs")),
+                              view_weights=torch.tensor(cat("weights"), dtype=torch.float64))
         out = self.estimator(inp, self.cfg.algorithm)
         counts = [len(p["total"]) for p in parts]
         lo = sum(counts[: dist.rank()])

@@ -96,13 +96,12 @@ class RLTrainer:
         r = self.cfg.rollout
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
         trajs = self.engine.generate(si.requests, params) if si.requests else []
-        for t in trajs:  # the view set's weight travels with the trajectory
-            t.view_weight = si.views[(t.sample_id, t.view)].weight
         return si, trajs
 
     def rewards(self, si: StepInputs, trajs) -> tuple[Dict[str, torch.Tensor], torch.Tensor]:
         ctx = []
         for t in trajs:
+            t.view_weight = si.views[(t.sample_id, t.view)].weight  # the view set's weight travels with the trajectory
             media = si.media[t.sample_id]
             info = {"num_frames": int(media.frames.shape[0]) if media.is_video else 0}
             ctx.append(RewardContext(sample=si.samples[t.sample_id], trajectory=t,

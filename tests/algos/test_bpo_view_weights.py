@@ -18,3 +18,31 @@ def test_view_weight_scales_the_advantage_and_the_pack_score():
     # pack 0: (1 + 1 + 0.5*1) / 2.5 = 1; pack 1: (0 + 1 + 0.5*0) / 2.5 = 0.4 -> mean 0.7 (unweighted: 1 and 1/3 -> 2/3)
     assert abs(weighted.metrics["bpo/pack_score_mean"] - 0.7) < 1e-6
     assert abs(plain.metrics["bpo/pack_score_mean"] - 2 / 3) < 1e-6
+
+
+def test_trainer_carries_the_view_weight_from_the_view_set_to_the_estimator():
+    """RLTrainer.rewards copies each view's weight onto its trajectories, and RLTrainer.advantages hands them to
+    the estimator: a weight-0 view trains nothing."""
+    from types import SimpleNamespace
+
+    from mmrl.data.schema import Media, Sample, Trajectory, View
+    from mmrl.rewards.base import RewardSpec
+    from mmrl.train.rl_trainer import RLTrainer
+
+    s = Sample(id="s", question="?", candidates=["x", "y", "cannot be determined"], answer="x")
+    media = Media("s", frames=torch.zeros(2, 3, 4, 4, dtype=torch.uint8), timestamps=[0.0, 0.5])
+    views = {("s", "original"): View("original", "anchor", media, "A"),
+             ("s", "blank"): View("blank", "abstain", media, "abstain", weight=0.0)}
+    z = torch.zeros(1, dtype=torch.long)
+    trajs = [Trajectory("s", 0, v, role, z, z, torch.zeros(1), torch.ones(1, dtype=torch.bool), text, pack_id=p,
+                        expected=exp)
+             for v, role, text, exp, p in [("original", "anchor", "A", "A", 0), ("original", "anchor", "B", "A", 1),
+                                           ("blank", "abstain", "C", "abstain", 0), ("blank", "abstain", "A", "abstain", 1)]]
+    si = SimpleNamespace(views=views, media={"s": media}, samples={"s": s},
+                         candidates={k: s.candidates for k in views})
+    fake = SimpleNamespace(reward_specs=[RewardSpec("bpo_contract", 1.0, {"fmt_weight": 0.0})],
+                           estimator=ADVANTAGES.get("bpo"), cfg=SimpleNamespace(algorithm=AlgoParams()))
+    comps, total = RLTrainer.rewards(fake, si, trajs)
+    assert [t.view_weight for t in trajs] == [1.0, 1.0, 0.0, 0.0]
+    out = RLTrainer.advantages(fake, trajs, comps, total)
+    assert out.advantages[2:].abs().sum() == 0 and out.advantages[:2].abs().sum() > 0
