@@ -134,9 +134,9 @@ def canvas(media: Media, sample: Sample, rng: torch.Generator, kind: str = "nois
         g = 4
         base = torch.rand(1, c, g + 2, g + 2, generator=rng) * 255
         steps = torch.rand(t, 2, generator=rng) * 0.5
+        k = F.interpolate(base, size=(h + h // 2, w + w // 2), mode="bicubic", align_corners=False)[0]
         frames = []
         for i in range(t):
-            k = F.interpolate(base, size=(h + h // 2, w + w // 2), mode="bicubic", align_corners=False)[0]
             oy, ox = int(steps[: i + 1, 0].sum() * h / 4) % (h // 2), int(steps[: i + 1, 1].sum() * w / 4) % (w // 2)
             frames.append(k[:, oy:oy + h, ox:ox + w])
         y = torch.stack(frames).round().long()
