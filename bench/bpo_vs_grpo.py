@@ -65,8 +65,8 @@ ARMS: Dict[str, List[str]] = {  # name -> config files over configs/demo.yaml, t
     "grpo_g32": ["rollout.n=32"],
     "tgrpo": [str(REPO / "configs" / "tgrpo_demo.yaml")],
     "bpo": [BPO_CFG],
-    "bpo_p8": [BPO_CFG, "algorithm.packs=8"],
-    "bpo_anchor": [BPO_CFG, f"algorithm.viewset={REPO / 'views' / 'bpo_anchor_only.yaml'}"],
+    "bpo_p8": [BPO_CFG, "rollout.n=32"],  # BPO: packs = rollout.n / views = 8
+    "bpo_anchor": [BPO_CFG, "rollout.n=2", f"algorithm.viewset={REPO / 'views' / 'bpo_anchor_only.yaml'}"],
 }
 MATCH = {"bpo": "grpo", "bpo_p8": "grpo_g32", "bpo_anchor": "grpo_g2"}  # BPO arm -> its budget-matched GRPO arm
 EVAL_VIEWS = REPO / "views" / "bpo_eval.yaml"
@@ -172,7 +172,7 @@ def rollout_budget(arm: "Arm", samples) -> Dict[str, int]:
     tr = arm.trainer
     out = {}
     for s in samples:
-        si = build_step_inputs([s], tr.processor, tr.cfg.data, tr.n_for_role, tr.viewset)
+        si = build_step_inputs([s], tr.processor, tr.cfg.data, tr.plan, tr.viewset)
         out[s.qtype] = sum(r.n for r in si.requests)
     return out
 
@@ -403,7 +403,7 @@ def main(argv=None) -> None:
                     help="seeds run at once, each in its own process (one torch thread each: 2 fit the 2-core box)")
     ap.add_argument("--arm", action="append", default=[], metavar="'NAME ITEM ...'",
                     help="an extra arm, one quoted string: NAME, then config files (over configs/demo.yaml) and dotted "
-                         "overrides k=v, e.g. --arm 'bpo_paired configs/bpo_demo.yaml algorithm.anchor_mode=paired' "
+                         "overrides k=v, e.g. --arm 'bpo_paired configs/bpo_demo.yaml algorithm.params.anchor_mode=paired' "
                          "(repeatable)")
     ap.add_argument("--out", default="runs/bpo_vs_grpo")
     ap.add_argument("--report", default=None, help="also write the markdown table here")

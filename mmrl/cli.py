@@ -52,21 +52,16 @@ def _plan(cfg, what: str) -> None:
     print(f"# plan: mmrl {what} (dry run: config built and validated, no weights loaded)")
     print(to_yaml(cfg))
     if what == "train":
-        g = cfg.rollout.n
-        print(f"# {cfg.train.steps} steps x {cfg.train.prompts_per_step} prompts x {g} responses = "
-              f"{cfg.train.steps * cfg.train.prompts_per_step * g} trajectories; algorithm {cfg.algorithm.name}, "
-              f"loss {cfg.algorithm.loss}, backend {cfg.train.backend}, engine {cfg.rollout.engine}")
+        from mmrl.train.plan import describe_plan
+
+        for line in describe_plan(cfg):
+            print(f"# {line}")
 
 
 def cmd_train(args) -> None:
     cfg = _cfg(args)
     if args.dry_run:
         return _plan(cfg, "train")
-    if cfg.train.backend == "deepspeed":
-        from mmrl.train.deepspeed_backend import run_deepspeed
-
-        run_deepspeed(cfg, resume=args.resume, quiet=args.quiet)
-        return
     from mmrl.train.rl_trainer import RLTrainer
 
     RLTrainer(cfg, quiet=args.quiet).run(resume=args.resume)
