@@ -81,7 +81,9 @@ def render(results: List[Dict], args, wall_min: float, budgets_text: str, cost_l
     arms = list(results[0]["costs"])
     cols = columns(results)
     lines = [f"# BPO vs GRPO vs T-GRPO, miniature (seeds {seeds}{', prior world: ' + args.prior if args.prior else ''})",
-             "", "Command: `.venv/bin/python bench/bpo_vs_grpo.py " + shlex.join(args.argv) + "`", "",
+             "", *(["Commands (their seeds pooled here):", ""] + [f"- `{c}`" for c in args.commands]
+                   if getattr(args, "commands", None) else
+                   ["Command: `.venv/bin/python bench/bpo_vs_grpo.py " + shlex.join(args.argv) + "`"]), "",
              f"World: synthetic video (`make_video_world`), {args.n_train} train / {args.n_test} held-out clips per seed"
              + (f", prior `{args.prior}` at strength {args.prior_strength} in the train split (held-out split "
                 f"debiased; `test_biased.json` keeps the prior)" if args.prior else "")
@@ -188,8 +190,8 @@ def cost_lines(results: List[Dict], arms: List[str], cost_long: Optional[Dict]) 
                          f"(max {100 * max(share):.2f}%)")
     if cost_long:
         c = cost_long
-        lines.append(f"At {c['max_new_tokens']} response tokens (untrained tiny model, {c['prompts']} prompts x 8 responses, "
-                     f"median of {c['steps']} steps): BPO (2x4) step {c['bpo_s']:.3f} s / GRPO (G=8) step {c['grpo_s']:.3f} s "
+        lines.append(f"At up to {c['max_new_tokens']} response tokens (untrained tiny model, {c['prompts']} prompt(s) x 8 "
+                     f"responses per step, median of {c['steps']} step(s) after a warm-up): BPO (2x4) step {c['bpo_s']:.3f} s / GRPO (G=8) step {c['grpo_s']:.3f} s "
                      f"= plain step ratio {c['step_ratio']:.2f}; work ratio {c['work_ratio']:.2f} (mean response "
                      f"{c['bpo_resp']:.0f} / {c['grpo_resp']:.0f} tokens); per token of work {c['step_ratio'] / c['work_ratio']:.2f}")
     return lines

@@ -71,6 +71,7 @@ ARMS: Dict[str, List[str]] = {  # name -> config files over configs/demo.yaml, t
 MATCH = {"bpo": "grpo", "bpo_p8": "grpo_g32", "bpo_anchor": "grpo_g2"}  # BPO arm -> its budget-matched GRPO arm
 EVAL_VIEWS = REPO / "views" / "bpo_eval.yaml"
 TEMPORAL = ("direction", "order")
+SETTINGS = ("n_train", "n_test", "sft_steps", "rl_steps", "prompts_per_step", "sft_null_share", "prior", "prior_strength")
 
 
 def log(msg: str) -> None:
@@ -434,6 +435,9 @@ def main(argv=None) -> None:
         results = [json.loads((out / f"seed{s}" / "seed_result.json").read_text()) for s in args.seeds]
         run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
         args.argv, wall_min, cost_long = run.get("argv", args.argv), run.get("wall_min", 0.0), run.get("cost_long")
+        args.commands = run.get("commands")  # several runs into one --out (e.g. seeds added later)
+        for k, v in run.get("settings", {}).items():  # the world and schedule the results were trained with
+            setattr(args, k, v)
     else:
         if args.jobs > 1 and len(args.seeds) > 1:
             results = run_seeds_in_processes(args, out)
@@ -446,7 +450,11 @@ def main(argv=None) -> None:
     (out / "table.md").write_text(table)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     # after any child process wrote its own: the command that trained and its wall time, for --render-only
-    (out / "run.json").write_text(json.dumps({"argv": args.argv, "wall_min": wall_min, "cost_long": cost_long}))
+    run = {"argv": args.argv, "wall_min": wall_min, "cost_long": cost_long,
+           "settings": {k: getattr(args, k) for k in SETTINGS}}
+    if getattr(args, "commands", None):
+        run["commands"] = args.commands
+    (out / "run.json").write_text(json.dumps(run))
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(table)
