@@ -42,7 +42,7 @@ def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
     for text in ("GRPO (G=8)", "T-GRPO (8+4)", "BPO (2x4)", "abstention F1 (held-out nulls)", "stability (changed pixels)",
                  "sensitivity (vs expected)", "answer w/o looking", "temporal acc", "BPO (2x4) vs GRPO (G=8) (same budget)",
                  "BPO anchor-only (2x1) vs GRPO (G=2) (same budget)", "| BPO − BPO anchor-only |", "View construction share",
-                 "work ratio", "step ratio / work ratio", "per token of work", "At 12 response tokens", "learned",
+                 "work ratio", "step ratio / work ratio", "per token of work", "At up to 12 response tokens", "learned",
                  "null_texture", "Per-seed differences"):
         assert text in table, text
     assert (tmp_path / "report.md").read_text().split("Wall time")[0] == table.split("Wall time")[0]
