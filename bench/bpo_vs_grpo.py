@@ -436,7 +436,7 @@ def main(argv=None) -> None:
         run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
         args.argv, wall_min, cost_long = run.get("argv", args.argv), run.get("wall_min", 0.0), run.get("cost_long")
         args.commands = run.get("commands")  # several runs into one --out (e.g. seeds added later)
-        for k, v in run.get("settings", {}).items():  # the world and schedule the results were trained with
+        for k, v in (run.get("settings") or {}).items():  # the world and schedule the results were trained with
             setattr(args, k, v)
     else:
         if args.jobs > 1 and len(args.seeds) > 1:
