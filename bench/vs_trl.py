@@ -310,6 +310,8 @@ def main() -> None:
                                                       out / "mmrl_video")))
     if a.algos:
         for name, files, extra in ALGOS:
+            if name == "BPO":  # rollout.n = packs x 4 views: the nearest multiple of 4 (the old fixed 2 packs = 8)
+                extra = extra + [f"rollout.n={4 * max(1, a.n // 4)}"]
             plan.append((f"algo_{name}", "mmrl", _mmrl_spec(a, prep["warm"], prep["video"], ["configs/demo.yaml"] + files,
                                                              extra, out / f"algo_{name}")))
     results: Dict[str, List[Dict]] = {k: [] for k, _, _ in plan}

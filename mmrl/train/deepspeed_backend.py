@@ -78,8 +78,11 @@ class DeepSpeedBackend(Backend):
     def __init__(self, model, optimizer, scheduler, autocast, cfg, pad_id: int, ds_config: Dict[str, Any]):
         import deepspeed
 
-        self.ds_config = ds_config
+        self.ds_config, self.cfg = ds_config, cfg
         self.stage = int(ds_config["zero_optimization"].get("stage", 0))
+        self._ref_engine = None
+        # the reference first (under ZeRO-3 an inference engine), then the policy's engine, as in earlier releases
+        ref_model = self._build_ref() if cfg.algorithm.kl_coef > 0 else None
         ds_opt = "optimizer" in ds_config
         self.engine, opt, _, _ = deepspeed.initialize(
             model=model, optimizer=None if ds_opt else optimizer,
@@ -88,9 +91,7 @@ class DeepSpeedBackend(Backend):
             base = getattr(opt, "optimizer", opt)
             warm = max(0, int(cfg.train.warmup_steps))
             scheduler = torch.optim.lr_scheduler.LambdaLR(base, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-        self._ref_engine = None
-        super().__init__(model, opt, scheduler, None, autocast, cfg, pad_id)
-        self.ref_model = self._build_ref() if cfg.algorithm.kl_coef > 0 else None
+        super().__init__(model, opt, scheduler, ref_model, autocast, cfg, pad_id)
 
     world_size = property(lambda self: dist.world_size())
     rank = property(lambda self: dist.rank())

@@ -1,4 +1,5 @@
-"""Supervised warm-up on the same data: teacher-forced cross-entropy of the gold answer ``{letter}<|im_end|>``.
+"""Supervised warm-up on the same data: teacher-forced cross-entropy of the gold answer ``{letter}<|im_end|>``
+(or of ``{meta.sft_response}<|im_end|>`` where a sample carries a reasoning trace, e.g. the claims world).
 
 Needed before RL from a random init (the tiny model) and used by real users before RL. Prompt inputs are built
 once per sample and reused across epochs (media decoded once per sample).
@@ -33,7 +34,10 @@ def answer_ids(tokenizer, text: str) -> torch.Tensor:
 
 
 def sft_target(sample) -> str:
-    """The SFT response: the gold letter (multiple choice), the number, the list joined by ", ", or the text."""
+    """The SFT response: ``meta.sft_response`` where the sample carries a reasoning trace (the claims world), else
+    the gold letter (multiple choice), the number, the list joined by ", ", or the text."""
+    if sample.meta.get("sft_response"):
+        return str(sample.meta["sft_response"])
     if sample.is_choice:
         return sample.answer_letter
     if sample.answer_type == "number":

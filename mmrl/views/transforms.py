@@ -167,7 +167,7 @@ def nearest_unmasked(mask: torch.Tensor) -> torch.Tensor:
     return keep[(t[:, None] - keep[None]).abs().argmin(dim=1)]
 
 
-def fill_frames(x: torch.Tensor, mask: torch.Tensor, fill: Union[str, int] = "nearest",
+def fill_frames(x: torch.Tensor, mask: torch.Tensor, fill: Union[str, int] = "black",
                 blur_sigma: float = 6.0) -> torch.Tensor:
     """Copy of ``x`` [T,C,H,W] with frames where ``mask`` [T] is true replaced.
 
@@ -196,4 +196,4 @@ def fill_frames(x: torch.Tensor, mask: torch.Tensor, fill: Union[str, int] = "ne
     return out
 
 
-from mmrl.views import image_transforms, video_transforms  # noqa: E402,F401  (register the built-ins)
+from mmrl.views import image_transforms, patch_transforms, video_transforms  # noqa: E402,F401  (register the built-ins)
