@@ -21,6 +21,7 @@ from mmrl.algos.bpo import (
 )
 from mmrl.algos.vppo import VPPO, VPPOParams
 from mmrl.algos.pacg import PACG, PACGParams
+from mmrl.algos import dspo  # noqa: F401  (registers "dspo")
 from mmrl.algos.losses import (
     AGG_MODES,
     aggregate,
