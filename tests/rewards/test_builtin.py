@@ -128,3 +128,15 @@ def test_raising_reward_names_function_and_samples():
     name = _register("t_raise", lambda c: {}["missing"])
     with pytest.raises(RewardError, match=r"'t_raise' raised KeyError.*clip-3"):
         compute_rewards([RewardSpec(name)], [ctx("A", sid="clip-3")])
+
+
+def test_raising_reward_lists_the_batch_samples_sorted_and_cut_at_300_chars():
+    name = _register("t_raise2", lambda c: 1 / 0)
+    with pytest.raises(RewardError) as e:
+        compute_rewards([RewardSpec(name)], [ctx("A", sid="b-1"), ctx("A", sid="a-2"), ctx("A", sid="b-1")])
+    assert str(e.value).endswith("(batch samples: a-2, b-1)")
+    many = [ctx("A", sid=f"sample-{i:04d}") for i in range(100)]  # 100 ids of 11 chars: 1,298 chars listed
+    with pytest.raises(RewardError) as e:
+        compute_rewards([RewardSpec(name)], many)
+    listed = str(e.value).split("(batch samples: ", 1)[1][:-1]
+    assert listed == ", ".join(f"sample-{i:04d}" for i in range(100))[:300]
