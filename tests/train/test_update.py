@@ -42,7 +42,7 @@ def test_loss_is_policy_loss_plus_coef_times_k3(agg, coef):
     logp, ref, mask, adv = _hand_batch()
     cfg = algo(agg=agg, kl_coef=coef, max_len=4)
     loss, kl, _ = micro_batch_loss(POLICY_LOSSES.get("ppo"), logp, mask, adv, None, ref, cfg)
-    assert float(kl) == pytest.approx(K3[agg] if coef > 0 else 0.0, abs=1e-12)
+    assert float(kl.detach()) == pytest.approx(K3[agg] if coef > 0 else 0.0, abs=1e-12)
     assert float(loss.detach()) == pytest.approx(POLICY[agg] + coef * K3[agg], abs=1e-12)
 
 
