@@ -1,0 +1,127 @@
+"""Frame choice and timestamps of ``mmrl/media/decode.py`` against hand-computed indices.
+
+Frame ``i`` of every test video is a uniform frame of value ``8 * i`` (lossless PNG, or an MP4 read back), so
+the decoded pixels name the source frames that were chosen.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from mmrl.data.schema import ImageRef, Sample, VideoRef
+from mmrl.errors import DataError
+from mmrl.media.decode import MediaBudget, decode_image, decode_video, load_media
+
+
+def frame_folder(root, n=30, h=28, w=28):
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        Image.fromarray(np.full((h, w, 3), 8 * i, dtype=np.uint8)).save(root / f"{i:05d}.png")
+    (root / "notes.txt").write_text("not a frame")
+    return str(root)
+
+
+def chosen(media):
+    return [int(v) // 8 for v in media.frames[:, 0, 0, 0]]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return frame_folder(tmp_path_factory.mktemp("frames") / "clip")
+
+
+# ref fields, budget, frame indices, timestamps: 30 frames at 3 fps (the MVBench frame-folder default)
+CASES = [
+    (dict(), MediaBudget(), [0, 10, 19, 29], None),  # budget nframes=4: linspace(0, 29, 4) rounded
+    (dict(nframes=6), MediaBudget(), [0, 6, 12, 17, 23, 29], None),
+    (dict(start=2.0, end=6.0), MediaBudget(), [6, 10, 14, 18], [2.0, 10 / 3, 14 / 3, 6.0]),  # absolute times
+    (dict(start=1.1, end=4.9), MediaBudget(), [4, 7, 11, 14], None),  # ceil(3.3) = 4, floor(14.7) = 14
+    (dict(start=1.0, end=5.0), MediaBudget(), [3, 7, 11, 15], None),  # exact frame times stay inside
+    (dict(start=-1.0, end=100.0), MediaBudget(), [0, 10, 19, 29], None),  # clamped to the video
+    (dict(end=1.0, nframes=4), MediaBudget(), [0, 1, 2, 3], None),  # exactly the 4 frames available
+    (dict(fps=1.0), MediaBudget(), [0, 3, 6, 10, 13, 16, 19, 23, 26, 29], None),  # 30 / 3 * 1 = 10 frames
+    (dict(), MediaBudget(nframes=None), list(np.linspace(0, 29, 20).round().astype(int)), None),  # fps 2 default
+    (dict(), MediaBudget(nframes=None, fps=0.5), [0, 10, 19, 29], None),  # 5 frames -> floor to 4
+    (dict(), MediaBudget(nframes=None, fps=3.0, max_frames=6), [0, 6, 12, 17, 23, 29], None),
+    (dict(fps=1.0, nframes=2), MediaBudget(), [0, 29], None),  # nframes wins over fps
+    (dict(frame_fps=6.0, start=1.0, end=3.0), MediaBudget(), [6, 10, 14, 18], [1.0, 10 / 6, 14 / 6, 3.0]),
+]
+
+
+@pytest.mark.parametrize("ref_kw,budget,idx,times", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_frame_folder_indices_and_timestamps(folder, ref_kw, budget, idx, times):
+    media = decode_video(VideoRef(folder, **ref_kw), "s", budget)
+    fps = ref_kw.get("frame_fps", 3.0)
+    assert chosen(media) == idx
+    assert media.timestamps == pytest.approx([i / fps for i in idx])
+    if times is not None:
+        assert media.timestamps == pytest.approx(times)
+    assert media.fps == pytest.approx((len(idx) - 1) / ((idx[-1] - idx[0]) / fps))
+    assert media.frames.dtype == torch.uint8 and media.frames.shape[1] == 3
+
+
+@pytest.mark.parametrize("ref_kw,match", [
+    (dict(start=5.1, end=5.2), "selects no frame"),  # ceil(15.3) = 16 > floor(15.6) = 15
+    (dict(start=11.0), "selects no frame"),  # past the last frame (29 / 3 = 9.67 s)
+    (dict(start=5.0, end=5.2), "1 frames in range but 4 were requested"),
+    (dict(nframes=32), "30 frames in range but 32 were requested"),
+])
+def test_frame_folder_bad_ranges(folder, ref_kw, match):
+    with pytest.raises(DataError, match=match):
+        decode_video(VideoRef(folder, **ref_kw), "s-bad")
+
+
+def test_sample_budget_defaults():
+    b = MediaBudget()
+    assert (b.nframes, b.fps, b.min_pixels, b.max_pixels, b.max_frames) == (4, None, 28 * 28, 112 * 112, 768)
+
+
+def test_source_size_and_resize(tmp_path):
+    wide = frame_folder(tmp_path / "wide", n=4, h=28, w=56)
+    m = decode_video(VideoRef(wide), "w")
+    assert m.source_size == (56, 28) and tuple(m.frames.shape) == (4, 3, 28, 56)
+    big = frame_folder(tmp_path / "big", n=4, h=224, w=224)
+    m = decode_video(VideoRef(big), "b")
+    assert m.source_size == (224, 224) and tuple(m.frames.shape[-2:]) == (112, 112)  # the 112*112 budget
+    m = decode_video(VideoRef(big, max_pixels=56 * 56), "b")
+    assert tuple(m.frames.shape[-2:]) == (56, 56)  # the sample's own budget wins
+    m = decode_video(VideoRef(big), "b", MediaBudget(max_pixels=84 * 84))
+    assert tuple(m.frames.shape[-2:]) == (84, 84)
+
+
+def test_mp4_indices_and_timestamps(tmp_path):
+    import av
+
+    path = tmp_path / "clip.mp4"
+    with av.open(str(path), "w") as out:
+        st = out.add_stream("libx264", rate=4, options={"qp": "0", "preset": "ultrafast"})
+        st.width, st.height, st.pix_fmt = 32, 32, "yuv444p"
+        for i in range(16):
+            frame = av.VideoFrame.from_ndarray(np.full((32, 32, 3), 8 * i, dtype=np.uint8), format="rgb24")
+            for p in st.encode(frame):
+                out.mux(p)
+        for p in st.encode():
+            out.mux(p)
+    m = decode_video(VideoRef(str(path), start=1.0, end=3.0), "mp4")  # 4 fps: frames 4..12
+    assert [round(int(v) / 8) for v in m.frames[:, 0, 0, 0]] == [4, 7, 9, 12]
+    assert m.timestamps == pytest.approx([1.0, 1.75, 2.25, 3.0])
+    assert m.fps == pytest.approx(3 / 2.0) and m.source_size == (32, 32)
+    m = decode_video(VideoRef(str(path), fps=2.0), "mp4", MediaBudget(nframes=None))  # 16 / 4 * 2 = 8 frames
+    assert m.timestamps == pytest.approx([i / 4 for i in np.linspace(0, 15, 8).round().astype(int)])
+
+
+def test_decode_image_and_load_media(tmp_path):
+    p = tmp_path / "pic.png"
+    Image.fromarray(np.full((224, 112, 3), 40, dtype=np.uint8)).save(p)
+    m = decode_image(ImageRef(str(p)), "i")
+    assert m.source_size == (112, 224) and m.frames is None
+    h, w = m.image.shape[-2:]
+    assert h * w <= 112 * 112 and h % 28 == 0 and w % 28 == 0 and math.isclose(h / w, 2.0, rel_tol=0.2)
+    s = Sample(id="x", question="?", candidates=["a", "b"], answer="a", image=ImageRef(str(p)))
+    assert load_media(s).image.shape == m.image.shape
+    with pytest.raises(DataError, match="neither a video nor an image"):
+        load_media(Sample(id="y", question="?", candidates=["a", "b"], answer="a"))
+    with pytest.raises(DataError, match="image file not found"):
+        decode_image(ImageRef(str(tmp_path / "none.png")), "z")
