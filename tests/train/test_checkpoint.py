@@ -163,3 +163,24 @@ def test_optimizer_trains_only_trainable_parameters_with_weight_decay():
     model.requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
         build_optimizer(model, cfg())
+
+
+# ---- the data position (the only other part of an exact resume) -------------------------------------------------
+
+
+def test_data_stream_resumes_mid_epoch_through_a_checkpoint(tmp_path):
+    from mmrl.data.schema import Sample
+    from mmrl.train.data_stream import DataStream
+
+    samples = [Sample(id=f"s{i}", question="?", candidates=["a", "b"], answer="a") for i in range(5)]
+    stream = DataStream(samples, seed=3)
+    first = [s.id for s in stream.next(3) + stream.next(4)]  # crosses into epoch 1
+    model, opt, sched = fresh()
+    save_checkpoint(str(tmp_path), 2, model, opt, sched, {"data": stream.state_dict()})
+    straight = [s.id for s in stream.next(6)]
+    again = DataStream(samples, seed=3)
+    again.load_state_dict(load_checkpoint(latest_checkpoint(str(tmp_path)), *fresh())["data"])
+    assert [s.id for s in again.next(6)] == straight
+    assert sorted(first[:5]) == [f"s{i}" for i in range(5)]  # an epoch is a permutation
+    assert first[:5] != [s.id for s in DataStream(samples, seed=4).next(5)]  # the seed sets the order
+    assert [s.id for s in DataStream(samples, seed=3, shuffle=False).next(7)] == [f"s{i % 5}" for i in range(7)]
