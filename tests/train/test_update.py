@@ -86,6 +86,8 @@ SHARE_CASES = [
     ([[1, 1]], True, 1, 2, 1.0),
     ([[1, 1]], False, 1, 2, 1.0),
     ([[0]], True, 0, 0, 0.0),  # nothing trained anywhere: no division by zero
+    ([[1, 0]], False, 1, 1, 1.0),  # one trained token in the whole batch
+    ([[0, 1]], True, 1, 1, 1.0),
 ]
 
 
@@ -237,3 +239,66 @@ def test_stats_are_share_weighted_means(monkeypatch):
     kl = float(aggregate(k3_kl(lp, pad_right(ref, 0.0)), mask, "token-mean"))
     assert stats["kl"] == pytest.approx(kl, rel=1e-5)
     assert set(stats) == {"loss", "kl", "clip_frac", "ratio_mean", "grad_norm"}
+
+
+def test_stats_clip_frac_and_ratio_are_the_batch_token_means(monkeypatch):
+    """With old log-probs (ratio != 1) the logged clip fraction and mean ratio over micro-batches equal the
+    whole batch's token-mean metrics (token shares)."""
+    model, trajs, inputs, adv, old, ref, cfg = _case("token-mean")
+    old = [o - 0.4 * (i % 2) + 0.3 * (i % 3 == 0) for i, o in enumerate(old)]  # ratios well outside 1 +- 0.2
+    stats, _ = run_update(monkeypatch, model, trajs, inputs, adv, cfg, 2, old=old, ref=ref)
+    from mmrl.media.inputs import pad_right
+    from tests.train.update_support import bigram_logprobs
+
+    with torch.no_grad():
+        lp = pad_right(bigram_logprobs(model, [(inputs[t.inputs_key], t.response_ids) for t in trajs]), 0.0)
+    mask = pad_right([t.loss_mask.float() for t in trajs], 0.0)
+    _, m = POLICY_LOSSES.get("ppo")(lp, pad_right(old, 0.0), adv, mask, cfg)
+    assert 0.0 < m["clip_frac"] < 1.0 and m["ratio_mean"] != pytest.approx(1.0)
+    assert stats["clip_frac"] == pytest.approx(m["clip_frac"], rel=1e-5)
+    assert stats["ratio_mean"] == pytest.approx(m["ratio_mean"], rel=1e-5)
+
+
+def test_a_loss_without_metrics_logs_no_clipping_and_ratio_one(monkeypatch):
+    from mmrl.algos.losses import aggregate
+
+    name = "t_plain_pg"
+    if name not in POLICY_LOSSES:
+        POLICY_LOSSES.register(name)(lambda logp, old, adv, mask, cfg: (aggregate(-adv[:, None] * logp, mask), {}))
+    model, trajs, inputs, adv, old, ref, cfg = _case("token-mean", loss=name)
+    stats, _ = run_update(monkeypatch, model, trajs, inputs, adv, cfg, 2, old=old)
+    assert stats["clip_frac"] == 0.0 and stats["ratio_mean"] == pytest.approx(1.0)
+
+
+def test_no_reference_log_probs_means_no_kl_even_with_a_coefficient(monkeypatch):
+    model, trajs, inputs, adv, old, ref, cfg = _case("seq-mean-token-mean", kl_coef=0.5)
+    _, g_ref = reference_grad(model, trajs, inputs, adv, cfg, old, None)
+    stats, g = run_update(monkeypatch, model, trajs, inputs, adv, cfg, 2, old=old, ref=None)
+    assert stats["kl"] == 0.0 and torch.allclose(g, g_ref, rtol=1e-5, atol=1e-7)
+
+
+def test_scorer_gets_the_micro_batch_and_pad_id_and_runs_under_autocast(monkeypatch):
+    from mmrl.train import update
+    from tests.train.update_support import bigram_logprobs
+
+    calls, entered = [], []
+
+    def scorer(model, items, temperature=1.0, micro_batch=16, pad_id=0):
+        calls.append((len(items), micro_batch, pad_id, bool(entered)))
+        return bigram_logprobs(model, items, temperature)
+
+    class Autocast:
+        def __enter__(self):
+            entered.append(True)
+
+        def __exit__(self, *a):
+            entered.clear()
+
+    monkeypatch.setattr(update, "response_logprobs", scorer)
+    model, trajs, inputs, adv, old, ref, cfg = _case("token-mean")
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    from mmrl.config import TrainConfig
+
+    update.policy_update(model, opt, trajs, inputs, adv, cfg, TrainConfig(micro_batch=4), 1.0, 5, old, ref,
+                         autocast=Autocast)
+    assert calls == [(4, 4, 5, True), (2, 2, 5, True)]
