@@ -60,6 +60,29 @@ def test_pruning_keeps_the_newest(tmp_path, keep, left):
     assert latest_checkpoint(str(tmp_path)).name == "step_000010"
 
 
+def test_default_keeps_two_and_negative_keep_keeps_all(tmp_path):
+    model, opt, sched = fresh()
+    for s in (1, 2, 3):
+        save_checkpoint(str(tmp_path / "a"), s, model, opt, sched, {})
+        save_checkpoint(str(tmp_path / "b"), s, model, opt, sched, {}, keep=-1)
+    assert steps(tmp_path / "a") == ["step_000002", "step_000003"]
+    assert steps(tmp_path / "b") == ["step_000001", "step_000002", "step_000003"]
+
+
+def test_save_creates_missing_folders_and_replaces_a_stale_temporary_folder(tmp_path):
+    import os
+
+    model, opt, sched = fresh()
+    out = tmp_path / "runs" / "deep" / "run1"  # none of these exist yet
+    stale = out / "checkpoints" / f".tmp_step_000001_{os.getpid()}"
+    path = save_checkpoint(str(out), 1, model, opt, sched, {})
+    assert path.is_dir() and sorted(p.name for p in path.iterdir()) == ["model.pt", "trainer_state.pt"]
+    stale.mkdir()
+    (stale / "junk").write_text("from a crashed save")
+    path = save_checkpoint(str(out), 1, model, opt, sched, {})
+    assert not stale.exists() and sorted(p.name for p in path.iterdir()) == ["model.pt", "trainer_state.pt"]
+
+
 def test_latest_is_the_highest_step_and_ignores_temporary_folders(tmp_path):
     assert latest_checkpoint(str(tmp_path)) is None
     model, opt, sched = fresh()
@@ -127,6 +150,24 @@ def test_resume_without_a_scheduler(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values()))
 
 
+def test_cuda_rng_saved_and_restored_only_where_cuda_is(monkeypatch):
+    restored = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["cuda-state"])
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda s: restored.append(s))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    state = rng_state()
+    assert state["cuda"] is None
+    set_rng_state(dict(state, cuda=["saved-on-gpu"]))  # resumed on a machine without CUDA: skipped
+    assert restored == []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    state = rng_state()
+    assert state["cuda"] == ["cuda-state"]
+    set_rng_state(dict(state, cuda=None))  # saved without CUDA: nothing to restore
+    assert restored == []
+    set_rng_state(state)
+    assert restored == [["cuda-state"]]
+
+
 def test_rng_state_round_trip():
     torch.manual_seed(1)
     np.random.seed(1)
@@ -154,14 +195,15 @@ def test_linear_warmup_then_constant(warmup, lrs):
 
 
 def test_optimizer_trains_only_trainable_parameters_with_weight_decay():
-    model, opt, _ = fresh(lr=0.3, wd=0.01)
+    model, opt, _ = fresh(lr=0.3, wd=0.05)
     params = opt.param_groups[0]["params"]
     assert {id(p) for p in params} == {id(model.lin.weight), id(model.lin.bias)}
-    assert opt.param_groups[0]["weight_decay"] == 0.01 and isinstance(opt, torch.optim.AdamW)
+    assert opt.param_groups[0]["weight_decay"] == 0.05 and isinstance(opt, torch.optim.AdamW)
+    assert fresh(wd=0.0)[1].param_groups[0]["weight_decay"] == 0.0  # not AdamW's own default (0.01)
     opt2, _ = build_optimizer(model, cfg(lr=0.3), lr=0.7)
     assert opt2.param_groups[0]["initial_lr"] == 0.7 and opt2.param_groups[0]["lr"] == pytest.approx(0.7 / 3)
     model.requires_grad_(False)
-    with pytest.raises(ValueError, match="no trainable parameters"):
+    with pytest.raises(ValueError, match=r"^no trainable parameters \(check model.freeze_vision / model.lora\)$"):
         build_optimizer(model, cfg())
 
 
