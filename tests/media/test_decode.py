@@ -125,3 +125,94 @@ def test_decode_image_and_load_media(tmp_path):
         load_media(Sample(id="y", question="?", candidates=["a", "b"], answer="a"))
     with pytest.raises(DataError, match="image file not found"):
         decode_image(ImageRef(str(tmp_path / "none.png")), "z")
+
+
+# ---- every failure names the sample and the file ----------------------------------------------------------------
+
+
+def _write_mp4(path, n, size=32, rate=4):
+    import av
+
+    with av.open(str(path), "w") as out:
+        st = out.add_stream("libx264", rate=rate, options={"qp": "0", "preset": "ultrafast"})
+        st.width, st.height, st.pix_fmt = size, size, "yuv444p"
+        for i in range(n):
+            frame = av.VideoFrame.from_ndarray(np.full((size, size, 3), 8 * i, dtype=np.uint8), format="rgb24")
+            for p in st.encode(frame):
+                out.mux(p)
+        for p in st.encode():
+            out.mux(p)
+    return str(path)
+
+
+def _error(fn, *args):
+    with pytest.raises(DataError) as e:
+        fn(*args)
+    return str(e.value)
+
+
+def test_video_failures_name_sample_and_file(folder, tmp_path):
+    def says(ref, msg, budget=None):
+        assert _error(decode_video, ref, "clip-9", budget) == f"sample 'clip-9', file '{ref.path}': {msg}"
+
+    says(VideoRef(str(tmp_path / "absent.mp4")), "video file not found")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "readme.txt").write_text("no frames here")
+    says(VideoRef(str(tmp_path / "empty")), "frame folder holds no frames")
+    says(VideoRef(folder, start=5.1, end=5.2), "time range [5.1, 5.2] s selects no frame (video has 30 frames at 3.000 fps)")
+    says(VideoRef(folder, nframes=40), "clip has 30 frames in range but 40 were requested")
+    says(VideoRef(folder, nframes=1), "cannot sample frames: nframes should in interval [2, 30], but got 0.")
+    one = _write_mp4(tmp_path / "one.mp4", 1)
+    says(VideoRef(one, nframes=2), "clip has 1 frames in range but 2 were requested")  # one frame is not zero
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"garbage")
+    msg = _error(decode_video, VideoRef(str(bad)), "clip-9")
+    assert msg.startswith(f"sample 'clip-9', file '{bad}': unreadable video (RuntimeError: Error reading {bad}")
+    assert "\n" not in msg and msg.endswith(")")
+
+
+def test_image_failures_name_sample_and_file(tmp_path):
+    absent = tmp_path / "absent.png"
+    assert _error(decode_image, ImageRef(str(absent)), "img-3") == f"sample 'img-3', file '{absent}': image file not found"
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a png")
+    msg = _error(decode_image, ImageRef(str(bad)), "img-3")
+    assert msg.startswith(f"sample 'img-3', file '{bad}': unreadable image (cannot identify image file")
+    s = Sample(id="none-4", question="?", candidates=["a", "b"], answer="a")
+    assert _error(load_media, s) == "sample 'none-4': sample has neither a video nor an image"
+
+
+def test_frame_folder_takes_jpg_jpeg_png_in_any_case_and_converts_to_rgb(tmp_path):
+    root = tmp_path / "mixed"
+    root.mkdir()
+    for i, (name, mode) in enumerate([("0.JPG", "RGB"), ("1.jpeg", "RGB"), ("2.png", "L"), ("3.PNG", "RGBA"),
+                                      ("4.Jpg", "L")]):
+        Image.fromarray(np.full((28, 28, 3), 8 * i, dtype=np.uint8)).convert(mode).save(root / name)
+    (root / "5.gif").write_bytes(b"GIF89a")  # not a frame
+    m = decode_video(VideoRef(str(root), nframes=4), "mix", MediaBudget())
+    assert [round(int(v) / 8) for v in m.frames[:, 0, 0, 0]] == [0, 1, 3, 4]  # linspace(0, 4, 4) rounded
+    assert m.frames.shape[1] == 3
+
+
+def test_images_decode_to_rgb_and_upscale_to_the_minimum(tmp_path):
+    p = tmp_path / "small_gray.png"
+    Image.fromarray(np.full((20, 20), 77, dtype=np.uint8), mode="L").save(p)
+    m = decode_image(ImageRef(str(p)), "g")
+    assert m.sample_id == "g" and m.source_size == (20, 20)
+    assert tuple(m.image.shape) == (3, 28, 28) and int(m.image[0, 14, 14]) == 77  # min_pixels 28*28
+    big = tmp_path / "big.png"
+    Image.fromarray(np.full((224, 112, 3), 40, dtype=np.uint8)).save(big)
+    assert tuple(decode_image(ImageRef(str(big)), "b").image.shape)[0] == 3
+
+
+def test_load_media_passes_the_sample_id_and_budget(folder, tmp_path):
+    v = Sample(id="vid-1", question="?", candidates=["a", "b"], answer="a", video=VideoRef(folder))
+    m = load_media(v, MediaBudget(nframes=2))
+    assert m.sample_id == "vid-1" and chosen(m) == [0, 29]
+    assert chosen(load_media(v)) == [0, 10, 19, 29]  # the default budget
+    p = tmp_path / "pic.png"
+    Image.fromarray(np.full((224, 224, 3), 40, dtype=np.uint8)).save(p)
+    i = Sample(id="img-1", question="?", candidates=["a", "b"], answer="a", image=ImageRef(str(p)))
+    m = load_media(i, MediaBudget(max_pixels=56 * 56))
+    assert m.sample_id == "img-1" and tuple(m.image.shape) == (3, 56, 56)
+    assert tuple(load_media(i).image.shape) == (3, 112, 112)
