@@ -4,6 +4,7 @@ Frame ``i`` of every test video is a uniform frame of value ``8 * i`` (lossless 
 the decoded pixels name the source frames that were chosen.
 """
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -216,3 +217,53 @@ def test_load_media_passes_the_sample_id_and_budget(folder, tmp_path):
     m = load_media(i, MediaBudget(max_pixels=56 * 56))
     assert m.sample_id == "img-1" and tuple(m.image.shape) == (3, 56, 56)
     assert tuple(load_media(i).image.shape) == (3, 112, 112)
+
+
+class _FakeReader:
+    """Stands in for ``decord.VideoReader`` where a real file cannot produce the case (fps 0, a failing read)."""
+
+    opened = []
+
+    def __init__(self, path, num_threads=0, fps=0.0, fail=False):
+        _FakeReader.opened.append(num_threads)
+        self.fps, self.fail = fps, fail
+
+    def __len__(self):
+        return 10
+
+    def get_avg_fps(self):
+        return self.fps
+
+    def get_batch(self, idx):
+        if self.fail:
+            raise RuntimeError("boom")
+        return SimpleNamespace(asnumpy=lambda: np.stack([np.full((28, 28, 3), 8 * i, np.uint8) for i in idx]))
+
+
+def test_mp4_reader_edge_cases(monkeypatch, tmp_path):
+    import decord
+
+    path = tmp_path / "fake.mp4"
+    path.write_bytes(b"\0")
+    monkeypatch.setattr(decord, "VideoReader", lambda p, num_threads=0: _FakeReader(p, num_threads))
+    m = decode_video(VideoRef(str(path)), "f")  # a container reporting 0 fps counts as 1 fps
+    assert chosen(m) == [0, 3, 6, 9] and m.timestamps == [0.0, 3.0, 6.0, 9.0]
+    assert _FakeReader.opened[-1] == 1  # one decoding thread per reader on shared CPUs
+    monkeypatch.setattr(decord, "VideoReader", lambda p, num_threads=0: _FakeReader(p, num_threads, 5.0, True))
+    assert _error(decode_video, VideoRef(str(path)), "f") == \
+        f"sample 'f', file '{path}': failed to decode frames [0, 3, 6, 9]... (RuntimeError)"
+
+
+def test_resize_is_qwens_bicubic_with_antialiasing(tmp_path):
+    from torchvision.transforms.functional import InterpolationMode, resize
+
+    g = np.random.default_rng(0)
+    pix = g.integers(0, 256, (224, 224, 3), dtype=np.uint8)
+    p = tmp_path / "noise.png"
+    Image.fromarray(pix).save(p)
+    m = decode_image(ImageRef(str(p)), "n")
+    want = resize(torch.from_numpy(pix).permute(2, 0, 1)[None], [112, 112], interpolation=InterpolationMode.BICUBIC,
+                  antialias=True)[0]
+    assert torch.equal(m.image, want)
+    assert not torch.equal(want, resize(torch.from_numpy(pix).permute(2, 0, 1)[None], [112, 112],
+                                        interpolation=InterpolationMode.BILINEAR, antialias=True)[0])
