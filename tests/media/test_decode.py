@@ -170,6 +170,16 @@ def test_video_failures_name_sample_and_file(folder, tmp_path):
     msg = _error(decode_video, VideoRef(str(bad)), "clip-9")
     assert msg.startswith(f"sample 'clip-9', file '{bad}': unreadable video (RuntimeError: Error reading {bad}")
     assert "\n" not in msg and msg.endswith(")")
+    long = tmp_path / ("x" * 200 + ".mp4")  # decord's first error line is cut at 200 characters
+    long.write_bytes(b"garbage")
+    import decord
+
+    with pytest.raises(Exception) as raw:
+        decord.VideoReader(str(long), num_threads=1)
+    line = str(raw.value).splitlines()[0]
+    assert len(line) > 200
+    assert _error(decode_video, VideoRef(str(long)), "c") == \
+        f"sample 'c', file '{long}': unreadable video (RuntimeError: {line[:200]})"
 
 
 def test_image_failures_name_sample_and_file(tmp_path):
@@ -250,8 +260,8 @@ def test_mp4_reader_edge_cases(monkeypatch, tmp_path):
     assert chosen(m) == [0, 3, 6, 9] and m.timestamps == [0.0, 3.0, 6.0, 9.0]
     assert _FakeReader.opened[-1] == 1  # one decoding thread per reader on shared CPUs
     monkeypatch.setattr(decord, "VideoReader", lambda p, num_threads=0: _FakeReader(p, num_threads, 5.0, True))
-    assert _error(decode_video, VideoRef(str(path)), "f") == \
-        f"sample 'f', file '{path}': failed to decode frames [0, 3, 6, 9]... (RuntimeError)"
+    assert _error(decode_video, VideoRef(str(path), nframes=6), "f") == \
+        f"sample 'f', file '{path}': failed to decode frames [0, 2, 4, 5]... (RuntimeError)"  # the first four
 
 
 def test_resize_is_qwens_bicubic_with_antialiasing(tmp_path):
