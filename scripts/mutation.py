@@ -40,6 +40,8 @@ GROUPS = {
     "ovobench_score": (["mmrl/eval/ovobench_score.py"], ["tests/eval/test_eval_ovobench.py"]),
 }
 
+DATA_DIRS = ("views", "configs", "eval")
+
 # Mutants argued equivalent in docs/testing.md, as (file, original line, mutated line) with the lines stripped, so
 # that the list survives renumbering. They are left out of the score (and still listed).
 EQUIVALENT = {
@@ -87,10 +89,13 @@ def _prepare(group: str, work: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "mmrl", work / "mmrl", ignore=ignore)
     shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
+    for data in DATA_DIRS:  # files the tests read (view sets, configs, benchmark YAMLs)
+        shutil.copytree(ROOT / data, work / data, ignore=ignore)
     tests = [t for t in tests if (ROOT / t).exists()]
     lines = ["[tool.mutmut]", 'source_paths = ["mmrl"]', f"only_mutate = {json.dumps(files)}",
              f"pytest_add_cli_args_test_selection = {json.dumps(tests)}",
              'pytest_add_cli_args = ["-m", "not slow", "-p", "no:cacheprovider", "-q", "-x"]',
+             f"also_copy = {json.dumps(list(DATA_DIRS))}",
              "use_git_change_detection = false", "",
              "[tool.pytest.ini_options]", 'testpaths = ["tests"]',
              'markers = ["slow: end-to-end tests (still run in CI)"]',
