@@ -19,7 +19,7 @@ prompts per step and prompt format:
 - ``bpo``   ``configs/bpo_demo.yaml``: 2 packs x 4 views (original, stable, sensitive, blank) = 8 generations.
 
 ``--arm`` adds an arm of your own (a view set, an anchor mode, a reward weight), e.g.
-``--arm 'bpo_paired configs/bpo_demo.yaml algorithm.anchor_mode=paired'``: it trains from the same SFT checkpoint,
+``--arm 'bpo_paired configs/bpo_demo.yaml algorithm.params.anchor_mode=paired'``: it trains from the same SFT checkpoint,
 is evaluated the same way and gets its own rows (a BPO arm must match GRPO's budget). ``--jobs 2`` runs two seeds
 at once in child processes; ``--render-only`` prints the table again from an earlier ``--out``.
 
@@ -172,7 +172,7 @@ def rollout_budget(arm: "Arm", samples) -> Dict[str, int]:
     tr = arm.trainer
     out = {}
     for s in samples:
-        si = build_step_inputs([s], tr.processor, tr.cfg.data, tr.n_for_role, tr.viewset)
+        si = build_step_inputs([s], tr.processor, tr.cfg.data, tr.plan, tr.viewset)
         out[s.qtype] = sum(r.n for r in si.requests)
     return out
 
@@ -427,7 +427,7 @@ def main(argv=None) -> None:
                     help="seeds run at once, each in its own process (one torch thread each: 2 fit the 2-core box)")
     ap.add_argument("--arm", action="append", default=[], metavar="'NAME ITEM ...'",
                     help="an extra arm, one quoted string: NAME, then config files (over configs/demo.yaml) and dotted "
-                         "overrides k=v, e.g. --arm 'bpo_paired configs/bpo_demo.yaml algorithm.anchor_mode=paired' "
+                         "overrides k=v, e.g. --arm 'bpo_paired configs/bpo_demo.yaml algorithm.params.anchor_mode=paired' "
                          "(repeatable)")
     ap.add_argument("--out", default="runs/bpo_vs_grpo")
     ap.add_argument("--report", default=None, help="also write the markdown table here")

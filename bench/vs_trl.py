@@ -75,9 +75,8 @@ def run_mmrl(spec: Dict) -> Dict:
 
     tr.engine.generate = generate
     wrap(tr, "rollout", "gen")
-    for name in ("rewards", "advantages", "_frozen_logprobs"):
-        if hasattr(tr, name):
-            wrap(tr, name, "score")
+    wrap(tr, "rewards", "score")
+    wrap(tr.backend, "score", "score")
     per_step: List[Dict] = []
     last, last_cpu = [time.perf_counter()], [time.process_time()]
     rss = [0]
@@ -164,8 +163,7 @@ def _mmrl_spec(a, model: str, world: Path, configs: List[str], extra: List[str],
 
 ALGOS = [  # name, config files (on top of configs/demo.yaml), overrides
     ("GRPO", [], []),
-    ("DAPO", [], ["algorithm.name=dapo", "algorithm.loss_agg=token-mean", "algorithm.clip_high=0.28",
-                  "algorithm.dynamic_sampling=true"]),
+    ("DAPO", [], ["algorithm.name=dapo", "algorithm.loss_agg=token-mean", "algorithm.clip_high=0.28"]),
     ("GSPO", [], ["algorithm.name=gspo", "algorithm.loss=gspo"]),
     ("BPO", ["configs/bpo_demo.yaml"], []),
     ("T-GRPO", ["configs/tgrpo_demo.yaml"], []),
@@ -312,6 +310,8 @@ def main() -> None:
                                                       out / "mmrl_video")))
     if a.algos:
         for name, files, extra in ALGOS:
+            if name == "BPO":  # rollout.n = packs x 4 views: the nearest multiple of 4 (the old fixed 2 packs = 8)
+                extra = extra + [f"rollout.n={4 * max(1, a.n // 4)}"]
             plan.append((f"algo_{name}", "mmrl", _mmrl_spec(a, prep["warm"], prep["video"], ["configs/demo.yaml"] + files,
                                                              extra, out / f"algo_{name}")))
     results: Dict[str, List[Dict]] = {k: [] for k, _, _ in plan}

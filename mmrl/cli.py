@@ -52,43 +52,25 @@ def _plan(cfg, what: str) -> None:
     print(f"# plan: mmrl {what} (dry run: config built and validated, no weights loaded)")
     print(to_yaml(cfg))
     if what == "train":
-        g = cfg.rollout.n
-        print(f"# {cfg.train.steps} steps x {cfg.train.prompts_per_step} prompts x {g} responses = "
-              f"{cfg.train.steps * cfg.train.prompts_per_step * g} trajectories; algorithm {cfg.algorithm.name}, "
-              f"loss {cfg.algorithm.loss}, backend {cfg.train.backend}, engine {cfg.rollout.engine}")
+        from mmrl.train.plan import describe_plan
+
+        for line in describe_plan(cfg):
+            print(f"# {line}")
 
 
 def cmd_train(args) -> None:
     cfg = _cfg(args)
     if args.dry_run:
         return _plan(cfg, "train")
-    if cfg.train.backend == "deepspeed":
-        from mmrl.train.deepspeed_backend import run_deepspeed
-
-        run_deepspeed(cfg, resume=args.resume, quiet=args.quiet)
-        return
     from mmrl.train.rl_trainer import RLTrainer
 
     RLTrainer(cfg, quiet=args.quiet).run(resume=args.resume)
 
 
 def cmd_eval(args) -> None:
-    if args.bench == "synthetic":
-        from mmrl.config import DataConfig
-        from mmrl.eval.synthetic import evaluate_checkpoint
+    from mmrl.eval.cli_bench import eval_main
 
-        viewset = None
-        if args.viewset:
-            from mmrl.views import ViewSet
-
-            viewset = ViewSet.load(args.viewset)
-        res = evaluate_checkpoint(args.model, args.data, DataConfig(nframes=args.nframes, on_error=args.on_error),
-                                  out_dir=args.out, viewset=viewset, limit=args.limit)
-        print(json.dumps(res, indent=2))
-    else:
-        from mmrl.eval.cli_bench import run_benchmark_cli
-
-        run_benchmark_cli(args)
+    eval_main(args)
 
 
 def cmd_views_preview(args) -> None:
@@ -133,31 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("overrides", nargs="*", help="dotted overrides key=value")
         s.set_defaults(fn=fn)
 
-    e = sub.add_parser("eval", help="evaluation")
-    e.add_argument("bench", choices=["synthetic", "mvbench", "ovobench"])
-    e.add_argument("--model", help="checkpoint folder or 'tiny'")
-    e.add_argument("--data", help="annotation file (synthetic)")
-    e.add_argument("--data-root", help="MVBench root (json/ and video folders)")
-    e.add_argument("--anno", help="OVO-Bench annotation file")
-    e.add_argument("--video-root", help="OVO-Bench videos (source or pre-chunked)")
-    e.add_argument("--protocol", default="original", help="MVBench protocol: original | lmms-eval")
-    e.add_argument("--score-only", nargs="*", help="OVO-Bench: score existing result files")
-    e.add_argument("--viewset")
-    e.add_argument("--out")
-    e.add_argument("--limit", type=int, default=0)
-    e.add_argument("--nframes", type=int, default=4)
-    e.add_argument("--batch", type=int, default=8)
-    e.add_argument("--on-error", choices=["raise", "skip"], default="skip")
-    e.add_argument("--max-pixels", type=int, help="mvbench/ovobench: pixel budget per frame (default 112*112)")
-    e.add_argument("--max-new-tokens", type=int, help="mvbench/ovobench: default from eval/<bench>.yaml")
-    e.add_argument("--num-segments", type=int, help="mvbench: frames per item (default 16, eval/mvbench*.yaml)")
-    e.add_argument("--tasks", help="mvbench/ovobench: comma-separated task names (default: all)")
-    e.add_argument("--layout", choices=["official", "hf_video"], help="mvbench: annotation layout (default: auto)")
-    e.add_argument("--chunked", action="store_true", help="ovobench: --video-root holds {id}.mp4 / {id}_{i}.mp4")
-    e.add_argument("--retry-errors", action="store_true", help="mvbench/ovobench: redo queries that failed")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar")
-    e.add_argument("--device", help="mvbench/ovobench: cuda | cpu (default: cuda when available)")
-    e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: bfloat16 on GPU")
+    e = sub.add_parser("eval", help="evaluate on a benchmark (eval/<name>.yaml)")
+    from mmrl.eval.cli_bench import add_eval_arguments
+
+    add_eval_arguments(e)
     e.set_defaults(fn=cmd_eval)
 
     v = sub.add_parser("views", help="counterfactual view sets").add_subparsers(dest="views_cmd", required=True)

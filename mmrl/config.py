@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mmrl.algos.base import AlgoParams
+from mmrl.algos.base import LossParams
 from mmrl.errors import ConfigError
 
 
@@ -59,7 +59,8 @@ class DataConfig:
 @dataclass
 class RolloutConfig:
     engine: str = "hf"  # hf | vllm
-    n: int = 8  # responses per prompt (G); with a view set: packs x views = n
+    n: int = 8  # responses per prompt (G); how views share them is the algorithm's plan (mmrl train --dry-run)
+    seed_per_group: Optional[bool] = None  # sample each prompt group under its own seed (rank-count invariant); None = on with deepspeed
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 8
@@ -76,13 +77,14 @@ class RewardConfig:
 
 
 @dataclass
-class AlgorithmConfig(AlgoParams):
-    name: str = "grpo"  # advantage estimator
-    loss: str = "ppo"  # policy loss
+class AlgorithmConfig(LossParams):
+    """``algorithm:``: a registered spec (``name``) with its own typed ``params`` (``mmrl.algos.spec``), the policy
+    loss and its constants (``LossParams``), PPO epochs and an optional view set."""
+
+    name: str = "grpo"  # a registered algorithm spec (mmrl.algos.spec.ALGORITHMS) or module:Class
+    loss: str = "ppo"  # policy loss: ppo | gspo | gspo_token | module:function
+    params: Dict[str, Any] = field(default_factory=dict)  # the spec's own parameters, validated by its Params
     viewset: Optional[str] = None  # a view-set YAML (BPO, T-GRPO)
-    packs: int = 2  # BPO packs per prompt
-    dynamic_sampling: bool = False  # DAPO: keep only groups with mixed outcomes, refill by resampling
-    max_resample_rounds: int = 3
     ppo_epochs: int = 1
 
 
@@ -132,7 +134,6 @@ def _check(cfg: Config) -> None:
         "train.precision": (cfg.train.precision, ("fp32", "bf16", "fp16")),
         "train.backend": (cfg.train.backend, ("torch", "deepspeed")),
         "rollout.engine": (cfg.rollout.engine, ("hf", "vllm")),
-        "algorithm.std_scale": (cfg.algorithm.std_scale, ("group", "batch", "none")),
         "algorithm.loss_agg": (cfg.algorithm.loss_agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")),
     }
     for key, (value, allowed) in choices.items():
@@ -144,6 +145,13 @@ def _check(cfg: Config) -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"config key '{key}' must be >= 1, got {value}")
+    if cfg.algorithm.dual_clip_c is not None and cfg.algorithm.dual_clip_c <= 1.0:
+        raise ConfigError(f"config key 'algorithm.dual_clip_c' must be > 1 (or null), got {cfg.algorithm.dual_clip_c}")
+    if cfg.algorithm.gspo_log_ratio_clamp <= 0:
+        raise ConfigError(f"config key 'algorithm.gspo_log_ratio_clamp' must be > 0, got {cfg.algorithm.gspo_log_ratio_clamp}")
+    from mmrl.algos.spec import build_algorithm
+
+    build_algorithm(cfg.algorithm)  # unknown algorithm names and params are ConfigErrors naming the key
 
 
 def load_config(files: List[str] | None = None, overrides: List[str] | None = None) -> Config:
@@ -156,6 +164,7 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
             except FileNotFoundError:
                 raise ConfigError(f"config file not found: {f}") from None
             try:
+                merged = _reset_params_on_new_algorithm(merged, loaded)
                 merged = OmegaConf.merge(merged, loaded)
             except OmegaConfBaseException as e:
                 raise ConfigError(f"{f}: {_explain(e)}") from None
@@ -163,7 +172,8 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
             bad = [o for o in overrides if "=" not in o]
             if bad:
                 raise ConfigError(f"override {bad[0]!r} is not of the form key=value")
-            for o in overrides:
+            # a new algorithm.name first (it drops the previous algorithm's params), then the rest in order
+            for o in sorted(overrides, key=lambda o: o.split("=", 1)[0].strip() != "algorithm.name"):
                 merged = _apply_override(merged, o)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
@@ -172,12 +182,24 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
     return cfg
 
 
+def _reset_params_on_new_algorithm(merged, layer):
+    """A layer (file or override) that names a different algorithm starts from that algorithm's own defaults:
+    ``algorithm.params`` of the previous one (e.g. GRPO's ``std_scale``) would be unknown keys to it."""
+    algo = layer.get("algorithm") if OmegaConf.is_dict(layer) else None
+    new = algo.get("name") if OmegaConf.is_dict(algo) else None
+    if new is not None and new != merged.algorithm.name:
+        merged.algorithm.params = {}
+    return merged
+
+
 def _apply_override(cfg, override: str):
     """``key=value`` with a YAML value; ``key`` may index lists (``rewards.0.params.fmt_weight=0.0``)."""
     key, value = (x.strip() for x in override.split("=", 1))
     parsed = OmegaConf.from_dotlist([f"v={value}"])["v"]
     if OmegaConf.is_config(parsed):
         parsed = OmegaConf.to_container(parsed)
+    if key == "algorithm.name" and parsed != cfg.algorithm.name:
+        cfg.algorithm.params = {}
     try:
         OmegaConf.update(cfg, key, parsed, merge=True)
     except OmegaConfBaseException as e:

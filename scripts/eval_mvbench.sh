@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# MVBench on a real checkpoint (e.g. Qwen2.5-VL-7B-Instruct); see eval/mvbench.yaml and specs/benchmarks.md.
+# MVBench on a real checkpoint (e.g. Qwen2.5-VL-7B-Instruct). The protocol is the YAML: eval/mvbench.yaml
+# (original) or eval/mvbench_lmms.yaml (lmms-eval); see docs/benchmarks.md. Print it first with
+#   mmrl eval mvbench --protocol lmms-eval --show-protocol
 # Edit the variables below (or set them in the environment); extra arguments go to `mmrl eval mvbench`, e.g.
 #   PROTOCOL=lmms-eval scripts/eval_mvbench.sh --tasks action_antonym,object_shuffle --limit 20
-# A rerun with the same OUT resumes (ids already in OUT/predictions.jsonl are skipped).
+# NFRAMES / MAX_PIXELS override the YAML only when set. A rerun with the same OUT resumes.
 set -euo pipefail
 
 MODEL=${MODEL:-checkpoints/Qwen2.5-VL-7B-Instruct}  # a local checkpoint folder (no hub downloads at run time)
 DATA_ROOT=${DATA_ROOT:-data/MVBench}               # json/<task>.json + video/<prefix>/... (or test.json)
 PROTOCOL=${PROTOCOL:-original}                     # original (Ask-Anything) | lmms-eval
 OUT=${OUT:-runs/eval_mvbench$([ "$PROTOCOL" = original ] || echo _lmms)}
-NFRAMES=${NFRAMES:-16}                             # segments per item (notebook/InternVL 16; VLMEvalKit 8 or 64)
-MAX_PIXELS=${MAX_PIXELS:-$((224 * 224))}           # per frame (the notebook resizes to 224)
+NFRAMES=${NFRAMES:-}                               # original: get_index segments (YAML 16); lmms-eval: not used
+MAX_PIXELS=${MAX_PIXELS:-}                         # per frame (YAML: 224*224 original, 1605632 lmms-eval)
 BATCH=${BATCH:-8}                                  # prompts per generate call
 MMRL=${MMRL:-mmrl}                                 # e.g. MMRL=".venv/bin/python -m mmrl.cli"
 
+extra=()
+if [ -n "$NFRAMES" ]; then extra+=(--num-segments "$NFRAMES"); fi
+if [ -n "$MAX_PIXELS" ]; then extra+=(--max-pixels "$MAX_PIXELS"); fi
 $MMRL eval mvbench --model "$MODEL" --data-root "$DATA_ROOT" --protocol "$PROTOCOL" --out "$OUT" \
-  --num-segments "$NFRAMES" --max-pixels "$MAX_PIXELS" --batch "$BATCH" "$@"
+  --batch "$BATCH" ${extra[@]+"${extra[@]}"} "$@"

@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
-# OVO-Bench (offline protocol) on a real checkpoint (e.g. Qwen2.5-VL-7B-Instruct); see eval/ovobench.yaml.
-# Edit the variables below (or set them in the environment); extra arguments go to `mmrl eval ovobench`, e.g.
-#   scripts/eval_ovobench.sh --tasks EPM,REC --limit 10
-# CHUNKED=1: VIDEO_ROOT holds the released pre-chunked {id}.mp4 / {id}_{i}.mp4; otherwise each prefix
-# [0, ceil(realtime)] is cut on the fly from the source videos. A rerun with the same OUT resumes.
-# Score result files only: mmrl eval ovobench --score-only results/*.json
+# OVO-Bench (offline protocol, the official Qwen2-VL wrapper's settings) on a real checkpoint. The protocol is
+# eval/ovobench.yaml (64 frames max, 360*420 px, 128 new tokens); print it with `mmrl eval ovobench --show-protocol`.
+# DATA_ROOT holds ovo_bench_new.json and src_videos/ (or chunked_videos/ with CHUNKED=1), as the official repo's data/.
+# NFRAMES / MAX_PIXELS override the YAML only when set. A rerun with the same OUT resumes.
 set -euo pipefail
 
 MODEL=${MODEL:-checkpoints/Qwen2.5-VL-7B-Instruct}  # a local checkpoint folder (no hub downloads at run time)
-ANNO=${ANNO:-data/OVO-Bench/ovo_bench_new.json}
-VIDEO_ROOT=${VIDEO_ROOT:-data/OVO-Bench/src_videos}
+DATA_ROOT=${DATA_ROOT:-data/OVO-Bench}
 CHUNKED=${CHUNKED:-0}
 OUT=${OUT:-runs/eval_ovobench}
-NFRAMES=${NFRAMES:-64}                             # official wrappers: up to 64 uniform frames per prefix
-MAX_PIXELS=${MAX_PIXELS:-$((360 * 420))}           # official Qwen2-VL wrapper
+NFRAMES=${NFRAMES:-}                               # YAML: min(64, len - 2)
+MAX_PIXELS=${MAX_PIXELS:-}                         # YAML: 360 * 420
 BATCH=${BATCH:-8}
 MMRL=${MMRL:-mmrl}                                 # e.g. MMRL=".venv/bin/python -m mmrl.cli"
 
 extra=()
 if [ "$CHUNKED" = 1 ]; then extra+=(--chunked); fi
-$MMRL eval ovobench --model "$MODEL" --anno "$ANNO" --video-root "$VIDEO_ROOT" --out "$OUT" \
-  --nframes "$NFRAMES" --max-pixels "$MAX_PIXELS" --batch "$BATCH" ${extra[@]+"${extra[@]}"} "$@"
+if [ -n "$NFRAMES" ]; then extra+=(--nframes "$NFRAMES"); fi
+if [ -n "$MAX_PIXELS" ]; then extra+=(--max-pixels "$MAX_PIXELS"); fi
+$MMRL eval ovobench --model "$MODEL" --data-root "$DATA_ROOT" --out "$OUT" --batch "$BATCH" \
+  ${extra[@]+"${extra[@]}"} "$@"

@@ -30,7 +30,8 @@ def test_dry_run_prints_the_plan(script, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout
     assert "# plan: mmrl train (dry run" in out
-    assert "7 steps x" in out and f"algorithm {algo}" in out and "backend deepspeed, engine vllm" in out
+    assert "7 steps x" in out and f"# algorithm: {algo} " in out and "backend deepspeed, engine vllm" in out
+    assert "passes per step: generate" in out and "responses per prompt" in out
     assert f"configs/deepspeed/{ds}" in out and model in out
     assert "# launch: " in out and "deepspeed --num_gpus 8 --master_port" in out and "--no_local_rank --module mmrl train" in out
     if "lora" in script:

@@ -1,20 +1,18 @@
-"""The algorithm layer: advantage estimators and policy losses as pure tensor functions.
+"""The algorithm layer: algorithm specs (``ALGORITHMS``), their pure advantage estimators and the policy losses.
 
-Importing this package registers every built-in method in ``ADVANTAGES`` and ``POLICY_LOSSES``.
+Importing this package registers every built-in spec in ``ALGORITHMS`` and every loss in ``POLICY_LOSSES``.
 """
-from mmrl.algos.base import (
-    ADVANTAGES,
-    POLICY_LOSSES,
-    AdvantageInputs,
-    AdvantageOutput,
-    AlgoParams,
-)
-from mmrl.algos.grpo import drgrpo_advantages, group_normalize, grpo_advantages
-from mmrl.algos.gdpo import gdpo_advantages
-from mmrl.algos.dapo import DynamicSamplingPlan, dynamic_sampling_keep, dynamic_sampling_plan, overlong_penalty
-from mmrl.algos.tgrpo import tgrpo_advantages, tgrpo_length_bonus, tgrpo_temporal_bonus
+from mmrl.algos.base import POLICY_LOSSES, AdvantageInputs, AdvantageOutput, LossParams
+from mmrl.algos.spec import (ALGORITHMS, AlgorithmSpec, Intervention, Needs, Selection, StepBatch, WrapperSpec,
+                             build_algorithm, build_spec, register_algorithm)
+from mmrl.algos.grpo import GRPOParams, drgrpo_advantages, group_normalize, grpo, grpo_advantages
+from mmrl.algos.gdpo import GDPOParams, gdpo, gdpo_advantages
+from mmrl.algos.dapo import DAPOParams, DynamicSamplingPlan, dynamic_sampling_keep, dynamic_sampling_plan, overlong_penalty
+from mmrl.algos.tgrpo import TGRPOParams, tgrpo, tgrpo_advantages, tgrpo_length_bonus, tgrpo_temporal_bonus
 from mmrl.algos.bpo import (
+    BPOParams,
     anchor_baseline,
+    bpo,
     bpo_advantages,
     contract_reward,
     contract_rewards,
@@ -32,10 +30,13 @@ from mmrl.algos.losses import (
 )
 
 __all__ = [
-    "ADVANTAGES", "POLICY_LOSSES", "AdvantageInputs", "AdvantageOutput", "AlgoParams",
-    "grpo_advantages", "drgrpo_advantages", "group_normalize", "gdpo_advantages",
-    "overlong_penalty", "dynamic_sampling_keep", "dynamic_sampling_plan", "DynamicSamplingPlan",
-    "tgrpo_advantages", "tgrpo_temporal_bonus", "tgrpo_length_bonus",
-    "contract_reward", "contract_rewards", "anchor_baseline", "bpo_advantages", "paired_advantages", "pack_scores",
-    "AGG_MODES", "aggregate", "k3_kl", "kl_term", "ppo_clip", "gspo_loss", "gspo_token_loss",
+    "ALGORITHMS", "AlgorithmSpec", "WrapperSpec", "Intervention", "Needs", "Selection", "StepBatch",
+    "build_algorithm", "build_spec", "register_algorithm",
+    "POLICY_LOSSES", "AdvantageInputs", "AdvantageOutput", "LossParams",
+    "GRPOParams", "grpo", "grpo_advantages", "drgrpo_advantages", "group_normalize",
+    "GDPOParams", "gdpo", "gdpo_advantages",
+    "DAPOParams", "overlong_penalty", "dynamic_sampling_keep", "dynamic_sampling_plan", "DynamicSamplingPlan",
+    "TGRPOParams", "tgrpo", "tgrpo_advantages", "tgrpo_temporal_bonus", "tgrpo_length_bonus",
+    "BPOParams", "bpo", "contract_reward", "contract_rewards", "anchor_baseline", "bpo_advantages", "paired_advantages",
+    "pack_scores", "AGG_MODES", "aggregate", "k3_kl", "kl_term", "ppo_clip", "gspo_loss", "gspo_token_loss",
 ]

@@ -1,12 +1,12 @@
 """Contracts of the algorithm layer: advantage estimators and policy losses are pure tensor functions.
 
-Advantage estimator (registered in ``ADVANTAGES``)::
+Advantage estimator (a pure function; an algorithm spec in ``mmrl.algos.spec`` calls it)::
 
-    fn(inp: AdvantageInputs, cfg: AlgoParams) -> AdvantageOutput
+    fn(inp: AdvantageInputs, params) -> AdvantageOutput   # params: the method's typed Params (mmrl.algos.spec)
 
 Policy loss (registered in ``POLICY_LOSSES``)::
 
-    fn(logp, old_logp, advantages, mask, cfg: AlgoParams) -> (loss: scalar tensor, metrics: dict[str, float])
+    fn(logp, old_logp, advantages, mask, cfg: LossParams) -> (loss: scalar tensor, metrics: dict[str, float])
 
 where ``logp``/``old_logp``/``mask`` are ``[N, T]`` (response tokens, padded, mask 1 on trained tokens) and
 ``advantages`` is ``[N]`` (broadcast over tokens) or ``[N, T]``.
@@ -20,34 +20,22 @@ import torch
 
 from mmrl.registry import Registry
 
-ADVANTAGES = Registry("advantage estimator")
 POLICY_LOSSES = Registry("policy loss")
 
 
 @dataclass
-class AlgoParams:
-    """Every constant an estimator or loss reads; defaults follow specs/algorithms.md (GRPO/TRL where unstated)."""
+class LossParams:
+    """Constants of the policy loss and KL, shared by every algorithm (``algorithm.*`` in the config).
 
-    # advantage
-    std_scale: str = "group"  # group | batch | none
-    unbiased_std: bool = True
-    eps: float = 1e-6
-    component_weights: Dict[str, float] = field(default_factory=dict)  # GDPO / Stream-GDPO weights by component
-    gdpo_eps: float = 1e-4
-    gdpo_batch_norm: bool = True
-    # BPO
-    anchor_mode: str = "batch_std"  # batch_std | paired
-    bpo_eps: float = 1e-6
-    # T-GRPO
-    tgrpo_mu: float = 0.8
-    tgrpo_bonus: float = 0.3
-    tgrpo_acc_threshold: float = 0.1
-    tgrpo_eps: float = 1e-4  # Video-R1 code
-    # loss
+    A method's own constants live in its spec's ``Params`` (``algorithm.params``; ``mmrl.algos.spec``).
+    """
+
     clip_low: float = 0.2
     clip_high: float = 0.2
+    dual_clip_c: Optional[float] = None  # dual-clip PPO (Ye et al. 2020; verl clip_ratio_c): cap -A*c for A < 0; off = None
     gspo_clip_low: float = 3e-4
     gspo_clip_high: float = 4e-4
+    gspo_log_ratio_clamp: float = 20.0  # |mean_t log rho| clamp of GSPO's sequence ratio before exp (verl: max 10)
     gspo_loss_agg: str = "seq-mean-token-mean"  # GSPO is seq-mean (spec §7), whatever loss_agg says
     loss_agg: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
     max_response_len: Optional[int] = None  # normaliser for seq-mean-token-sum-norm / Dr.GRPO
@@ -69,7 +57,7 @@ class AdvantageInputs:
 
 @dataclass
 class AdvantageOutput:
-    advantages: torch.Tensor  # [N]
+    advantages: torch.Tensor  # [N] per sequence, or [N, T] per token (right-padded to the longest response)
     train_mask: Optional[torch.Tensor] = None  # [N] bool; None = train on all (T-GRPO drops the shuffled group)
     rewards: Optional[torch.Tensor] = None  # [N] rewards after shaping (e.g. the T-GRPO bonus), for logging
     metrics: Dict[str, Any] = field(default_factory=dict)

@@ -24,12 +24,15 @@ Joint pack score R_p = Σ_v w_v r_{p,v} / Σ_v w_v (w = 1), for logging and filt
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Collection, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from mmrl.algos.base import ADVANTAGES, AdvantageInputs, AdvantageOutput, AlgoParams
-from mmrl.algos.grpo import _check_1d, group_stats, out_dtype
+from mmrl.algos.base import AdvantageInputs, AdvantageOutput
+from mmrl.algos.grpo import SequenceSpec, _check_1d, group_stats, out_dtype
+from mmrl.algos.spec import register_algorithm
+from mmrl.errors import ConfigError
 from mmrl.data.schema import ANSWER_ABSTAIN, ANSWER_UNKNOWN
 
 ROLES = ("anchor", "stable", "sensitive", "abstain")
@@ -216,22 +219,49 @@ def pack_scores(
     return (num / den.clamp(min=1e-12))[inv].to(out_dtype(rewards))
 
 
-@ADVANTAGES.register("bpo")
-def bpo(inp: AdvantageInputs, cfg: AlgoParams) -> AdvantageOutput:
-    """Registered BPO: ``cfg.anchor_mode``, ``cfg.bpo_eps``, ``cfg.unbiased_std``; needs ``inp.roles``
-    (and ``inp.pack_ids`` for ``paired`` and for the pack-score metric)."""
-    adv = bpo_advantages(inp.rewards, inp.group_ids, inp.roles, inp.pack_ids, cfg.anchor_mode, cfg.bpo_eps, cfg.unbiased_std)
+@dataclass
+class BPOParams:
+    anchor_mode: str = "batch_std"  # batch_std | paired
+    eps: float = 1e-6
+    unbiased_std: bool = True
+
+    def __post_init__(self):
+        if self.anchor_mode not in ("batch_std", "paired"):
+            raise ValueError(f"anchor_mode must be batch_std or paired, got {self.anchor_mode!r}")
+
+
+def bpo(inp: AdvantageInputs, params: BPOParams) -> AdvantageOutput:
+    """BPO: ``params.anchor_mode``, ``eps``, ``unbiased_std``; needs ``inp.roles`` (and ``inp.pack_ids`` for
+    ``paired`` and for the pack-score metric)."""
+    adv = bpo_advantages(inp.rewards, inp.group_ids, inp.roles, inp.pack_ids, params.anchor_mode, params.eps, params.unbiased_std)
     metrics: Dict[str, float] = {}
     if inp.rewards.numel():
         metrics["reward_mean"] = float(inp.rewards.double().mean())
         for role in sorted(set(inp.roles)):
             sel = torch.tensor([r == role for r in inp.roles], device=inp.rewards.device)
             metrics[f"bpo/reward_{role}"] = float(inp.rewards[sel].double().mean())
-        if cfg.anchor_mode == "batch_std":
+        if params.anchor_mode == "batch_std":
             d = inp.rewards.double() - anchor_baseline(inp.rewards, inp.group_ids, inp.roles)
-            metrics["bpo/sigma_B"] = float(d.std(unbiased=cfg.unbiased_std)) if d.numel() > 1 else 0.0
+            metrics["bpo/sigma_B"] = float(d.std(unbiased=params.unbiased_std)) if d.numel() > 1 else 0.0
         if inp.pack_ids is not None:
             scores = pack_scores(inp.rewards, inp.group_ids, inp.pack_ids).tolist()
             per_pack = dict(zip(zip(inp.group_ids.tolist(), inp.pack_ids.tolist()), scores))
             metrics["bpo/pack_score_mean"] = sum(per_pack.values()) / len(per_pack)
     return AdvantageOutput(advantages=adv, rewards=inp.rewards, metrics=metrics)
+
+
+@register_algorithm("bpo")
+class BPO(SequenceSpec):
+    """BPO (spec §1): ``rollout.n`` responses per prompt, budget-matched to GRPO's G, spread as packs: every view of
+    a sample gets one response per pack, ``packs = rollout.n / views`` of that sample (2 packs x 4 views = 8)."""
+
+    Params = BPOParams
+
+    def plan(self, role: str, n: int, n_views: int = 1) -> int:
+        if n % n_views:
+            raise ConfigError(f"config key 'rollout.n' = {n} is not a multiple of the {n_views} views of a sample "
+                              f"(BPO: rollout.n = packs x views); e.g. rollout.n={n_views * max(1, n // n_views)}")
+        return n // n_views
+
+    def estimate(self, inp):
+        return bpo(inp, self.params)

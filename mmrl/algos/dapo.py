@@ -19,8 +19,9 @@ from typing import List, Optional
 
 import torch
 
-from mmrl.algos.base import ADVANTAGES, AdvantageInputs, AdvantageOutput, AlgoParams
-from mmrl.algos.grpo import _check_1d, group_index, grpo
+from mmrl.algos.base import AdvantageOutput
+from mmrl.algos.grpo import GRPO, GRPOParams, _check_1d, group_index
+from mmrl.algos.spec import Selection, StepBatch, register_algorithm
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int = 20480, cache_len: int = 4096) -> torch.Tensor:
@@ -130,7 +131,35 @@ def dynamic_sampling_plan(
     )
 
 
-@ADVANTAGES.register("dapo")
-def dapo(inp: AdvantageInputs, cfg: AlgoParams) -> AdvantageOutput:
-    """Registered DAPO advantage: the GRPO advantage (shaping and filtering happen before, the loss after)."""
-    return grpo(inp, cfg)
+@dataclass
+class DAPOParams(GRPOParams):
+    dynamic_sampling: bool = True  # keep only groups with 0 < #correct < G and refill by resampling
+    max_resample_rounds: int = 3  # extra generation rounds per step at most
+    correct_threshold: float = 0.5  # accuracy above which a response counts as correct
+
+
+@register_algorithm("dapo")
+class DAPO(GRPO):
+    """DAPO: the GRPO advantage; ``select`` is dynamic sampling. The loss side (clip-higher, token-mean) and the
+    overlong reward are set in the config (``algorithm.clip_high: 0.28``, ``loss_agg: token-mean``, reward ``length``)."""
+
+    Params = DAPOParams
+
+    def max_resample_rounds(self) -> int:
+        return self.params.max_resample_rounds if self.params.dynamic_sampling else 0
+
+    def select(self, batch: StepBatch, out: AdvantageOutput) -> Selection:
+        base = super().select(batch, out)
+        if not self.params.dynamic_sampling:
+            return base
+        if "accuracy" not in batch.components:
+            raise ValueError("DAPO dynamic sampling needs the 'accuracy' reward (rewards: [{name: accuracy}, ...]), "
+                             "or set algorithm.params.dynamic_sampling=false")
+        target = batch.target_groups or int(batch.groups["prompt"].unique().numel())
+        keep = dynamic_sampling_keep(batch.components["accuracy"], batch.groups["prompt"], self.params.correct_threshold)
+        gids = batch.groups["prompt"]
+        kept = sorted({int(g) for g, k in zip(gids.tolist(), keep.tolist()) if k})
+        chosen = set(kept[:target])
+        mask = torch.tensor([int(g) in chosen for g in gids.tolist()], dtype=torch.bool) & base.train_mask
+        return Selection(train_mask=mask, resample=max(0, target - len(kept)),
+                         metrics={"dapo/kept_groups": float(len(chosen)), "dapo/mixed_groups": float(len(kept))})

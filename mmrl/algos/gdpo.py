@@ -12,12 +12,14 @@ eps 1e-8); that variant is not implemented here. A component with zero spread in
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional
 
 import torch
 
-from mmrl.algos.base import ADVANTAGES, AdvantageInputs, AdvantageOutput, AlgoParams
-from mmrl.algos.grpo import group_normalize, out_dtype, reward_metrics
+from mmrl.algos.base import AdvantageInputs, AdvantageOutput
+from mmrl.algos.grpo import SequenceSpec, group_normalize, out_dtype, reward_metrics
+from mmrl.algos.spec import register_algorithm
 
 
 def gdpo_advantages(
@@ -57,12 +59,29 @@ def gdpo_components(inp: AdvantageInputs) -> Dict[str, torch.Tensor]:
     return dict(inp.components) if inp.components else {"reward": inp.rewards}
 
 
-@ADVANTAGES.register("gdpo")
-def gdpo(inp: AdvantageInputs, cfg: AlgoParams) -> AdvantageOutput:
-    """Registered GDPO: ``cfg.component_weights``, ``cfg.gdpo_eps``, ``cfg.unbiased_std``, ``cfg.gdpo_batch_norm``."""
+@dataclass
+class GDPOParams:
+    component_weights: Dict[str, float] = field(default_factory=dict)  # weight per reward component (default 1)
+    eps: float = 1e-4
+    unbiased_std: bool = True
+    batch_norm: bool = True  # renormalise the weighted sum over the batch (the GDPO code)
+
+
+def gdpo(inp: AdvantageInputs, params: GDPOParams) -> AdvantageOutput:
+    """GDPO: ``params.component_weights``, ``eps``, ``unbiased_std``, ``batch_norm``."""
     comps = gdpo_components(inp)
-    adv = gdpo_advantages(comps, inp.group_ids, cfg.component_weights, cfg.gdpo_eps, cfg.unbiased_std, cfg.gdpo_batch_norm)
+    adv = gdpo_advantages(comps, inp.group_ids, params.component_weights, params.eps, params.unbiased_std, params.batch_norm)
     metrics = reward_metrics(inp.rewards, inp.group_ids, adv)
     for name, r in comps.items():
         metrics[f"component/{name}_mean"] = float(r.double().mean()) if r.numel() else 0.0
     return AdvantageOutput(advantages=adv, rewards=inp.rewards, metrics=metrics)
+
+
+@register_algorithm("gdpo")
+class GDPO(SequenceSpec):
+    """GDPO: per-component group normalisation, weighted sum, batch renormalisation (spec §5)."""
+
+    Params = GDPOParams
+
+    def estimate(self, inp):
+        return gdpo(inp, self.params)

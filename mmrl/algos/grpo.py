@@ -14,11 +14,13 @@ Statistics are computed in float64 and cast back to the reward dtype.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, Tuple
 
 import torch
 
-from mmrl.algos.base import ADVANTAGES, AdvantageInputs, AdvantageOutput, AlgoParams
+from mmrl.algos.base import AdvantageInputs, AdvantageOutput
+from mmrl.algos.spec import AlgorithmSpec, NoParams, StepBatch, register_algorithm
 
 STD_SCALES = ("group", "batch", "none")
 
@@ -135,20 +137,59 @@ def _grpo_like(inp: AdvantageInputs, std_scale: str, unbiased: bool, eps: float)
     return AdvantageOutput(advantages=adv, rewards=inp.rewards, metrics=reward_metrics(inp.rewards, inp.group_ids, adv))
 
 
-@ADVANTAGES.register("grpo")
-def grpo(inp: AdvantageInputs, cfg: AlgoParams) -> AdvantageOutput:
-    """Registered GRPO: ``cfg.std_scale``, ``cfg.unbiased_std``, ``cfg.eps``."""
-    return _grpo_like(inp, cfg.std_scale, cfg.unbiased_std, cfg.eps)
+@dataclass
+class GRPOParams:
+    std_scale: str = "group"  # group | batch | none
+    unbiased_std: bool = True
+    eps: float = 1e-6
+
+    def __post_init__(self):
+        if self.std_scale not in ("group", "batch", "none"):
+            raise ValueError(f"std_scale must be group, batch or none, got {self.std_scale!r}")
 
 
-@ADVANTAGES.register("gspo")
-def gspo_advantage(inp: AdvantageInputs, cfg: AlgoParams) -> AdvantageOutput:
-    """GSPO uses the GRPO advantage (spec §7); its difference is the policy loss (``POLICY_LOSSES['gspo']``)."""
-    return grpo(inp, cfg)
+def grpo(inp: AdvantageInputs, params: GRPOParams) -> AdvantageOutput:
+    """GRPO: ``params.std_scale``, ``params.unbiased_std``, ``params.eps``."""
+    return _grpo_like(inp, params.std_scale, params.unbiased_std, params.eps)
 
 
-@ADVANTAGES.register("drgrpo")
-def drgrpo(inp: AdvantageInputs, cfg: AlgoParams) -> AdvantageOutput:
-    """Registered Dr.GRPO: ``r - mean_g`` whatever ``cfg.std_scale`` says (pair it with
-    ``loss_agg="seq-mean-token-sum-norm"`` and ``max_response_len`` for the constant normaliser)."""
-    return _grpo_like(inp, "none", cfg.unbiased_std, cfg.eps)
+class SequenceSpec(AlgorithmSpec):
+    """A spec whose advantage is a pure function of ``AdvantageInputs`` (``estimate``)."""
+
+    def estimate(self, inp: AdvantageInputs) -> AdvantageOutput:
+        raise NotImplementedError
+
+    def advantages(self, batch: StepBatch) -> AdvantageOutput:
+        return self.estimate(advantage_inputs(batch))
+
+
+def advantage_inputs(batch: StepBatch) -> AdvantageInputs:
+    """The pure estimators' view of a step batch: prompt groups, roles, packs, lengths, components."""
+    return AdvantageInputs(rewards=batch.rewards, group_ids=batch.groups["prompt"], components=batch.components,
+                           roles=list(batch.roles), accuracy=batch.components.get("accuracy"), lengths=batch.lengths,
+                           pack_ids=batch.groups.get("pack"))
+
+
+@register_algorithm("grpo")
+class GRPO(SequenceSpec):
+    """GRPO (Shao et al. 2024): group-normalised sequence advantage, spec §7."""
+
+    Params = GRPOParams
+
+    def estimate(self, inp):
+        return grpo(inp, self.params)
+
+
+@register_algorithm("gspo")
+class GSPO(GRPO):
+    """GSPO uses the GRPO advantage (spec §7); its difference is the policy loss (``algorithm.loss: gspo``)."""
+
+
+@register_algorithm("drgrpo")
+class DrGRPO(SequenceSpec):
+    """Dr.GRPO: ``r - mean_g`` (pair it with ``loss_agg: seq-mean-token-sum-norm`` and ``max_response_len``)."""
+
+    Params = NoParams
+
+    def estimate(self, inp):
+        return _grpo_like(inp, "none", True, 0.0)

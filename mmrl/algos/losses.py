@@ -9,6 +9,8 @@ ratio over trained tokens) and ``ppo_kl`` (mean of log πold − log πθ). Log-
 ``kl_coef · aggregate(k3_kl(logp, ref_logp), mask, mode)`` (``kl_term``).
 
 - PPO with clip-higher (DAPO): ℓ = −min(ρA, clip(ρ, 1−ε_lo, 1+ε_hi)A), ρ = exp(logπθ − logπold).
+  Dual-clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games"; verl ``compute_policy_loss_vanilla``
+  ``clip_ratio_c``): for A < 0 the loss is further capped, ℓ = min(ℓ, −c·A), c > 1 (verl's default 3); off unless set.
 - GSPO (Zheng et al. 2025): s_i = exp(mean_t logρ_{i,t}); ℓ_i = −min(s_i A_i, clip(s_i, 1−3e-4, 1+4e-4) A_i),
   seq-mean. GSPO-token: s_{i,t} = sg[s_i]·πθ(y_t)/sg[πθ(y_t)] (same value, token-level gradient; verl's form).
 - Aggregations (verl ``agg_loss`` names): token-mean = Σ tokens / Σ|o_i| (DAPO); seq-mean-token-mean = mean
@@ -21,7 +23,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from mmrl.algos.base import POLICY_LOSSES, AlgoParams
+from mmrl.algos.base import POLICY_LOSSES, LossParams
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 LOG_RATIO_CLAMP = 20.0
@@ -116,8 +118,10 @@ def ppo_clip(
     clip_high: float = 0.2,
     agg: str = "token-mean",
     max_len: Optional[int] = None,
+    dual_clip_c: Optional[float] = None,
 ) -> LossOut:
-    """PPO clipped surrogate with clip-higher: ``agg(−min(ρA, clip(ρ, 1−clip_low, 1+clip_high)A))``.
+    """PPO clipped surrogate with clip-higher: ``agg(−min(ρA, clip(ρ, 1−clip_low, 1+clip_high)A))``; with
+    ``dual_clip_c = c`` tokens with A < 0 take ``min(that, −c·A)`` (dual-clip, verl ``clip_ratio_c``).
 
     DAPO: clip_low=0.2, clip_high=0.28, token-mean. GRPO: 0.2/0.2, seq-mean-token-mean. Dr.GRPO:
     seq-mean-token-sum-norm with ``max_len``.
@@ -128,15 +132,27 @@ def ppo_clip(
     ratio = torch.exp(log_ratio)
     l1 = -adv * ratio
     l2 = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    loss = aggregate(torch.maximum(l1, l2), mask, agg, max_len)
-    return loss, _metrics(ratio, l1, l2, adv, log_ratio, mask)
+    per_token = torch.maximum(l1, l2)
+    metrics_extra = {}
+    if dual_clip_c is not None:
+        if dual_clip_c <= 1.0:
+            raise ValueError(f"dual_clip_c must be > 1, got {dual_clip_c}")
+        l3 = -adv * dual_clip_c
+        capped = (adv < 0) & (l3 < per_token)
+        per_token = torch.where(adv < 0, torch.minimum(per_token, l3), per_token)
+        m = mask.to(torch.bool)
+        metrics_extra["dual_clip_frac"] = float((capped & m).sum() / m.sum().clamp(min=1))
+    loss = aggregate(per_token, mask, agg, max_len)
+    return loss, {**_metrics(ratio, l1, l2, adv, log_ratio, mask), **metrics_extra}
 
 
-def _seq_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _seq_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor,
+                   clamp: float = LOG_RATIO_CLAMP) -> Tuple[torch.Tensor, torch.Tensor]:
+    """GSPO's log s_i = mean over trained tokens of log ρ_{i,t}, clamped to ±``clamp`` before ``exp``."""
     m = mask.to(torch.bool)
     lr = torch.where(m, logp - old_logp.detach(), torch.zeros_like(logp))
     tok = m.sum(-1).clamp(min=1).to(logp.dtype)
-    return (lr.sum(-1) / tok).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), lr
+    return (lr.sum(-1) / tok).clamp(-clamp, clamp), lr
 
 
 def gspo_loss(
@@ -148,6 +164,7 @@ def gspo_loss(
     clip_high: float = 4e-4,
     agg: str = "seq-mean-token-mean",
     max_len: Optional[int] = None,
+    log_ratio_clamp: float = LOG_RATIO_CLAMP,
 ) -> LossOut:
     """GSPO with the sequence-level ratio s_i = exp(mean_t logρ_{i,t}); the gradient flows through s_i.
 
@@ -155,7 +172,7 @@ def gspo_loss(
     broadcast to the tokens and reduced with ``agg`` (default seq-mean, as in the paper).
     """
     _check(logp, old_logp, mask)
-    log_s, lr = _seq_log_ratio(logp, old_logp, mask)
+    log_s, lr = _seq_log_ratio(logp, old_logp, mask, log_ratio_clamp)
     s = torch.exp(log_s)
     if advantages.dim() == 2:
         a2 = _broadcast_adv(advantages, logp)
@@ -180,13 +197,14 @@ def gspo_token_loss(
     clip_high: float = 4e-4,
     agg: str = "seq-mean-token-mean",
     max_len: Optional[int] = None,
+    log_ratio_clamp: float = LOG_RATIO_CLAMP,
 ) -> LossOut:
     """GSPO-token: s_{i,t} = sg[s_i]·exp(logπθ(y_t) − sg[logπθ(y_t)]), allowing token-level advantages.
 
     With a per-sequence advantage and seq-mean-token-mean its value and gradient equal ``gspo_loss``'s.
     """
     _check(logp, old_logp, mask)
-    log_s, lr = _seq_log_ratio(logp, old_logp, mask)
+    log_s, lr = _seq_log_ratio(logp, old_logp, mask, log_ratio_clamp)
     s_t = torch.exp(logp - logp.detach() + log_s.detach()[:, None])
     adv = _broadcast_adv(advantages, logp)
     l1 = -adv * s_t
@@ -196,18 +214,22 @@ def gspo_token_loss(
 
 
 @POLICY_LOSSES.register("ppo")
-def ppo(logp, old_logp, advantages, mask, cfg: AlgoParams) -> LossOut:
-    """Registered PPO/clip-higher loss: ``cfg.clip_low``, ``cfg.clip_high``, ``cfg.loss_agg``, ``cfg.max_response_len``."""
-    return ppo_clip(logp, old_logp, advantages, mask, cfg.clip_low, cfg.clip_high, cfg.loss_agg, cfg.max_response_len)
+def ppo(logp, old_logp, advantages, mask, cfg: LossParams) -> LossOut:
+    """Registered PPO/clip-higher loss: ``cfg.clip_low``, ``cfg.clip_high``, ``cfg.loss_agg``, ``cfg.max_response_len``,
+    ``cfg.dual_clip_c``."""
+    return ppo_clip(logp, old_logp, advantages, mask, cfg.clip_low, cfg.clip_high, cfg.loss_agg, cfg.max_response_len,
+                    cfg.dual_clip_c)
 
 
 @POLICY_LOSSES.register("gspo")
-def gspo(logp, old_logp, advantages, mask, cfg: AlgoParams) -> LossOut:
-    """Registered GSPO: ``cfg.gspo_clip_low``, ``cfg.gspo_clip_high``, ``cfg.gspo_loss_agg``."""
-    return gspo_loss(logp, old_logp, advantages, mask, cfg.gspo_clip_low, cfg.gspo_clip_high, cfg.gspo_loss_agg, cfg.max_response_len)
+def gspo(logp, old_logp, advantages, mask, cfg: LossParams) -> LossOut:
+    """Registered GSPO: ``cfg.gspo_clip_low``, ``cfg.gspo_clip_high``, ``cfg.gspo_loss_agg``, ``cfg.gspo_log_ratio_clamp``."""
+    return gspo_loss(logp, old_logp, advantages, mask, cfg.gspo_clip_low, cfg.gspo_clip_high, cfg.gspo_loss_agg, cfg.max_response_len,
+                     cfg.gspo_log_ratio_clamp)
 
 
 @POLICY_LOSSES.register("gspo_token")
-def gspo_token(logp, old_logp, advantages, mask, cfg: AlgoParams) -> LossOut:
+def gspo_token(logp, old_logp, advantages, mask, cfg: LossParams) -> LossOut:
     """Registered GSPO-token: as ``gspo``."""
-    return gspo_token_loss(logp, old_logp, advantages, mask, cfg.gspo_clip_low, cfg.gspo_clip_high, cfg.gspo_loss_agg, cfg.max_response_len)
+    return gspo_token_loss(logp, old_logp, advantages, mask, cfg.gspo_clip_low, cfg.gspo_clip_high, cfg.gspo_loss_agg, cfg.max_response_len,
+                     cfg.gspo_log_ratio_clamp)

@@ -18,12 +18,14 @@ Length bonus (Video-R1 ``len_control``): +0.2 to a correct response (acc > 0.1) 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import torch
 
-from mmrl.algos.base import ADVANTAGES, AdvantageInputs, AdvantageOutput, AlgoParams
-from mmrl.algos.grpo import _check_1d, group_index, group_normalize, out_dtype
+from mmrl.algos.base import AdvantageInputs, AdvantageOutput
+from mmrl.algos.grpo import SequenceSpec, _check_1d, group_index, group_normalize, out_dtype
+from mmrl.algos.spec import register_algorithm
 
 ORDERED_ROLE = "anchor"
 SHUFFLED_ROLE = "shuffled"
@@ -134,21 +136,43 @@ def _accuracy(inp: AdvantageInputs) -> torch.Tensor:
     raise ValueError(f"tgrpo needs the accuracy (AdvantageInputs.accuracy or a component 'accuracy'); components: {sorted(inp.components)}")
 
 
-@ADVANTAGES.register("tgrpo")
-def tgrpo(inp: AdvantageInputs, cfg: AlgoParams) -> AdvantageOutput:
-    """Registered T-GRPO: ``cfg.tgrpo_mu``, ``cfg.tgrpo_bonus``, ``cfg.tgrpo_acc_threshold``, ``cfg.tgrpo_eps``."""
+@dataclass
+class TGRPOParams:
+    mu: float = 0.8  # the ordered group must beat mu x the shuffled group's accuracy
+    bonus: float = 0.3  # alpha, added to correct ordered responses when it does
+    acc_threshold: float = 0.1
+    eps: float = 1e-4  # Video-R1 code
+    unbiased_std: bool = True
+    shuffled_fraction: float = 0.5  # shuffled responses per prompt = max(1, round-down(n x this)); Video-R1: G/2
+
+
+def tgrpo(inp: AdvantageInputs, params: TGRPOParams) -> AdvantageOutput:
+    """T-GRPO: ``params.mu``, ``bonus``, ``acc_threshold``, ``eps``, ``unbiased_std``."""
     acc = _accuracy(inp)
     shuf = shuffled_mask(inp.roles, inp.rewards.shape[0], inp.rewards.device)
     adv, train, shaped = tgrpo_advantages(
-        inp.rewards, acc, inp.group_ids, shuf, cfg.tgrpo_mu, cfg.tgrpo_bonus, cfg.tgrpo_acc_threshold,
-        cfg.tgrpo_eps, cfg.unbiased_std,
+        inp.rewards, acc, inp.group_ids, shuf, params.mu, params.bonus, params.acc_threshold,
+        params.eps, params.unbiased_std,
     )
     metrics = {}
     if bool(shuf.any()):
-        _, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, cfg.tgrpo_mu, cfg.tgrpo_bonus, cfg.tgrpo_acc_threshold)
+        _, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, params.mu, params.bonus, params.acc_threshold)
         metrics["tgrpo/temporal_bonus_rate"] = float(cond[shuf].double().mean())
         metrics["tgrpo/acc_shuffled"] = float(acc[shuf].double().mean())
     if bool((~shuf).any()):
         metrics["tgrpo/acc_ordered"] = float(acc[~shuf].double().mean())
         metrics["reward_mean"] = float(shaped[~shuf].double().mean())
     return AdvantageOutput(advantages=adv, train_mask=train, rewards=shaped, metrics=metrics)
+
+
+@register_algorithm("tgrpo")
+class TGRPO(SequenceSpec):
+    """T-GRPO (Video-R1): ``rollout.n`` responses on the ordered clip, ``n x shuffled_fraction`` on the shuffled one."""
+
+    Params = TGRPOParams
+
+    def plan(self, role: str, n: int, n_views: int = 1) -> int:
+        return n if role == ORDERED_ROLE else max(1, int(n * self.params.shuffled_fraction))
+
+    def estimate(self, inp):
+        return tgrpo(inp, self.params)

@@ -2,7 +2,8 @@
 
 A file is a JSON list of items or JSONL (one item per line). An item is
 ``{"video" | "image": str, "question": str, "candidates": [str, ...], "answer": str}`` (``answer`` is the
-candidate text) with optional ``id``, ``qtype``, ``start``/``end`` (seconds), ``frame_fps`` (JPEG frame
+candidate text) with optional ``answer_type`` (``choice`` by default; ``text``, ``number`` or ``list`` for open
+answers, where ``candidates`` may be omitted), ``id``, ``qtype``, ``start``/``end`` (seconds), ``frame_fps`` (JPEG frame
 folders), ``evidence`` (``{"segments": [[s, e], ...], "boxes": [[t, [x0, y0, x1, y1]], ...],
 "source_size": [w, h]}``) and ``meta``. Other fields are kept in ``meta["extra_fields"]`` and written back.
 """
@@ -13,11 +14,11 @@ import math
 import os
 from typing import Any, List, Optional, Sequence, Tuple
 
-from mmrl.data.schema import Evidence, ImageRef, Sample, VideoRef
+from mmrl.data.schema import ANSWER_TYPES, Evidence, ImageRef, Sample, VideoRef
 from mmrl.errors import DataError
 
 KNOWN_FIELDS = (
-    "id", "video", "image", "question", "candidates", "answer", "qtype",
+    "id", "video", "image", "question", "candidates", "answer", "answer_type", "qtype",
     "start", "end", "frame_fps", "evidence", "meta",
 )
 EXTRA = "extra_fields"
@@ -115,7 +116,10 @@ def _evidence(raw: Any) -> Evidence:
 def _to_sample(item: Any, sid: str, root: str, nframes, fps, max_pixels) -> Sample:
     if not isinstance(item, dict):
         raise _ItemError("(item)", f"expected an object, got {type(item).__name__}")
-    for key in ("question", "candidates", "answer"):
+    answer_type = item.get("answer_type", "choice")
+    if answer_type not in ANSWER_TYPES:
+        raise _ItemError("answer_type", f"expected one of {', '.join(ANSWER_TYPES)}, got {answer_type!r}")
+    for key in ("question", "candidates", "answer") if answer_type == "choice" else ("question", "answer"):
         if key not in item:
             raise _ItemError(key, "missing")
     has_v, has_i = item.get("video") is not None, item.get("image") is not None
@@ -133,15 +137,7 @@ def _to_sample(item: Any, sid: str, root: str, nframes, fps, max_pixels) -> Samp
     question = item["question"]
     if not isinstance(question, str):
         raise _ItemError("question", f"expected a string, got {question!r}")
-    cands = item["candidates"]
-    if not isinstance(cands, list) or len(cands) < 2:
-        raise _ItemError("candidates", f"expected a list of at least 2 options, got {cands!r}")
-    cands = [_text(c, f"candidates[{j}]") for j, c in enumerate(cands)]
-    if len(set(cands)) != len(cands):
-        raise _ItemError("candidates", f"duplicate options in {cands!r}")
-    answer = _text(item["answer"], "answer")
-    if answer not in cands:
-        raise _ItemError("answer", f"{answer!r} is not among the candidates {cands!r}")
+    cands, answer = _answer(item, answer_type)
     qtype = item.get("qtype", "generic")
     if not isinstance(qtype, str) or not qtype:
         raise _ItemError("qtype", f"expected a non-empty string, got {qtype!r}")
@@ -170,7 +166,33 @@ def _to_sample(item: Any, sid: str, root: str, nframes, fps, max_pixels) -> Samp
                 raise _ItemError(key, "only valid for a video item")
         image = ImageRef(path=media, max_pixels=max_pixels)
     return Sample(id=sid, question=question, candidates=cands, answer=answer, qtype=qtype,
-                  video=video, image=image, evidence=evidence, meta=meta)
+                  video=video, image=image, evidence=evidence, meta=meta, answer_type=answer_type)
+
+
+def _answer(item: dict, answer_type: str):
+    """Candidates and answer by ``answer_type``: a choice among >= 2 distinct candidates (the default), free text,
+    a finite number, or a non-empty list of strings; open answers may list candidates too (shown in the prompt)."""
+    cands = item.get("candidates", [] if answer_type != "choice" else None)
+    if not isinstance(cands, list) or (answer_type == "choice" and len(cands) < 2):
+        raise _ItemError("candidates", f"expected a list of at least 2 options, got {cands!r}")
+    cands = [_text(c, f"candidates[{j}]") for j, c in enumerate(cands)]
+    if len(set(cands)) != len(cands):
+        raise _ItemError("candidates", f"duplicate options in {cands!r}")
+    raw = item["answer"]
+    if answer_type == "number":
+        return cands, float(_num(raw, "answer", False))
+    if answer_type == "list":
+        if not isinstance(raw, list) or not raw:
+            raise _ItemError("answer", f"expected a non-empty list for answer_type list, got {raw!r}")
+        return cands, [_text(v, f"answer[{j}]") for j, v in enumerate(raw)]
+    answer = _text(raw, "answer")
+    if answer_type == "text":
+        if not answer.strip():
+            raise _ItemError("answer", "expected a non-empty text answer")
+        return cands, answer
+    if answer not in cands:
+        raise _ItemError("answer", f"{answer!r} is not among the candidates {cands!r}")
+    return cands, answer
 
 
 def load_samples(
@@ -234,6 +256,8 @@ def sample_to_item(sample: Sample, root: str) -> dict:
         item["image"] = _media_path(sample.image.path, root)
     item.update(question=sample.question, candidates=list(sample.candidates), answer=sample.answer,
                 qtype=sample.qtype)
+    if not sample.is_choice:
+        item["answer_type"] = sample.answer_type
     if sample.video is not None:
         for key in ("start", "end", "frame_fps"):
             if getattr(sample.video, key) is not None:

@@ -43,21 +43,40 @@ class Evidence:
     source_size: Optional[Tuple[int, int]] = None  # (width, height) the boxes refer to
 
 
+ANSWER_TYPES = ("choice", "text", "number", "list")
+
+
 @dataclass
 class Sample:
+    """One prompt. ``answer_type`` says what ``answer`` is: ``choice`` (default; a candidate's text, the gold letter
+    is its index in ``candidates``), ``text`` (free text), ``number`` (a float) or ``list`` (of strings). Rewards
+    and benchmarks name the verifier that compares a response with it (``mmrl.rewards.verifiers``)."""
+
     id: str
     question: str
     candidates: List[str]
-    answer: str  # candidate text; the gold letter is its index in ``candidates``
+    answer: Any
     qtype: str = "generic"
     video: Optional[VideoRef] = None
     image: Optional[ImageRef] = None
     evidence: Evidence = field(default_factory=Evidence)
     meta: Dict[str, Any] = field(default_factory=dict)
+    answer_type: str = "choice"
+
+    @property
+    def is_choice(self) -> bool:
+        return self.answer_type == "choice"
 
     @property
     def answer_index(self) -> int:
+        if not self.is_choice:
+            raise ValueError(f"sample '{self.id}' has a {self.answer_type} answer, not a choice among candidates")
         return self.candidates.index(self.answer)
+
+    @property
+    def expected_letter(self) -> Optional[str]:
+        """The gold letter for multiple choice; ``None`` for open answers (a verifier reads ``answer`` itself)."""
+        return self.answer_letter if self.is_choice else None
 
     @property
     def answer_letter(self) -> str:
@@ -119,3 +138,4 @@ class Trajectory:
     expected: Optional[str] = None
     inputs_key: int = 0  # index into the rollout batch's multimodal inputs (one per prompt/view)
     pack_id: int = 0  # j-th response of every view of a sample forms pack j (BPO)
+    rescored: Dict[str, torch.Tensor] = field(default_factory=dict)  # intervention -> [R] log-probs (fixed rollout)

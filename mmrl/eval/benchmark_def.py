@@ -1,9 +1,13 @@
 """Benchmark definitions as data: ``eval/<name>.yaml`` -> ``BenchmarkDef`` (the lmms-eval "task = YAML" idea).
 
-A definition names the tasks (annotation file, video folder, reader, bound, mode), the prompt (system, user
-template, options format, post prompt, assistant prefill, named templates), frame sampling, generation settings,
-the answer parser and the aggregate. Unknown keys, wrong types and unknown enum values raise ``ConfigError``
-naming the file and the key. ``EvalQuery`` is what a driver generates for: media ref + messages + prefill.
+A definition names its hooks (``mmrl.eval.hooks``), the tasks (annotation file, video folder, reader, bound,
+mode), the data layout, the prompt (system text and its placement, user template, options format, post prompt,
+assistant prefill, named templates), the response post-processing, the frame rule and its parameters
+(``sampling``), the per-frame pixel budget (``pixels``), generation, the parser (and ``parser_mode``) and the
+aggregate. Unknown keys, wrong types, unknown enum values and keys that contradict each other raise
+``ConfigError`` naming the file and the key; ``overrides`` (dotted keys, from the command line) are applied
+before validation. Which keys a benchmark's hooks honour is checked by ``mmrl.eval.protocol``.
+``EvalQuery`` is what the driver generates for: media ref + messages + prefill + gold + parser.
 """
 from __future__ import annotations
 
@@ -20,36 +24,36 @@ from mmrl.errors import ConfigError
 
 EVAL_DIR = Path(__file__).resolve().parents[2] / "eval"  # the repo's top-level eval/ folder
 
-READERS = ("video", "frame", "gif")
+READERS = ("video", "frame")
 MODES = ("backward", "realtime", "forward")
-PLACEMENTS = ("system", "user", "none")
-AGGREGATES = ("micro", "lmms_answered", "ovo_official")
-KINDS = ("mcq", "ovo")
+PLACEMENTS = ("system_and_user", "system", "user", "none")
 GOLDS = ("answer", "gt_letter", "probe.count", "probe.type")
 UNITS = ("items", "probes")
+LAYOUTS = ("auto", "official", "hf_video")
+PARSER_MODES = ("text", "list")
 
 
 @dataclass
 class TaskDef:
     name: str
-    json: Optional[str] = None  # MVBench: annotation file under data.json_dir
-    prefix: Optional[str] = None  # MVBench: video folder under data.video_dir
-    reader: str = "video"  # video | frame (JPEG folder %05d.jpg from 1) | gif
+    json: Optional[str] = None  # MVBench official layout: annotation file under data.json_dir (default <name>.json)
+    prefix: Optional[str] = None  # video folder under data.video_dir
+    source_prefix: Optional[str] = None  # lmms-eval MVBench: the official layout's source folder of a _segment task
+    reader: str = "video"  # video | frame (a folder of frames, sorted; MVBench tvqa %05d.jpg from 1)
     bound: bool = False  # items carry start/end seconds
-    frame_fps: Optional[float] = None  # rate of a frame folder (MVBench tvqa: 3)
+    frame_fps: Optional[float] = None  # rate of a frame folder (MVBench tvqa: 3); required for reader=frame
     mode: Optional[str] = None  # OVO: backward | realtime | forward
     template: Optional[str] = None  # key of prompt.templates
     template_args: List[str] = field(default_factory=list)  # formatted with the item's fields, options, probe
     gold: str = "answer"  # answer | gt_letter | probe.count | probe.type
     parser: Optional[str] = None  # overrides the benchmark's parser
-    unit: str = "items"  # what accuracy is averaged over: items | probes
-    weight_unit: Optional[str] = None  # what the weighted overall counts (WTI reading); default = unit
+    weight_unit: Optional[str] = None  # OVO weighted overall (WTI reading): items | probes
 
 
 @dataclass
 class PromptDef:
     system: str = ""
-    system_placement: str = "system"  # system message | prepended to the user text | none
+    system_placement: str = "system"  # system_and_user (notebook) | system (VLMEvalKit) | user | none
     user_template: str = "{question}\n{options}"  # str.format with question=, options=
     option_format: str = "({letter}) {option}\n"
     option_joiner: str = ""
@@ -57,52 +61,80 @@ class PromptDef:
     rstrip: bool = False  # right-strip the filled template before the post prompt
     post_prompt: str = ""
     prefill: str = ""  # assistant-turn text the model continues from
-    return_prefix: str = ""  # prepended to the output before parsing (the prefill's tail)
-    first_line_only: bool = False
     templates: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
+class ResponseDef:
+    """How a raw output becomes the parser's input: ``prefix + (first line of) (stripped) output``."""
+
+    strip: bool = False
+    first_line_only: bool = False
+    prefix: str = ""  # the notebook's return_prompt: the prefill's tail given back to the parser
+
+
+@dataclass
 class SamplingDef:
-    num_segments: Optional[int] = None  # MVBench get_index segments
+    rule: str = "get_index"  # a name of mmrl.eval.frame_rules.FRAME_RULES
+    num_segments: Optional[int] = None  # get_index: segments
     use_bound: bool = True  # honour start/end of bound tasks
-    frame_fps: float = 3.0  # default rate of frame folders
-    max_frames: Optional[int] = None  # uniform sampling cap (OVO wrappers: 64)
+    fps: Optional[float] = None  # qwen fps sampling (lmms-eval wrapper: qwen-vl-utils default 2.0)
+    max_frames: Optional[int] = None  # cap: lmms wrapper max_num_frames; OVO Qwen2-VL min(max_frames, len - margin)
+    frames_margin: Optional[int] = None  # OVO Qwen2-VL: nframes = min(max_frames, len(video) - frames_margin)
+
+
+@dataclass
+class PixelsDef:
+    min_pixels: Optional[int] = None  # per frame; None = the rule's default
     max_pixels: Optional[int] = None
 
 
 @dataclass
 class GenerationDef:
     max_new_tokens: int = 100
-    do_sample: bool = False
-    temperature: float = 0.0
+    do_sample: bool = False  # False: greedy (argmax); True: temperature / top_p sampling, seeded
+    temperature: float = 1.0
     top_p: float = 1.0
-    repetition_penalty: float = 1.0
+    seed: int = 0
+
+
+@dataclass
+class DataDef:
+    layout: str = "auto"  # MVBench: auto | official (json/<task>.json) | hf_video (test.json)
+    json_dir: str = "json"
+    test_json: str = "test.json"
+    video_dir: str = "video"  # under --data-root unless --video-root is given
+    annotations: Optional[str] = None  # OVO: annotation file under --data-root unless --anno is given
+    chunk_dir: Optional[str] = None  # OVO: pre-chunked files under --data-root (chunking.chunked)
+    on_error: str = "raise"  # synthetic: raise | skip (and count) a bad sample
 
 
 @dataclass
 class ChunkDef:
-    start: float = 0.0
-    end: str = "ceil"  # ceil(realtime) | exact
-    cap_at_duration: bool = True
+    end: str = "ceil"  # prefix end: ceil(realtime) | exact
+    chunked: bool = False  # read released chunks {qid}.mp4 instead of cutting the source video
     chunk_name: str = "{qid}.mp4"  # file name of a pre-chunked prefix
 
 
 @dataclass
 class BenchmarkDef:
     name: str
-    kind: str  # mcq | ovo
-    protocol: str  # human-readable source of the protocol, printed in every report
-    tasks: List[TaskDef]
-    parser: str
-    aggregate: str
+    hooks: str  # registered hooks name (mmrl/eval/benchmarks/<name>.py) or a module path
+    protocol: str = ""
     description: str = ""
-    data: Dict[str, Any] = field(default_factory=dict)
+    tasks: List[TaskDef] = field(default_factory=list)
+    data: DataDef = field(default_factory=DataDef)
     prompt: PromptDef = field(default_factory=PromptDef)
+    response: ResponseDef = field(default_factory=ResponseDef)
     sampling: SamplingDef = field(default_factory=SamplingDef)
+    pixels: PixelsDef = field(default_factory=PixelsDef)
     generation: GenerationDef = field(default_factory=GenerationDef)
     chunking: ChunkDef = field(default_factory=ChunkDef)
+    parser: Optional[str] = None
+    parser_mode: str = "text"  # text | list (the official Qwen2-VL OVO wrapper saves batch_decode's list)
+    aggregate: Optional[str] = None  # the hooks' aggregate names (MVBench: micro | lmms_answered)
     path: Optional[str] = None
+    given: List[str] = field(default_factory=list)  # dotted keys set in the YAML or by an override
 
     def task(self, name: str) -> TaskDef:
         for t in self.tasks:
@@ -114,7 +146,7 @@ class BenchmarkDef:
         return [t.name for t in self.tasks if mode is None or t.mode == mode]
 
     def parser_for(self, task: str) -> str:
-        return self.task(task).parser or self.parser
+        return self.task(task).parser or self.parser or ""
 
 
 @dataclass
@@ -129,20 +161,16 @@ class EvalQuery:
     prefill: str = ""
     gold: Any = None
     parser: str = ""
+    response: ResponseDef = field(default_factory=ResponseDef)
     meta: Dict[str, Any] = field(default_factory=dict)
 
     def messages(self) -> List[Dict[str, Any]]:
         """Qwen-VL chat messages (system if any; user = [video, text]). The prefill is not included."""
-        video: Dict[str, Any] = {"type": "video", "video": self.video.path}
-        for key, val in (("nframes", self.video.nframes), ("fps", self.video.fps),
-                         ("max_pixels", self.video.max_pixels), ("video_start", self.video.start),
-                         ("video_end", self.video.end)):
-            if val is not None:
-                video[key] = val
         msgs: List[Dict[str, Any]] = []
         if self.system:
             msgs.append({"role": "system", "content": [{"type": "text", "text": self.system}]})
-        msgs.append({"role": "user", "content": [video, {"type": "text", "text": self.user}]})
+        msgs.append({"role": "user", "content": [{"type": "video", "video": self.video.path},
+                                                 {"type": "text", "text": self.user}]})
         return msgs
 
 
@@ -158,9 +186,25 @@ def fill(template: str, args: List[Any] = (), **fields: Any) -> str:
     return template.format(*args, **fields)
 
 
+def place_system(prompt: PromptDef, user: str) -> Dict[str, str]:
+    """``{"system", "user"}`` after ``system_placement``.
+
+    ``system_and_user``: the Ask-Anything notebook with ``system_llm=True`` (``infer_mvbench``: the system text is
+    the conversation's system and also prefixes the question); ``system``: a system turn only (VLMEvalKit);
+    ``user``: prefixed to the user text only; ``none``: no system turn (the chat template's default applies).
+    """
+    place = prompt.system_placement
+    system = prompt.system if place in ("system_and_user", "system") else ""
+    if place in ("system_and_user", "user"):
+        user = prompt.system + user
+    return {"system": system, "user": user}
+
+
 # --- loading and validation --------------------------------------------------------------------------------------
-_ENUMS = {"reader": READERS, "mode": MODES, "system_placement": PLACEMENTS, "aggregate": AGGREGATES,
-          "kind": KINDS, "gold": GOLDS, "unit": UNITS, "weight_unit": UNITS, "end": ("ceil", "exact")}
+_ENUMS = {"reader": READERS, "mode": MODES, "system_placement": PLACEMENTS, "gold": GOLDS, "weight_unit": UNITS,
+          "end": ("ceil", "exact"), "layout": LAYOUTS, "parser_mode": PARSER_MODES,
+          "on_error": ("raise", "skip")}
+_NOT_KEYS = ("path", "given")
 
 
 def _type_ok(value: Any, tp: Any) -> bool:
@@ -186,11 +230,11 @@ def _type_ok(value: Any, tp: Any) -> bool:
     return isinstance(value, tp)
 
 
-def _build(cls: type, raw: Any, where: str, path: str) -> Any:
+def _build(cls: type, raw: Any, where: str, path: str, given: List[str]) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: '{where}' must be a mapping, got {type(raw).__name__}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.name != "path"}
+    names = {f.name for f in dataclasses.fields(cls) if f.name not in _NOT_KEYS}
     kwargs: Dict[str, Any] = {}
     for key, val in raw.items():
         dotted = f"{where}.{key}" if where else str(key)
@@ -202,11 +246,13 @@ def _build(cls: type, raw: Any, where: str, path: str) -> Any:
         if key in _ENUMS and val is not None and val not in _ENUMS[key]:
             raise ConfigError(f"{path}: key '{dotted}' = {val!r} is not one of {', '.join(_ENUMS[key])}")
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            val = _build(tp, val, dotted, path)
+            val = _build(tp, val, dotted, path, given)
         elif key == "tasks":
-            val = [_build(TaskDef, t, f"{dotted}[{i}]", path) for i, t in enumerate(val)]
+            val = [_build(TaskDef, t, f"{dotted}[{i}]", path, given) for i, t in enumerate(val)]
+        if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)) and key != "tasks":
+            given.append(dotted)
         kwargs[key] = float(val) if tp is float else val
-    missing = [f.name for f in dataclasses.fields(cls) if f.name not in kwargs and f.name != "path"
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in kwargs and f.name not in _NOT_KEYS
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{path}: missing key '{(where + '.') if where else ''}{missing[0]}'")
@@ -214,26 +260,32 @@ def _build(cls: type, raw: Any, where: str, path: str) -> Any:
 
 
 def _check(bdef: BenchmarkDef, path: str) -> None:
-    from mmrl.eval.parsers import PARSERS
-
+    """Checks across keys; each error names the key (parser names are checked once the hooks are imported:
+    a hooks file may register its own parser; ``mmrl.eval.protocol.check_fields``)."""
     names = [t.name for t in bdef.tasks]
-    if not names:
-        raise ConfigError(f"{path}: key 'tasks' is empty")
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: key 'tasks' repeats a task name")
+    if bdef.prompt.system and bdef.prompt.system_placement == "none":
+        raise ConfigError(f"{path}: key 'prompt.system' is set but prompt.system_placement is 'none' (it would "
+                          f"change nothing)")
+    px = bdef.pixels
+    if px.min_pixels is not None and px.max_pixels is not None and px.min_pixels > px.max_pixels:
+        raise ConfigError(f"{path}: key 'pixels.min_pixels' = {px.min_pixels} is above pixels.max_pixels = "
+                          f"{px.max_pixels}")
+    for key in ("generation.temperature", "generation.top_p", "generation.seed"):
+        if key in bdef.given and not bdef.generation.do_sample:
+            raise ConfigError(f"{path}: key '{key}' is set but generation.do_sample is false (greedy decoding: it "
+                              f"would change nothing)")
+    if bdef.parser is not None and bdef.tasks and all(t.parser for t in bdef.tasks):
+        raise ConfigError(f"{path}: key 'parser' is shadowed by every task's own parser (it would change nothing)")
     for i, t in enumerate(bdef.tasks):
-        for key, name in (("parser", bdef.parser), (f"tasks[{i}].parser", t.parser)):
-            if name is not None:
-                try:
-                    PARSERS.get(name)
-                except KeyError as e:
-                    raise ConfigError(f"{path}: key '{key}': {e.args[0]}") from None
         if t.template is not None and t.template not in bdef.prompt.templates:
             raise ConfigError(f"{path}: key 'tasks[{i}].template' = {t.template!r} is not in prompt.templates")
-        if bdef.kind == "ovo" and t.mode is None:
-            raise ConfigError(f"{path}: missing key 'tasks[{i}].mode'")
-        if bdef.kind == "mcq" and t.json is None and bdef.data.get("layout", "official") == "official":
-            raise ConfigError(f"{path}: missing key 'tasks[{i}].json'")
+        if t.reader == "frame" and t.frame_fps is None:
+            raise ConfigError(f"{path}: missing key 'tasks[{i}].frame_fps' (a frame folder has no rate of its own)")
+        if t.frame_fps is not None and t.reader != "frame":
+            raise ConfigError(f"{path}: key 'tasks[{i}].frame_fps' is set on a '{t.reader}' task (it would change "
+                              f"nothing)")
 
 
 def benchmark_path(name_or_path: Union[str, Path], search_dirs: Optional[List[Path]] = None) -> Path:
@@ -248,18 +300,44 @@ def benchmark_path(name_or_path: Union[str, Path], search_dirs: Optional[List[Pa
         cand = Path(d) / f"{name_or_path}.yaml"
         if cand.is_file():
             return cand
-    known = sorted({q.stem for d in dirs if Path(d).is_dir() for q in Path(d).glob("*.yaml")})
-    raise ConfigError(f"unknown benchmark '{name_or_path}'; known: {', '.join(known)} (or give a .yaml path)")
+    raise ConfigError(f"unknown benchmark '{name_or_path}'; known: {', '.join(known_benchmarks(dirs))} "
+                      f"(or give a .yaml path)")
 
 
-def load_benchmark(name_or_path: Union[str, Path], search_dirs: Optional[List[Path]] = None) -> BenchmarkDef:
-    """Load and validate a benchmark definition by name (``eval/<name>.yaml``) or path."""
+def known_benchmarks(search_dirs: Optional[List[Path]] = None) -> List[str]:
+    """Names of the benchmark YAMLs in ``search_dirs`` (default: the repo's ``eval/``)."""
+    dirs = list(search_dirs or [EVAL_DIR])
+    return sorted({q.stem for d in dirs if Path(d).is_dir() for q in Path(d).glob("*.yaml")})
+
+
+def set_dotted(raw: Dict[str, Any], key: str, value: Any, path: str) -> None:
+    """Set ``a.b.c`` in a raw YAML mapping (an override); a non-mapping on the way is a ``ConfigError``."""
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{path}: override '{key}': '{part}' is not a mapping")
+    node[parts[-1]] = value
+
+
+def load_benchmark(name_or_path: Union[str, Path], search_dirs: Optional[List[Path]] = None,
+                   overrides: Optional[Dict[str, Any]] = None) -> BenchmarkDef:
+    """Load and validate a benchmark definition by name (``eval/<name>.yaml``) or path.
+
+    ``overrides`` (dotted key -> value) replace YAML fields before validation, so a bad override is named like a
+    bad YAML key. ``BenchmarkDef.given`` lists every key set in the YAML or by an override.
+    """
     path = benchmark_path(name_or_path, search_dirs)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    bdef = _build(BenchmarkDef, raw if raw is not None else {}, "", str(path))
-    bdef.path = str(path)
+    raw = raw if raw is not None else {}
+    for key, val in (overrides or {}).items():
+        set_dotted(raw, key, val, str(path))
+    given: List[str] = []
+    bdef = _build(BenchmarkDef, raw, "", str(path), given)
+    bdef.path, bdef.given = str(path), given
     _check(bdef, str(path))
     return bdef

@@ -78,17 +78,17 @@ def parse_item(raw: Any, index: int, task: TaskDef, path: str, video_path: str, 
     return MVBenchItem(task=task.name, sample=sample, reader=reader, index=index, source=path)
 
 
-def _frame_fps(task: TaskDef, bdef: BenchmarkDef, reader: str) -> Optional[float]:
-    return (task.frame_fps or bdef.sampling.frame_fps) if reader == "frame" else None
-
-
 def load_official(root: str, bdef: BenchmarkDef, tasks: Optional[Sequence[str]] = None,
-                  video_root: Optional[str] = None) -> List[MVBenchItem]:
-    """``<root>/<json_dir>/<task>.json`` + ``<video_root or root/video_dir>/<prefix>/<video>``."""
-    json_dir = Path(root) / bdef.data.get("json_dir", "json")
-    vroot = video_root or os.path.join(root, bdef.data.get("video_dir", "video"))
+                  video_root: Optional[str] = None, task_defs: Optional[Sequence[TaskDef]] = None
+                  ) -> List[MVBenchItem]:
+    """``<root>/<json_dir>/<task>.json`` + ``<video_root or root/video_dir>/<prefix>/<video>``.
+
+    ``task_defs`` replaces the definition's tasks (lmms-eval: a ``_segment`` task read from its source videos).
+    """
+    json_dir = Path(root) / bdef.data.json_dir
+    vroot = video_root or os.path.join(root, bdef.data.video_dir)
     items: List[MVBenchItem] = []
-    for t in _selected(bdef, tasks):
+    for t in task_defs if task_defs is not None else _selected(bdef, tasks):
         path = json_dir / (t.json or f"{t.name}.json")
         data = _read_json(path)
         if not isinstance(data, list):
@@ -96,14 +96,14 @@ def load_official(root: str, bdef: BenchmarkDef, tasks: Optional[Sequence[str]] 
         need_bound = t.bound and bdef.sampling.use_bound
         vdir = os.path.join(vroot, t.prefix or "")
         for i, raw in enumerate(data):
-            items.append(parse_item(raw, i, t, str(path), vdir, t.reader, _frame_fps(t, bdef, t.reader), need_bound))
+            items.append(parse_item(raw, i, t, str(path), vdir, t.reader, t.frame_fps if t.reader == "frame" else None, need_bound))
     return items
 
 
 def load_hf_video(root: str, bdef: BenchmarkDef, tasks: Optional[Sequence[str]] = None,
                   video_root: Optional[str] = None) -> List[MVBenchItem]:
     """``<root>/test.json`` with ``meta`` (task -> items) and ``root`` (task -> video prefix); MP4 everywhere."""
-    path = Path(root) / bdef.data.get("test_json", "test.json")
+    path = Path(root) / bdef.data.test_json
     data = _read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("meta"), dict):
         raise DataError("must be an object with a 'meta' mapping (task -> items)", path=str(path))
@@ -112,7 +112,7 @@ def load_hf_video(root: str, bdef: BenchmarkDef, tasks: Optional[Sequence[str]] 
         raise DataError("'root' must map task -> video prefix", path=str(path))
     by_key = {task_key(t.name): t for t in bdef.tasks}
     wanted = {task_key(n) for n in tasks} if tasks else None
-    vroot = video_root or os.path.join(root, bdef.data.get("video_dir", "video"))
+    vroot = video_root or os.path.join(root, bdef.data.video_dir)
     items: List[MVBenchItem] = []
     for name, raw_items in data["meta"].items():
         t = by_key.get(task_key(name))
@@ -123,22 +123,10 @@ def load_hf_video(root: str, bdef: BenchmarkDef, tasks: Optional[Sequence[str]] 
         if not isinstance(raw_items, list):
             raise DataError(f"'meta.{name}' must be a list of items", path=str(path))
         prefix = prefixes.get(name, t.prefix or "")
-        need_bound = t.bound and bdef.sampling.use_bound
-        for i, raw in enumerate(raw_items):
+        for i, raw in enumerate(raw_items):  # pre-cut clips: a bound is never applied to them
             items.append(parse_item(raw, i, t, f"{path}#meta.{name}", os.path.join(vroot, prefix), "video", None,
-                                    need_bound))
+                                    False))
     return items
-
-
-def load_mvbench(root: str, bdef: BenchmarkDef, tasks: Optional[Sequence[str]] = None,
-                 video_root: Optional[str] = None, layout: Optional[str] = None) -> List[MVBenchItem]:
-    """Items of the selected tasks (default: all), in task then file order; layout from ``bdef.data.layout``."""
-    layout = layout or bdef.data.get("layout", "official")
-    if layout == "official":
-        return load_official(root, bdef, tasks, video_root)
-    if layout == "hf_video":
-        return load_hf_video(root, bdef, tasks, video_root)
-    raise DataError(f"unknown MVBench layout '{layout}' (official | hf_video)")
 
 
 def _selected(bdef: BenchmarkDef, tasks: Optional[Sequence[str]]) -> List[TaskDef]:

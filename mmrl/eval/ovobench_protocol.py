@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 from mmrl.data.schema import LETTERS, VideoRef
 from mmrl.errors import DataError
-from mmrl.eval.benchmark_def import BenchmarkDef, ChunkDef, EvalQuery, TaskDef, fill, format_options
+from mmrl.eval.benchmark_def import BenchmarkDef, ChunkDef, EvalQuery, TaskDef, fill, format_options, place_system
 
 FORWARD = "forward"
 
@@ -28,12 +28,10 @@ def query_id(item_id: Any, probe: Optional[int] = None) -> str:
     return str(item_id) if probe is None else f"{item_id}_{probe}"
 
 
-def prefix_end(realtime: float, chunking: ChunkDef, duration: Optional[float] = None) -> float:
-    """End of the visible prefix: ``ceil(realtime)`` (or ``realtime``), capped at the duration when known."""
-    end = float(math.ceil(realtime)) if chunking.end == "ceil" else float(realtime)
-    if chunking.cap_at_duration and duration is not None:
-        end = min(end, float(duration))
-    return end
+def prefix_end(realtime: float, chunking: ChunkDef) -> float:
+    """End of the visible prefix: ``ceil(realtime)`` (``chunk_videos.py``) or ``realtime`` (``end: exact``). The
+    video's own end caps it where the frames are chosen (``mmrl.media.sampling.prefix_last``)."""
+    return float(math.ceil(realtime)) if chunking.end == "ceil" else float(realtime)
 
 
 def _fields(task: TaskDef) -> tuple:
@@ -134,13 +132,19 @@ def gold_of(item: Mapping[str, Any], task: TaskDef, probe: Optional[int] = None)
     return item.get("answer")
 
 
+def as_list(bdef: BenchmarkDef, task: TaskDef) -> bool:
+    """List mode (``parser_mode: list``): the official Qwen2-VL wrapper returns ``batch_decode``'s list, so
+    ``gt in response`` is an exact element match. REC keeps the string (the official REC regex raises on a list)."""
+    return bdef.parser_mode == "list" and task.gold != "probe.count"
+
+
 def build_queries(annotations: Sequence[Mapping[str, Any]], bdef: BenchmarkDef, video_root: str = "",
-                  chunk_dir: Optional[str] = None, durations: Optional[Mapping[str, float]] = None,
-                  tasks: Optional[Iterable[str]] = None) -> List[EvalQuery]:
+                  chunk_dir: Optional[str] = None, tasks: Optional[Iterable[str]] = None) -> List[EvalQuery]:
     """All queries, in annotation order (forward items expand to their probes in order).
 
-    The video is ``<video_root>/<item video>`` with ``end`` = the prefix end, or, with ``chunk_dir``, the
-    pre-chunked file ``<chunk_dir>/<chunk_name>`` (whole file). ``durations`` (by item ``video``) caps the end.
+    The video is ``<video_root>/<item video>`` with ``meta['end']`` = the prefix end (the frame rule keeps the
+    frames before it, capped at the video), or, with ``chunk_dir``, the pre-chunked file
+    ``<chunk_dir>/<chunk_name>`` read whole (``meta['end']`` None).
     """
     wanted: Optional[Set[str]] = set(tasks) if tasks else None
     queries: List[EvalQuery] = []
@@ -152,21 +156,23 @@ def build_queries(annotations: Sequence[Mapping[str, Any]], bdef: BenchmarkDef, 
         for j in probes:
             qid = query_id(item["id"], j)
             realtime = item["test_info"][j]["realtime"] if j is not None else item["realtime"]
-            end = prefix_end(realtime, bdef.chunking, (durations or {}).get(item["video"]))
+            end = prefix_end(realtime, bdef.chunking)
             if chunk_dir is not None:
                 video = VideoRef(path=os.path.join(chunk_dir, bdef.chunking.chunk_name.format(qid=qid)))
             else:
-                video = VideoRef(path=os.path.join(video_root, item["video"]), start=bdef.chunking.start, end=end)
-            video.nframes = bdef.sampling.max_frames
-            video.max_pixels = bdef.sampling.max_pixels
-            user = build_prompt(item, task, bdef, j)
-            system = bdef.prompt.system if bdef.prompt.system_placement == "system" else ""
-            meta = {"item_id": item["id"], "probe": j, "mode": task.mode, "realtime": realtime, "end": end,
-                    "video_name": item["video"]}
-            queries.append(EvalQuery(id=qid, task=task.name, video=video, user=user, system=system,
+                video = VideoRef(path=os.path.join(video_root, item["video"]), start=0.0, end=end)
+            parts = place_system(bdef.prompt, build_prompt(item, task, bdef, j))
+            meta = {"item_id": item["id"], "probe": j, "mode": task.mode, "realtime": realtime,
+                    "end": None if chunk_dir is not None else end, "video_name": item["video"],
+                    "as_list": as_list(bdef, task)}
+            queries.append(EvalQuery(id=qid, task=task.name, video=video, user=parts["user"], system=parts["system"],
                                      prefill=bdef.prompt.prefill, gold=gold_of(item, task, j),
-                                     parser=bdef.parser_for(task.name), meta=meta))
+                                     parser=bdef.parser_for(task.name), response=bdef.response, meta=meta))
     return queries
+
+
+def _as_saved(response: Any, bdef: BenchmarkDef, task: TaskDef) -> Any:
+    return [response] if isinstance(response, str) and as_list(bdef, task) else response
 
 
 def assemble_results(annotations: Sequence[Mapping[str, Any]], responses: Mapping[str, Optional[str]],
@@ -174,7 +180,8 @@ def assemble_results(annotations: Sequence[Mapping[str, Any]], responses: Mappin
     """The official results layout from responses by query id (missing -> ``None``, which scores 0).
 
     backward/realtime: ``{id, video, task, question, response, ground_truth}``; forward: the annotation with
-    ``test_info[i]["response"]`` filled in (as ``OVOBenchOffline.eval`` saves them).
+    ``test_info[i]["response"]`` filled in (as ``OVOBenchOffline.eval`` saves them); in list mode a response is
+    saved as the one-element list the Qwen2-VL wrapper returns.
     """
     wanted = set(tasks) if tasks else None
     out: Dict[str, List[Dict[str, Any]]] = {"backward": [], "realtime": [], "forward": []}
@@ -185,11 +192,12 @@ def assemble_results(annotations: Sequence[Mapping[str, Any]], responses: Mappin
         if task.mode == FORWARD:
             rec = copy.deepcopy(dict(item))
             for j, probe in enumerate(rec["test_info"]):
-                probe["response"] = responses.get(query_id(item["id"], j))
+                probe["response"] = _as_saved(responses.get(query_id(item["id"], j)), bdef, task)
             out[FORWARD].append(rec)
         else:
             out[task.mode].append({"id": item["id"], "video": item["video"], "task": task.name,
-                                   "question": item["question"], "response": responses.get(query_id(item["id"])),
+                                   "question": item["question"],
+                                   "response": _as_saved(responses.get(query_id(item["id"])), bdef, task),
                                    "ground_truth": gold_of(item, task)})
     return out
 

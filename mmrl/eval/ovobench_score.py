@@ -6,7 +6,8 @@ exact "N"/"Y" or case-sensitive "No"/"Yes" substring; ``None`` scores 0. Per-tas
 (backward/realtime) or ``test_info`` probes (forward). Reported aggregates, each labelled:
 
 - ``modes[m].acc``: unweighted mean of the mode's task accuracies (BT, RT, FT as in the README);
-- ``total``: **official** total = unweighted mean of the three mode means (README: Gemini 1.5 Pro 63.00);
+- ``total``: **official** total = unweighted mean of the three mode means (README: Gemini 1.5 Pro 63.00), only
+  when all three modes are present (``None`` otherwise; ``partial_mean`` is then the mean of the present ones);
 - ``weighted_overall``: question-count-weighted mean, the WTI paper's reading (specs/benchmarks.md section 2):
   ``sum(acc_t * n_t) / N`` with n_t = items for BT/RT tasks, REC and CRR items, SSR probes (N = 2227);
 - ``task_mean``: unweighted mean of the 12 task accuracies (what ``OVOBenchScore.py`` @19677d28 prints as
@@ -96,13 +97,16 @@ def score_results(results: Dict[str, List[Dict[str, Any]]], bdef: Optional[Bench
                     "weighted_acc": sum(tasks[t]["acc"] * tasks[t]["weight"] for t in ts) / w if w else 0.0,
                     "weight": w}
     wsum = sum(t["weight"] for t in tasks.values())
+    mode_mean = sum(m["acc"] for m in modes.values()) / len(modes) if modes else 0.0
+    complete = len(modes) == len(MODE_KEYS)
     return {
         "benchmark": bdef.name,
         "protocol": bdef.protocol,
         "parsers": {t: v["parser"] for t, v in tasks.items()},
         "tasks": tasks,
         "modes": modes,
-        "total": sum(m["acc"] for m in modes.values()) / len(modes) if modes else 0.0,
+        "total": mode_mean if complete else None,  # the official script needs all three modes
+        "partial_mean": None if complete else mode_mean,
         "weighted_overall": sum(t["acc"] * t["weight"] for t in tasks.values()) / wsum if wsum else 0.0,
         "weighted_n": wsum,
         "task_mean": sum(t["acc"] for t in tasks.values()) / len(tasks) if tasks else 0.0,
@@ -128,8 +132,13 @@ def format_table(scores: Dict[str, Any]) -> str:
             tv = scores["tasks"][t]
             lines.append(f"| {mv['abbr']} | {t} | {tv['acc']:.2f} | {tv['n']} | {tv['unit']} |")
         lines.append(f"| {mv['abbr']} | **{mv['abbr']} mean** | {mv['acc']:.2f} | | tasks |")
-    lines += ["",
-              f"- **Total (official)**: {scores['total']:.2f}: {scores['labels']['total']}",
+    if scores["total"] is not None:
+        total = f"- **Total (official)**: {scores['total']:.2f}: {scores['labels']['total']}"
+    else:
+        present = ", ".join(m["abbr"] for m in scores["modes"].values())
+        total = (f"- Total (official): not computed, the official total needs all three modes (present: {present}); "
+                 f"mean of the present modes {scores['partial_mean']:.2f} (not the official total)")
+    lines += ["", total,
               f"- **Weighted overall** (N={scores['weighted_n']}): {scores['weighted_overall']:.2f}: "
               f"{scores['labels']['weighted_overall']}",
               f"- Task mean: {scores['task_mean']:.2f}: {scores['labels']['task_mean']}",
@@ -138,7 +147,9 @@ def format_table(scores: Dict[str, Any]) -> str:
 
 
 def summary_line(scores: Dict[str, Any]) -> str:
-    """One line: every task, the mode means and the official total, two decimals."""
+    """One line: every task, the mode means and the official total (or the labelled partial mean), two decimals."""
     parts = [f"{t} {v['acc']:.2f}" for t, v in scores["tasks"].items()]
     parts += [f"{m['abbr']} {m['acc']:.2f}" for m in scores["modes"].values()]
+    if scores["total"] is None:
+        return ", ".join(parts) + f"; partial mean {scores['partial_mean']:.2f} (not the official total)"
     return ", ".join(parts) + f"; total {scores['total']:.2f}"

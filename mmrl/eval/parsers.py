@@ -3,9 +3,9 @@
 Every registered parser has the signature ``fn(response: str | None, gold) -> int`` (1 correct, 0 wrong) and
 scores ``None`` (a failed generation) as 0. What ``gold`` is depends on the parser:
 
-- ``mvbench_check_ans``: gold ``"(A) candidate text"``; the response is what the model generated after the
-  ``Best option:(`` prefill. Source: OpenGVLab/Ask-Anything ``video_chat2/mvbench.ipynb`` (``infer_mvbench`` +
-  ``check_ans``).
+- ``mvbench_check_ans``: gold ``"(A) candidate text"``; the response is the model's output after the
+  ``Best option:(`` prefill, post-processed by the YAML's ``response`` section (``postprocess``).
+  Source: OpenGVLab/Ask-Anything ``video_chat2/mvbench.ipynb`` (``infer_mvbench`` + ``check_ans``).
 - ``lmms_mcq_acc``: gold letter ``"A"``. Source: lmms-eval ``lmms_eval/tasks/mvbench/utils.py`` (``mcq_acc``).
 - ``ovo_mcq``: gold letter. ``ovo_rec``: gold count (int). ``ovo_yes_no``: gold probe ``type`` (0 = "No",
   1 = "Yes"). Source: JoeLeelyf/OVO-Bench ``utils/OVOBenchScore.py`` (``OVOBenchOfflineScore``).
@@ -36,20 +36,27 @@ def check_ans(pred: str, gt: str) -> bool:
     return pred_option.replace(".", "") in gt_option or gt_option in pred_option
 
 
-def mvbench_postprocess(response: str, return_prefix: str = "(", first_line_only: bool = True) -> str:
-    """``return_prompt + llm_message.strip().split('\\n')[0]`` from ``infer_mvbench`` (the notebook)."""
-    text = response.strip()
+def postprocess(response: Any, strip: bool = False, first_line_only: bool = False, prefix: str = "") -> Any:
+    """A benchmark's ``response`` section: ``prefix + (first line of) (stripped) response``; ``None`` stays.
+
+    MVBench original (``infer_mvbench``): ``return_prompt + llm_message.strip().split('\\n')[0]`` with
+    ``return_prompt = "("``, i.e. ``strip``, ``first_line_only`` and ``prefix: "("``.
+    """
+    if not isinstance(response, str):
+        return response
+    text = response.strip() if strip else response
     if first_line_only:
         text = text.split("\n")[0]
-    return return_prefix + text
+    return prefix + text
 
 
 @PARSERS.register("mvbench_check_ans")
 def mvbench_check_ans(response: Optional[str], gold: str) -> int:
-    """MVBench original: prepend the prefilled ``(`` to the first line of the output, then ``check_ans``."""
+    """MVBench original ``check_ans`` on the post-processed output (the YAML's ``response`` section adds the
+    prefilled ``(`` and keeps the first line)."""
     if response is None:
         return 0
-    return int(check_ans(mvbench_postprocess(response), gold))
+    return int(check_ans(response, gold))
 
 
 # --- lmms-eval mcq_acc (kept literally, including its quirks) ---------------------------------------------------
@@ -149,6 +156,15 @@ def get_parser(name: str):
     return PARSERS.get(name)
 
 
-def score_answer(parser: str, response: Any, gold: Any) -> int:
-    """Score one response with the parser named ``parser``."""
+def score_answer(parser: str, response: Any, gold: Any, post: Any = None, as_list: bool = False) -> int:
+    """Score one response with the parser named ``parser``.
+
+    ``post`` (a ``ResponseDef``: ``strip``, ``first_line_only``, ``prefix``) post-processes a string response
+    first; ``as_list`` wraps it in a one-element list, as the official OVO Qwen2-VL wrapper saves
+    ``batch_decode``'s output (then ``gt in response`` is an exact element match).
+    """
+    if post is not None:
+        response = postprocess(response, post.strip, post.first_line_only, post.prefix)
+    if as_list and isinstance(response, str):
+        response = [response]
     return int(PARSERS.get(parser)(response, gold))

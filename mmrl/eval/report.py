@@ -27,8 +27,7 @@ def build_summary(benchmark: str, protocol: str, parser: Union[str, Mapping[str,
                   meta: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The summary dict written to ``summary.json``.
 
-    ``scores`` is what a protocol's scorer returned (``mvbench_protocol.score_records`` or
-    ``ovobench_score.score_results``); ``errors`` adds to those found in ``records``.
+    ``scores`` is what the benchmark's ``score`` hook returned; ``errors`` adds to those found in ``records``.
     """
     errs = collect_errors(records or []) + [dict(e) for e in (errors or [])]
     return {"benchmark": benchmark, "protocol": protocol, "parser": parser, "scores": dict(scores),
@@ -36,30 +35,15 @@ def build_summary(benchmark: str, protocol: str, parser: Union[str, Mapping[str,
             "created": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def _mcq_table(scores: Mapping[str, Any]) -> List[str]:
-    lines = ["| task | acc (%) | correct | n |", "|---|---|---|---|"]
-    for t, v in scores["tasks"].items():
-        lines.append(f"| {t} | {v['acc']:.2f} | {v['correct']} | {v['n']} |")
-    agg = scores.get("aggregate", "micro")
-    label = "total correct / total" if agg == "micro" else "total correct / non-empty predictions"
-    lines.append(f"| **Avg** ({label}) | {scores['avg']:.2f} | | {scores.get('n', '')} |")
-    return lines
-
-
-def markdown(summary: Mapping[str, Any]) -> str:
-    """The markdown report: header (benchmark, protocol, parser, errors), score table, error list."""
+def markdown(summary: Mapping[str, Any], table: str = "") -> str:
+    """The markdown report: header (benchmark, protocol, parser, errors), the hooks' score table, error list."""
     parser = summary["parser"]
     if isinstance(parser, Mapping):
         parser = ", ".join(f"{k}: {v}" for k, v in parser.items())
     lines = [f"# {summary['benchmark']}", "", f"- protocol: {summary['protocol']}", f"- parser: {parser}",
              f"- errors: {summary['n_errors']}", ""]
-    scores = summary["scores"]
-    if "modes" in scores:
-        from mmrl.eval.ovobench_score import format_table
-
-        lines.append(format_table(scores).rstrip("\n"))
-    else:
-        lines += _mcq_table(scores)
+    if table:
+        lines.append(table.rstrip("\n"))
     if summary["errors"]:
         lines += ["", "## Errors (scored 0)", "", "| id | task | error |", "|---|---|---|"]
         for e in summary["errors"]:
@@ -67,13 +51,14 @@ def markdown(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(out_dir: Union[str, Path], summary: Mapping[str, Any], name: str = "summary") -> Dict[str, str]:
-    """Write ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md``; returns their paths."""
+def write_report(out_dir: Union[str, Path], summary: Mapping[str, Any], table: str = "",
+                 name: str = "summary") -> Dict[str, str]:
+    """Write ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md`` (with ``table``); returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jpath, mpath = out / f"{name}.json", out / f"{name}.md"
     jpath.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
-    mpath.write_text(markdown(summary), encoding="utf-8")
+    mpath.write_text(markdown(summary, table), encoding="utf-8")
     return {"json": str(jpath), "md": str(mpath)}
 
 

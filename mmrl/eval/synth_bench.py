@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from mmrl.data.synth_video import Balancer, QUESTIONS, video_scene, write_mp4
+from mmrl.media.sampling import prefix_last
 
 # task -> (video prefix, reader, bound, synthetic question type); prefixes as in eval/mvbench.yaml
 MV_TASKS = {
@@ -105,9 +106,8 @@ def _forward_items(duration: float) -> List[dict]:
 
 
 def _chunk_frames(frames: np.ndarray, realtime: float, fps: float) -> np.ndarray:
-    """Frames of ``[0, ceil(realtime)]`` capped at the clip (what ``chunk_videos.py`` cuts)."""
-    last = min(len(frames) - 1, int(math.floor(math.ceil(realtime) * fps + 1e-6)))
-    return frames[: last + 1]
+    """Frames of ``[0, ceil(realtime))`` capped at the clip (what ``chunk_videos.py``'s moviepy subclip keeps)."""
+    return frames[: prefix_last(len(frames), fps, math.ceil(realtime)) + 1]
 
 
 def make_ovobench_set(root: str, seed: int = 0, n_per_task: int = 1, size: int = 56, n_frames: int = 24,

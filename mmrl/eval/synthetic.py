@@ -27,7 +27,7 @@ def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 
     params = SamplingParams(max_new_tokens=max_new_tokens, greedy=True)
     for s in range(0, len(samples), batch_prompts):
         chunk = samples[s : s + batch_prompts]
-        si = build_step_inputs(chunk, processor, data_cfg, lambda role: 1, viewset, seed=0)
+        si = build_step_inputs(chunk, processor, data_cfg, lambda role, n_views: 1, viewset, seed=0)
         skipped.extend(si.skipped)
         trajs = engine.generate(si.requests, params) if si.requests else []
         for t in trajs:

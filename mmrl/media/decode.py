@@ -1,12 +1,13 @@
-"""Decode a sample's media once per step: video frames ``uint8 [T, C, H, W]`` with timestamps, or one image.
+"""Decode media: a sample's video frames ``uint8 [T, C, H, W]`` with timestamps, or one image; or exact indices.
 
-Frame selection and resizing follow Qwen's rules from ``qwen-vl-utils`` (``smart_nframes``: frame count a
-multiple of 2; ``smart_resize``: sides multiples of 28 within the pixel budget); decoding is decord (MP4) or
-PIL (JPEG frame folders, images). Every failure is a ``DataError`` naming the sample and the file.
+Two entries: ``load_media`` / ``decode_video`` (training and the synthetic eval) choose frames by Qwen's rules;
+``probe`` + ``decode_indices`` (benchmark protocols) decode exactly the indices a protocol chose. Both take
+their frame indices from ``mmrl.media.sampling`` (the one home of index rules) and resize with qwen-vl-utils'
+``smart_resize`` (sides multiples of 28 within the pixel budget). Decoding is decord (MP4) or PIL (frame
+folders: the sorted image files, images). Every failure is a ``DataError`` naming the sample and the file.
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +15,11 @@ from typing import List, Optional
 
 import numpy as np
 import torch
-from qwen_vl_utils.vision_process import smart_nframes, smart_resize
+from qwen_vl_utils.vision_process import smart_resize
 
 from mmrl.data.schema import ImageRef, Media, Sample, VideoRef
 from mmrl.errors import DataError
+from mmrl.media.sampling import frame_range, qwen_indices, qwen_nframes
 
 FACTOR = 28  # patch 14 x spatial merge 2
 
@@ -44,31 +46,37 @@ def _resize(frames: torch.Tensor, min_pixels: int, max_pixels: int) -> torch.Ten
 
 
 def _frame_range(ref: VideoRef, total: int, fps: float, sample_id: str) -> tuple[int, int]:
-    start = 0 if ref.start is None else math.ceil(max(0.0, ref.start) * fps)
-    end = total - 1 if ref.end is None else min(total - 1, math.floor(ref.end * fps))
-    if start > end:
-        raise DataError(f"time range [{ref.start}, {ref.end}] s selects no frame (video has {total} frames at {fps:.3f} fps)",
-                        sample_id=sample_id, path=ref.path)
-    return start, end
+    try:
+        return frame_range(total, fps, ref.start, ref.end)
+    except ValueError as e:
+        raise DataError(str(e), sample_id=sample_id, path=ref.path) from None
 
 
 def _choose_indices(ref: VideoRef, budget: MediaBudget, start: int, end: int, fps: float, sample_id: str) -> List[int]:
     available = end - start + 1
     nframes = ref.nframes if ref.nframes is not None else (None if ref.fps is not None else budget.nframes)
-    ele = {"nframes": nframes} if nframes is not None else {"fps": ref.fps or budget.fps or 2.0, "max_frames": budget.max_frames}
     if nframes is not None and nframes > available:
         raise DataError(f"clip has {available} frames in range but {nframes} were requested", sample_id=sample_id, path=ref.path)
     try:
-        n = smart_nframes(ele, total_frames=available, video_fps=fps)
+        n = qwen_nframes(available, fps, nframes=nframes, sample_fps=ref.fps or budget.fps or 2.0,
+                         max_frames=budget.max_frames)
     except ValueError as e:
         raise DataError(f"cannot sample frames: {e}", sample_id=sample_id, path=ref.path) from e
-    return torch.linspace(start, end, n).round().long().tolist()
+    return qwen_indices(start, end, n)
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+def folder_frames(path: str) -> List[str]:
+    """A frame folder's image files in sorted order (MVBench's ``%05d.jpg`` from 1: file k is position k - 1)."""
+    return sorted(str(p) for p in Path(path).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
 def _read_frame_folder(ref: VideoRef, budget: MediaBudget, sample_id: str):
     from PIL import Image
 
-    files = sorted(p for p in Path(ref.path).iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    files = folder_frames(ref.path)
     if not files:
         raise DataError("frame folder holds no frames", sample_id=sample_id, path=ref.path)
     fps = ref.frame_fps or 3.0
@@ -78,13 +86,18 @@ def _read_frame_folder(ref: VideoRef, budget: MediaBudget, sample_id: str):
     return np.stack(arrays), idx, fps
 
 
-def _read_mp4(ref: VideoRef, budget: MediaBudget, sample_id: str):
+def _open_mp4(path: str, sample_id: str):
     import decord
 
     try:
-        vr = decord.VideoReader(ref.path, num_threads=1)
+        return decord.VideoReader(path, num_threads=1)
     except Exception as e:  # decord raises its own DECORDError and RuntimeError
-        raise DataError(f"unreadable video ({type(e).__name__}: {str(e).splitlines()[0][:200]})", sample_id=sample_id, path=ref.path) from None
+        msg = str(e).splitlines()[0][:200] if str(e) else ""
+        raise DataError(f"unreadable video ({type(e).__name__}: {msg})", sample_id=sample_id, path=path) from None
+
+
+def _read_mp4(ref: VideoRef, budget: MediaBudget, sample_id: str):
+    vr = _open_mp4(ref.path, sample_id)
     total = len(vr)
     if total == 0:
         raise DataError("video has zero frames", sample_id=sample_id, path=ref.path)
@@ -137,3 +150,79 @@ def load_media(sample: Sample, budget: MediaBudget | None = None) -> Media:
     if sample.image is not None:
         return decode_image(sample.image, sample.id, budget)
     raise DataError("sample has neither a video nor an image", sample_id=sample.id)
+
+
+# --- exact indices (benchmark protocols) -------------------------------------------------------------------------
+@dataclass
+class VideoInfo:
+    """What index selection needs: frame count and rate; ``files`` for a frame folder (index i = i-th file)."""
+
+    path: str
+    num_frames: int
+    fps: float
+    files: Optional[List[str]] = None
+
+    @property
+    def is_folder(self) -> bool:
+        return self.files is not None
+
+    @property
+    def duration(self) -> float:
+        return self.num_frames / self.fps
+
+
+def probe(path: str, sample_id: str, frame_fps: Optional[float] = None) -> VideoInfo:
+    """Frame count and rate of an MP4 (decord) or a frame folder (its ``frame_fps``, default 3)."""
+    if not os.path.exists(path):
+        raise DataError("video not found", sample_id=sample_id, path=path)
+    if os.path.isdir(path):
+        files = folder_frames(path)
+        if not files:
+            raise DataError("frame folder holds no frames", sample_id=sample_id, path=path)
+        return VideoInfo(path, len(files), float(frame_fps or 3.0), files=files)
+    vr = _open_mp4(path, sample_id)
+    if len(vr) == 0:
+        raise DataError("video has zero frames", sample_id=sample_id, path=path)
+    return VideoInfo(path, len(vr), float(vr.get_avg_fps()) or 1.0)
+
+
+def _read_indices(info: VideoInfo, indices: List[int], sample_id: str) -> np.ndarray:
+    bad = [i for i in indices if not 0 <= i < info.num_frames]
+    if bad:
+        raise DataError(f"frame indices {bad[:4]} outside [0, {info.num_frames})", sample_id=sample_id, path=info.path)
+    if info.files is not None:
+        from PIL import Image
+
+        arrays = []
+        for i in indices:
+            try:
+                with Image.open(info.files[i]) as im:
+                    arrays.append(np.asarray(im.convert("RGB")))
+            except (OSError, ValueError) as e:
+                raise DataError(f"unreadable frame {os.path.basename(info.files[i])} ({type(e).__name__})",
+                                sample_id=sample_id, path=info.path) from None
+        return np.stack(arrays)
+    vr = _open_mp4(info.path, sample_id)
+    try:
+        return vr.get_batch(list(indices)).asnumpy()
+    except Exception as e:  # noqa: BLE001 - decord's error types vary
+        raise DataError(f"failed to decode frames {list(indices)[:4]}... ({type(e).__name__})", sample_id=sample_id,
+                        path=info.path) from None
+
+
+def decode_indices(info: VideoInfo, indices: List[int], sample_id: str, max_pixels: int,
+                   min_pixels: int = 28 * 28) -> Media:
+    """Exactly the frames ``indices`` (0-based), each resized by ``smart_resize`` within ``[min, max]_pixels``.
+
+    Timestamps are ``i / fps``; ``Media.fps`` is the sampled rate (for M-RoPE time ids).
+    """
+    if not indices:
+        raise DataError("no frame indices to decode", sample_id=sample_id, path=info.path)
+    arr = _read_indices(info, list(indices), sample_id)
+    frames = torch.from_numpy(np.ascontiguousarray(arr)).permute(0, 3, 1, 2)
+    source_size = (int(frames.shape[-1]), int(frames.shape[-2]))
+    frames = _resize(frames, min_pixels, max_pixels)
+    ts = [i / info.fps for i in indices]
+    span = ts[-1] - ts[0]
+    fps = (len(ts) - 1) / span if len(ts) > 1 and span > 0 else info.fps
+    return Media(sample_id=sample_id, frames=frames, timestamps=ts, source_size=source_size, fps=fps)

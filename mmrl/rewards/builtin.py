@@ -1,26 +1,37 @@
-"""Built-in rewards: multiple-choice accuracy, format, length (DAPO overlong shaping)."""
+"""Built-in rewards: accuracy (multiple choice, or an open answer's verifier), format, length (DAPO overlong shaping)."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from mmrl.rewards.base import REWARDS, RewardContext
 from mmrl.rewards.parsing import is_well_formed, parse_choice
+from mmrl.rewards.verifiers import extract_answer, verify
 
 
 @REWARDS.register("accuracy")
-def accuracy(ctx: List[RewardContext]) -> List[float]:
-    """1 if the parsed letter equals the expected letter under the view, else 0 (expected unknown -> 0)."""
+def accuracy(ctx: List[RewardContext], verifier: Optional[str] = None, **verifier_params) -> List[float]:
+    """Multiple choice: 1 if the parsed letter equals the expected letter under the view, else 0 (expected unknown
+    -> 0). Open answers: the sample's verifier (``mmrl.rewards.verifiers``; ``verifier`` names another one)."""
     out = []
     for c in ctx:
-        pred = parse_choice(c.trajectory.text, c.letters)
-        out.append(1.0 if c.expected is not None and pred == c.expected else 0.0)
+        if c.sample.is_choice and verifier in (None, "choice"):
+            pred = parse_choice(c.trajectory.text, c.letters)
+            out.append(1.0 if c.expected is not None and pred == c.expected else 0.0)
+        else:
+            out.append(verify(verifier, c.trajectory.text, c.sample, c.letters, c.expected, **verifier_params))
     return out
 
 
 @REWARDS.register("format")
 def format_reward(ctx: List[RewardContext]) -> List[float]:
-    """1 if the whole response is one option letter and the model stopped (not truncated)."""
-    return [1.0 if (not c.trajectory.truncated and is_well_formed(c.trajectory.text, c.letters)) else 0.0 for c in ctx]
+    """1 if the model stopped (not truncated) and the response is one option letter (multiple choice) or holds a
+    non-empty answer span (open answers: ``<answer>``, ``\\boxed{}`` or the text)."""
+    def ok(c) -> bool:
+        if c.sample.is_choice:
+            return is_well_formed(c.trajectory.text, c.letters)
+        return bool(extract_answer(c.trajectory.text))
+
+    return [1.0 if (not c.trajectory.truncated and ok(c)) else 0.0 for c in ctx]
 
 
 @REWARDS.register("length")

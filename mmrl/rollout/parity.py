@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     engine = build_engine(a.engine, model=model, processor=processor, **extra)
     samples, _ = load_samples(a.data, None, on_error="skip")
     si = build_step_inputs(samples[: a.prompts], processor, DataConfig(nframes=a.nframes, max_pixels=a.max_pixels),
-                           lambda role: a.n)
+                           lambda role, n_views: a.n)
     for i, r in enumerate(si.requests):
         r.meta["seed"] = i
     params = SamplingParams(temperature=a.temperature, max_new_tokens=a.max_new_tokens)

@@ -37,9 +37,9 @@ def style_from(data_cfg) -> PromptStyle:
     return PromptStyle(system=data_cfg.prompt.system, instruction=data_cfg.prompt.instruction)
 
 
-def build_step_inputs(samples: List[Sample], processor, data_cfg, n_for_role: Callable[[str], int],
+def build_step_inputs(samples: List[Sample], processor, data_cfg, plan: Callable[[str, int], int],
                       viewset=None, seed: int = 0, group_offset: int = 0) -> StepInputs:
-    """One group per sample; one request per (sample, view) with ``n_for_role(view.role)`` responses.
+    """One group per sample; one request per (sample, view) with ``plan(view.role, number of views)`` responses.
 
     Each sample's media is decoded once and its views are built from the decoded frames; then every prompt of
     the step (all samples, all views) goes through one batched processor call.
@@ -56,7 +56,7 @@ def build_step_inputs(samples: List[Sample], processor, data_cfg, n_for_role: Ca
                 views = viewset.expand(sample, media, seed)
                 cands = viewset.candidates_for(sample)
             else:
-                views = [View(name="original", role="anchor", media=media, expected=sample.answer_letter)]
+                views = [View(name="original", role="anchor", media=media, expected=sample.expected_letter)]
                 cands = list(sample.candidates)
             out.time_decode += t1 - t0
             out.time_views += time.perf_counter() - t1
@@ -75,7 +75,7 @@ def build_step_inputs(samples: List[Sample], processor, data_cfg, n_for_role: Ca
             _skip_or_raise(out, data_cfg, sample, err)
             continue
         for view, pi in zip(views, inputs):
-            req = RolloutRequest(inputs=pi, n=n_for_role(view.role), sample_id=sample.id, group_id=group_offset + gi,
+            req = RolloutRequest(inputs=pi, n=plan(view.role, len(views)), sample_id=sample.id, group_id=group_offset + gi,
                                  view=view.name, role=view.role, expected=view.expected)
             out.views[(sample.id, view.name)] = view
             out.candidates[(sample.id, view.name)] = cands
@@ -91,3 +91,27 @@ def _skip_or_raise(out: StepInputs, data_cfg, sample: Sample, err: DataError) ->
     if data_cfg.on_error != "skip":
         raise err
     out.skipped.append((sample.id, str(err)))
+
+
+def intervened_inputs(si: StepInputs, keys: List[tuple], processor, data_cfg, transform: str, params: dict,
+                      seed: int = 0) -> Dict[tuple, object]:
+    """Prompt inputs of each ``(sample id, view)`` in ``keys`` with view transform ``transform(**params)`` applied to
+    that view's media (the fixed-rollout intervention of PACG / VPPO / DSPO): same question, candidates and prompt
+    style, one batched processor call. The transform's RNG is seeded by (seed, sample id, view name + transform)."""
+    import torch
+
+    from mmrl.views.transforms import apply_transform
+    from mmrl.views.viewset import view_seed
+
+    style = style_from(data_cfg)
+    prompts = []
+    for sid, view_name in keys:
+        view, sample = si.views[(sid, view_name)], si.samples[sid]
+        rng = torch.Generator().manual_seed(view_seed(seed, sid, f"{view_name}|{transform}"))
+        media = apply_transform(transform, view.media, sample, rng, **params)
+        prompts.append((build_messages(sample.question, si.candidates[(sid, view_name)], media, style), media, sid))
+    built = build_prompt_inputs_batch(processor, prompts, max_prompt_tokens=data_cfg.max_prompt_tokens)
+    for (sid, _), pi in zip(keys, built):
+        if isinstance(pi, DataError):
+            raise pi
+    return dict(zip(keys, built))

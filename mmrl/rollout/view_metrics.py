@@ -29,7 +29,7 @@ def view_metrics(trajs, si, abstain_text: Optional[str] = None) -> Dict[str, flo
         letters = LETTERS[: len(cands)]
         pred = parse_choice(t.text, letters)
         abst = LETTERS[cands.index(abstain_text)] if abstain_text and abstain_text in cands else None
-        gold = si.samples[t.sample_id].answer_letter
+        gold = si.samples[t.sample_id].expected_letter
         is_abst = abst is not None and pred == abst
         if t.expected == ANSWER_ABSTAIN:  # the expected answer is the abstention option, whatever its letter
             by_view[t.view].append(float(is_abst))

@@ -32,6 +32,17 @@ def answer_ids(tokenizer, text: str) -> torch.Tensor:
     return torch.tensor(tokenizer.encode(text, add_special_tokens=False) + [eos], dtype=torch.long)
 
 
+def sft_target(sample) -> str:
+    """The SFT response: the gold letter (multiple choice), the number, the list joined by ", ", or the text."""
+    if sample.is_choice:
+        return sample.answer_letter
+    if sample.answer_type == "number":
+        return f"{sample.answer:g}"
+    if sample.answer_type == "list":
+        return ", ".join(sample.answer)
+    return str(sample.answer)
+
+
 def run_sft(cfg: Config, quiet: bool = False) -> List[Dict[str, float]]:
     set_seed(cfg.train.seed, cfg.train.num_threads)
     model, processor = load_model_and_processor(cfg.model)
@@ -54,7 +65,7 @@ def run_sft(cfg: Config, quiet: bool = False) -> List[Dict[str, float]]:
             media = load_media(sample, budget)
             msgs = build_messages(sample.question, sample.candidates, media, style)
             cache[sample.id] = (build_prompt_inputs(processor, msgs, media, max_prompt_tokens=cfg.data.max_prompt_tokens,
-                                                    sample_id=sample.id), answer_ids(processor.tokenizer, sample.answer_letter))
+                                                    sample_id=sample.id), answer_ids(processor.tokenizer, sft_target(sample)))
         return cache[sample.id]
 
     model.train()

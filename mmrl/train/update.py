@@ -1,11 +1,14 @@
 """The policy update: teacher-forced log-probs, policy loss (+ k3 KL), micro-batched backward, clip, step.
 
-Micro-batch losses are weighted by their share of the batch (tokens for token-mean, sequences for the
-seq-mean modes), so gradient accumulation gives the same gradient as one big batch.
+One function for every backend (``mmrl.train.backend``). Micro-batch losses are weighted by their share of the
+GLOBAL batch (tokens for token-mean, sequences for the seq-mean modes; counts all-reduced over ranks), and by the
+world size because data-parallel backends average gradients over ranks: the summed gradient then equals one big
+batch's on one process. Every rank runs the same number of backward passes (ZeRO reduces or gathers in each): a rank
+with fewer micro-batches runs zero-weight passes on ``fallback``.
 """
 from __future__ import annotations
 
-import contextlib
+import math
 from typing import Dict, List, Optional
 
 import torch
@@ -14,7 +17,6 @@ from mmrl.algos.base import POLICY_LOSSES
 from mmrl.algos.losses import aggregate, k3_kl
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import PromptInputs, pad_right
-from mmrl.models.scoring import response_logprobs
 
 
 def _pad(rows: List[torch.Tensor], value=0.0) -> torch.Tensor:
@@ -28,11 +30,17 @@ def is_seq_mode(cfg_algo) -> bool:
 
 
 def micro_batch_loss(loss_fn, logp, mask, adv, old=None, ref=None, cfg_algo=None):
-    """Policy loss of one micro-batch plus ``kl_coef`` x k3 KL to ``ref``; ``old=None`` means ratio = 1."""
+    """Policy loss of one micro-batch plus ``kl_coef`` x k3 KL to ``ref``; ``old=None`` means ratio = 1.
+
+    ``adv`` is ``[n]`` or per token ``[n, T']`` (cut or zero-padded to the micro-batch's width)."""
     device = logp.device
     mask = mask.to(device)
     old = logp.detach() if old is None else old.to(device)
-    loss, m = loss_fn(logp, old, adv.to(device=device, dtype=logp.dtype), mask, cfg_algo)
+    adv = adv.to(device=device, dtype=logp.dtype)
+    if adv.dim() == 2 and adv.shape[1] != logp.shape[1]:
+        width = logp.shape[1]
+        adv = adv[:, :width] if adv.shape[1] > width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))
+    loss, m = loss_fn(logp, old, adv, mask, cfg_algo)
     kl_val = torch.zeros((), device=device)
     if ref is not None and cfg_algo.kl_coef > 0:
         kl_val = aggregate(k3_kl(logp, ref.to(device)), mask, cfg_algo.loss_agg, cfg_algo.max_response_len)
@@ -57,35 +65,37 @@ def accumulate(stats: Dict[str, float], loss, kl_val, m: Dict[str, float], share
     stats["ratio_mean"] += float(m.get("ratio_mean", 1.0)) * share
 
 
-def policy_update(model, optimizer, trajs: List[Trajectory], inputs: List[PromptInputs], advantages: torch.Tensor,
-                  cfg_algo, cfg_train, temperature: float, pad_id: int,
-                  old_logps: Optional[List[torch.Tensor]] = None, ref_logps: Optional[List[torch.Tensor]] = None,
-                  autocast=None) -> Dict[str, float]:
-    """One optimizer step over ``trajs``. ``old_logps=None`` means one update per rollout: ratio = 1 exactly."""
+def policy_update(backend, trajs: List[Trajectory], inputs: List[PromptInputs], advantages: torch.Tensor,
+                  cfg_algo, micro_batch: int, old_logps: Optional[List[torch.Tensor]] = None,
+                  ref_logps: Optional[List[torch.Tensor]] = None, fallback: Optional[Trajectory] = None) -> Dict[str, float]:
+    """One optimizer step over this rank's ``trajs``; returns global stats (the same on every rank).
+
+    ``old_logps=None`` means one update per rollout: ratio = 1 exactly."""
     loss_fn = POLICY_LOSSES.get(cfg_algo.loss)
     n = len(trajs)
     seq_mode = is_seq_mode(cfg_algo)
-    total_tokens = sum(int(t.loss_mask.sum()) for t in trajs)
-    total_rows = sum(1 for t in trajs if bool(t.loss_mask.any()))  # aggregate() skips rows with no trained token
-    mb = cfg_train.micro_batch
+    W = backend.world_size
+    total_tokens, total_rows = backend.all_reduce([sum(int(t.loss_mask.sum()) for t in trajs),
+                                                   sum(1 for t in trajs if bool(t.loss_mask.any()))])
+    n_mb = int(backend.all_reduce([math.ceil(n / micro_batch)], "max")[0])
     stats = new_stats()
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    for s in range(0, n, mb):
-        idx = list(range(s, min(n, s + mb)))
-        items = [(inputs[trajs[i].inputs_key], trajs[i].response_ids) for i in idx]
-        with autocast() if autocast else contextlib.nullcontext():
-            lps = response_logprobs(model, items, temperature=temperature, micro_batch=len(items), pad_id=pad_id)
-        logp = _pad(lps)
-        mask = _pad([trajs[i].loss_mask for i in idx])
-        old = _pad(old_logps[i] for i in idx) if old_logps is not None else None
-        ref = _pad([ref_logps[i] for i in idx]) if ref_logps is not None else None
-        loss, kl_val, m = micro_batch_loss(loss_fn, logp, mask, advantages[idx], old, ref, cfg_algo)
-        share = batch_share(mask, seq_mode, total_rows, total_tokens)
-        (loss * share).backward()
+    backend.zero_grad()
+    for k in range(n_mb):
+        idx = list(range(k * micro_batch, min(n, (k + 1) * micro_batch)))
+        dummy = not idx
+        mb_trajs = [trajs[i] for i in idx] if idx else [trajs[0] if trajs else fallback]
+        items = [(inputs[t.inputs_key], t.response_ids) for t in mb_trajs]
+        logp = _pad(backend.train_logprobs(items))
+        mask = _pad([t.loss_mask for t in mb_trajs])
+        old = _pad([old_logps[i] for i in idx]) if (old_logps is not None and not dummy) else None
+        ref = _pad([ref_logps[i] for i in idx]) if (ref_logps is not None and not dummy) else None
+        adv = advantages[idx] if not dummy else torch.zeros(1)
+        loss, kl_val, m = micro_batch_loss(loss_fn, logp, mask, adv, old, ref, cfg_algo)
+        share = 0.0 if dummy else batch_share(mask, seq_mode, total_rows, total_tokens)
+        backend.backward(loss * (share * W), last=(k == n_mb - 1))
         accumulate(stats, loss, kl_val, m, share)
-    params = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg_train.grad_clip if cfg_train.grad_clip > 0 else float("inf"))
-    optimizer.step()
-    stats["grad_norm"] = float(grad_norm)
+    grad_norm = backend.step()
+    keys = list(stats)
+    stats = dict(zip(keys, backend.all_reduce([stats[k] for k in keys])))
+    stats["grad_norm"] = grad_norm
     return stats

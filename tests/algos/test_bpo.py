@@ -4,10 +4,9 @@ import math
 import pytest
 import torch
 
+from mmrl.algos.spec import estimate
 from mmrl.algos import (
-    ADVANTAGES,
     AdvantageInputs,
-    AlgoParams,
     anchor_baseline,
     bpo_advantages,
     contract_reward,
@@ -117,10 +116,10 @@ def test_pack_scores_and_registered_bpo():
     s = pack_scores(R, GID, PACK)
     assert torch.allclose(s, torch.tensor([1.0, 1 / 3, 1.0, 1 / 3, 1.0, 1 / 3]))
     inp = AdvantageInputs(rewards=R, group_ids=GID, roles=ROLES, pack_ids=PACK)
-    out = ADVANTAGES.get("bpo")(inp, AlgoParams(bpo_eps=0.0))
+    out = estimate("bpo", inp, eps=0.0)
     assert torch.allclose(out.advantages, torch.tensor([0.5, -0.5, 0.5, 0.5, 0.5, -0.5]) / math.sqrt(12 / 45), atol=1e-6)
     assert out.metrics["bpo/pack_score_mean"] == pytest.approx(2 / 3)
     assert out.metrics["bpo/reward_abstain"] == pytest.approx(0.5)
     assert out.metrics["bpo/sigma_B"] == pytest.approx(math.sqrt(12 / 45))
-    out = ADVANTAGES.get("bpo")(inp, AlgoParams(anchor_mode="paired"))
+    out = estimate("bpo", inp, anchor_mode="paired")
     assert out.advantages.tolist() == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]

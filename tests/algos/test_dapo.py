@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from mmrl.algos import ADVANTAGES, dynamic_sampling_keep, dynamic_sampling_plan, overlong_penalty
+from mmrl.algos.spec import estimate
+from mmrl.algos import dynamic_sampling_keep, dynamic_sampling_plan, overlong_penalty
 
 
 def test_overlong_spec_vectors():
@@ -49,8 +50,8 @@ def test_plan_with_nothing_kept_resamples_a_full_round():
 
 
 def test_dapo_advantage_is_grpo():
-    from mmrl.algos import AdvantageInputs, AlgoParams
+    from mmrl.algos import AdvantageInputs
 
     inp = AdvantageInputs(rewards=torch.tensor([1.0, -1.0, -1.0, 1.0]), group_ids=torch.zeros(4, dtype=torch.long))
-    a = ADVANTAGES.get("dapo")(inp, AlgoParams(eps=0.0)).advantages
+    a = estimate("dapo", inp, eps=0.0).advantages
     assert torch.allclose(a, torch.tensor([0.8660254, -0.8660254, -0.8660254, 0.8660254]), atol=1e-6)

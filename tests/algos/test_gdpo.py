@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from mmrl.algos import ADVANTAGES, AdvantageInputs, AlgoParams, gdpo_advantages, grpo_advantages
+from mmrl.algos.spec import estimate
+from mmrl.algos import AdvantageInputs, gdpo_advantages, grpo_advantages
 
 C = torch.tensor([1.0, 1.0, 0.0, 0.0])
 F = torch.tensor([1.0, 0.0, 1.0, 1.0])
@@ -63,10 +64,10 @@ def test_weights_validation_and_zero_weight():
 
 def test_registered_gdpo():
     inp = AdvantageInputs(rewards=C + F, group_ids=G0, components={"c": C, "f": F})
-    out = ADVANTAGES.get("gdpo")(inp, AlgoParams())
+    out = estimate("gdpo", inp)
     assert torch.allclose(out.advantages, torch.tensor([1.486, -0.689, -0.398, -0.398]), atol=1e-3)
-    out = ADVANTAGES.get("gdpo")(inp, AlgoParams(gdpo_batch_norm=False))
+    out = estimate("gdpo", inp, batch_norm=False)
     assert torch.allclose(out.advantages, torch.tensor([1.366, -0.634, -0.366, -0.366]), atol=1e-3)
     # without components GDPO falls back to the total reward
-    out = ADVANTAGES.get("gdpo")(AdvantageInputs(rewards=C + F, group_ids=G0), AlgoParams(gdpo_batch_norm=False))
+    out = estimate("gdpo", AdvantageInputs(rewards=C + F, group_ids=G0), batch_norm=False)
     assert torch.allclose(out.advantages, torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-3)

@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from mmrl.algos import ADVANTAGES, AdvantageInputs, AlgoParams, drgrpo_advantages, grpo_advantages
+from mmrl.algos.spec import estimate
+from mmrl.algos import AdvantageInputs, drgrpo_advantages, grpo_advantages
 
 R = torch.tensor([1.0, 0.0, 0.0, 1.0])
 G0 = torch.zeros(4, dtype=torch.long)
@@ -72,19 +73,22 @@ def test_dtype_and_validation():
 
 def test_registered_adapters():
     inp = AdvantageInputs(rewards=R, group_ids=G0)
-    out = ADVANTAGES.get("grpo")(inp, AlgoParams(unbiased_std=False, eps=0.0))
+    out = estimate("grpo", inp, unbiased_std=False, eps=0.0)
     assert torch.allclose(out.advantages, torch.tensor([1.0, -1.0, -1.0, 1.0]))
     assert out.train_mask is None
-    out = ADVANTAGES.get("drgrpo")(inp, AlgoParams(std_scale="group"))
+    out = estimate("drgrpo", inp)
     assert torch.allclose(out.advantages, torch.tensor([0.5, -0.5, -0.5, 0.5]))
     for name in ("dapo", "gspo"):  # both use the GRPO advantage
-        o = ADVANTAGES.get(name)(inp, AlgoParams(eps=0.0))
+        o = estimate(name, inp, eps=0.0)
         assert torch.allclose(o.advantages, torch.tensor([0.8660254, -0.8660254, -0.8660254, 0.8660254]), atol=1e-6)
 
 
-def test_unknown_advantage_lists_known_names():
-    with pytest.raises(KeyError) as e:
-        ADVANTAGES.get("grpoo")
+def test_unknown_algorithm_lists_known_names():
+    from mmrl.algos.spec import build_spec
+    from mmrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="algorithm.name") as e:
+        build_spec("grpoo", {}, None)
     msg = str(e.value)
     for name in ("bpo", "dapo", "drgrpo", "gdpo", "grpo", "tgrpo"):
         assert name in msg

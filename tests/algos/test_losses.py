@@ -6,7 +6,7 @@ import torch
 
 from mmrl.algos import (
     POLICY_LOSSES,
-    AlgoParams,
+    LossParams,
     aggregate,
     drgrpo_advantages,
     gspo_loss,
@@ -171,10 +171,10 @@ def test_gspo_is_seq_mean():
 def test_registered_losses_read_cfg():
     lp = torch.tensor([[math.log(1.25)]])
     args = (lp, torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1, dtype=torch.bool))
-    assert POLICY_LOSSES.get("ppo")(*args, AlgoParams(clip_high=0.28))[0].item() == pytest.approx(-1.25)
-    assert POLICY_LOSSES.get("ppo")(*args, AlgoParams())[0].item() == pytest.approx(-1.2)
-    assert POLICY_LOSSES.get("gspo")(*args, AlgoParams())[0].item() == pytest.approx(-(1 + 4e-4))
-    assert POLICY_LOSSES.get("gspo_token")(*args, AlgoParams())[0].item() == pytest.approx(-(1 + 4e-4))
+    assert POLICY_LOSSES.get("ppo")(*args, LossParams(clip_high=0.28))[0].item() == pytest.approx(-1.25)
+    assert POLICY_LOSSES.get("ppo")(*args, LossParams())[0].item() == pytest.approx(-1.2)
+    assert POLICY_LOSSES.get("gspo")(*args, LossParams())[0].item() == pytest.approx(-(1 + 4e-4))
+    assert POLICY_LOSSES.get("gspo_token")(*args, LossParams())[0].item() == pytest.approx(-(1 + 4e-4))
 
 
 def test_unknown_policy_loss_lists_known_names():

@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from mmrl.algos import ADVANTAGES, AdvantageInputs, AlgoParams, tgrpo_advantages, tgrpo_length_bonus, tgrpo_temporal_bonus
+from mmrl.algos.spec import estimate
+from mmrl.algos import AdvantageInputs, tgrpo_advantages, tgrpo_length_bonus, tgrpo_temporal_bonus
 
 # one prompt: 4 ordered responses, then 2 shuffled ones
 ROLES = ["anchor"] * 4 + ["shuffled"] * 2
@@ -86,16 +87,16 @@ def test_length_bonus():
 
 def test_registered_tgrpo_and_errors():
     inp = AdvantageInputs(rewards=ACC_A + FMT, group_ids=G0, roles=ROLES, accuracy=ACC_A)
-    out = ADVANTAGES.get("tgrpo")(inp, AlgoParams())
+    out = estimate("tgrpo", inp)
     exp = torch.tensor([0.9, -0.4, -0.1, -0.4]) / (math.sqrt(0.38) + 1e-4)
     assert torch.allclose(out.advantages[:4], exp, atol=1e-6)
     assert out.train_mask.tolist() == [True] * 4 + [False] * 2
     assert out.metrics["tgrpo/temporal_bonus_rate"] == 1.0
     # accuracy can come from the components
     inp2 = AdvantageInputs(rewards=ACC_B + FMT, group_ids=G0, roles=ROLES, components={"accuracy": ACC_B})
-    assert ADVANTAGES.get("tgrpo")(inp2, AlgoParams()).metrics["tgrpo/temporal_bonus_rate"] == 0.0
+    assert estimate("tgrpo", inp2).metrics["tgrpo/temporal_bonus_rate"] == 0.0
     with pytest.raises(ValueError, match="accuracy"):
-        ADVANTAGES.get("tgrpo")(AdvantageInputs(rewards=ACC_A, group_ids=G0, roles=ROLES), AlgoParams())
+        estimate("tgrpo", AdvantageInputs(rewards=ACC_A, group_ids=G0, roles=ROLES))
     with pytest.raises(ValueError, match="unknown roles"):
         bad = AdvantageInputs(rewards=ACC_A, group_ids=G0, roles=["anchor"] * 4 + ["shuffle"] * 2, accuracy=ACC_A)
-        ADVANTAGES.get("tgrpo")(bad, AlgoParams())
+        estimate("tgrpo", bad)

@@ -26,7 +26,7 @@ def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
     out = tmp_path / "bench"
     common = ["--seeds", "0", "1", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "10", "--n-test", "5",
               "--prompts-per-step", "2", "--out", str(out),
-              "--arm", f"bpo_paired {SCRIPT.parents[1] / 'configs' / 'bpo_demo.yaml'} algorithm.anchor_mode=paired "
+              "--arm", f"bpo_paired {SCRIPT.parents[1] / 'configs' / 'bpo_demo.yaml'} algorithm.params.anchor_mode=paired "
                        "rewards.0.params.fmt_weight=0.0"]
     bench.main(common + ["--jobs", "2", "--report", str(tmp_path / "report.md"), "sft.batch_size=4", "train.micro_batch=32"])
     table = capsys.readouterr().out
@@ -115,7 +115,7 @@ def test_eval_view_metrics_pool_the_whole_split(tiny_model_path, video_world):
     # and they are view_metrics over the whole split at once
     from mmrl.rollout.step_inputs import build_step_inputs
 
-    si = build_step_inputs(samples, processor, cfg.data, lambda role: 1, vs, seed=0)
+    si = build_step_inputs(samples, processor, cfg.data, lambda role, n_views: 1, vs, seed=0)
     assert view_metrics(_ScriptedEngine().generate(si.requests, None), si, vs.abstain_text) == pytest.approx(whole)
 
 

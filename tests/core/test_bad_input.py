@@ -118,11 +118,12 @@ def test_skip_mode_counts_bad_samples(video_world, tiny_model_path, tmp_path):
 
 def test_all_equal_group_gives_zero_advantages():
     import mmrl.algos  # noqa: F401
-    from mmrl.algos.base import ADVANTAGES, AdvantageInputs, AlgoParams
+    from mmrl.algos.base import AdvantageInputs
+    from mmrl.algos.spec import estimate
 
     inp = AdvantageInputs(rewards=torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), group_ids=torch.tensor([0, 0, 0, 1, 1]))
-    for name in ("grpo", "drgrpo", "dapo"):
-        adv = ADVANTAGES.get(name)(inp, AlgoParams(eps=0.0)).advantages
+    for name, params in (("grpo", {"eps": 0.0}), ("drgrpo", {}), ("dapo", {"eps": 0.0})):
+        adv = estimate(name, inp, **params).advantages
         assert torch.isfinite(adv).all() and torch.equal(adv[:3], torch.zeros(3))
 
 

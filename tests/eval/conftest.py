@@ -4,7 +4,9 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-OVO_DIR = REPO_ROOT.parent / "shared" / "fixtures" / "ovo_bench"
+# ../shared next to the checkout (a worktree may sit one folder deeper: the nearest ancestor holding it)
+OVO_DIR = next((p / "shared" / "fixtures" / "ovo_bench" for p in REPO_ROOT.parents
+                if (p / "shared" / "fixtures" / "ovo_bench").is_dir()), REPO_ROOT.parent / "shared" / "fixtures" / "ovo_bench")
 
 
 @pytest.fixture
@@ -17,7 +19,7 @@ def ovo_dir() -> Path:
 @pytest.fixture(scope="module")
 def tiny():
     """The embedded tiny model loaded for evaluation: (processor, HF engine)."""
-    from mmrl.eval.cli_bench import load_for_eval
+    from mmrl.eval.cli_bench import load_for_eval  # noqa: I001
 
     model, processor, engine = load_for_eval("tiny", device="cpu")
     return processor, engine

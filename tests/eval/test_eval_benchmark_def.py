@@ -7,13 +7,14 @@ import yaml
 
 from mmrl.errors import ConfigError
 from mmrl.eval.benchmark_def import EVAL_DIR, load_benchmark
+from mmrl.eval.protocol import load_protocol
 
 BOUND = {"action_sequence", "action_prediction", "object_interaction", "action_localization", "episodic_reasoning"}
 
 
 def test_mvbench_definition():
     b = load_benchmark("mvbench")
-    assert b.kind == "mcq" and b.parser == "mvbench_check_ans" and b.aggregate == "micro"
+    assert b.hooks == "mvbench" and b.parser == "mvbench_check_ans" and b.aggregate == "micro"
     assert len(b.tasks) == 20
     assert {t.name for t in b.tasks if t.bound} == BOUND
     assert [t.name for t in b.tasks if t.reader == "frame"] == ["episodic_reasoning"]
@@ -21,7 +22,7 @@ def test_mvbench_definition():
     assert (er.prefix, er.frame_fps, er.json) == ("tvqa/frames_fps3_hq", 3.0, "episodic_reasoning.json")
     assert b.task("action_localization").prefix == "sta/sta_video"
     assert b.sampling.num_segments == 16 and b.generation.max_new_tokens == 100
-    assert b.prompt.prefill == "Best option:(" and b.prompt.return_prefix == "("
+    assert b.prompt.prefill == "Best option:(" and b.response.prefix == "(" and b.response.first_line_only
     assert b.prompt.system.startswith("Carefully watch the video") and b.prompt.system.endswith("question.\n")
     assert all(t.json == f"{t.name}.json" for t in b.tasks)
 
@@ -30,8 +31,9 @@ def test_mvbench_lmms_definition():
     b = load_benchmark("mvbench_lmms")
     assert [t.name for t in b.tasks] == [t.name for t in load_benchmark("mvbench").tasks]
     assert b.parser == "lmms_mcq_acc" and b.aggregate == "lmms_answered"
-    assert b.generation.max_new_tokens == 16 and not b.sampling.use_bound
-    assert b.prompt.system == "" and b.prompt.prefill == "" and b.data["layout"] == "hf_video"
+    assert b.generation.max_new_tokens == 16 and b.sampling.rule == "lmms_qwen2_5_vl"
+    assert b.prompt.prefill == "" and b.data.layout == "auto"
+    assert {t.name for t in b.tasks if t.bound} == BOUND and all(t.source_prefix for t in b.tasks if t.bound)
 
 
 def test_ovobench_prompts_equal_official(ovo_dir):
@@ -47,7 +49,7 @@ def test_ovobench_prompts_equal_official(ovo_dir):
 
 def test_ovobench_definition():
     b = load_benchmark("ovobench")
-    assert b.chunking.end == "ceil" and b.chunking.cap_at_duration
+    assert b.chunking.end == "ceil" and not b.chunking.chunked and b.parser is None
     assert {t.name: t.parser for t in b.tasks if t.mode == "forward"} == {
         "REC": "ovo_rec", "SSR": "ovo_yes_no", "CRR": "ovo_yes_no"}
     assert {t.name: t.weight_unit for t in b.tasks if t.mode == "forward"} == {
@@ -76,15 +78,19 @@ def _raw(name="mvbench"):
     (lambda r: r.update(aggregate="median"), "'aggregate'"),
     (lambda r: r.pop("tasks"), "'tasks'"),
     (lambda r: r["tasks"][3].pop("name"), "'tasks[3].name'"),
-    (lambda r: r["tasks"][4].pop("json"), "'tasks[4].json'"),
     (lambda r: r.update(prompt="oops"), "'prompt'"),
+    (lambda r: r["tasks"][18].pop("frame_fps"), "'tasks[18].frame_fps'"),
+    (lambda r: r["tasks"][0].update(frame_fps=3), "'tasks[0].frame_fps'"),
+    (lambda r: r["prompt"].update(system_placement="none"), "'prompt.system'"),
+    (lambda r: r["generation"].update(temperature=0.2), "'generation.temperature'"),
+    (lambda r: r.update(hooks=None), "'hooks'"),
 ])
 def test_validation_names_file_and_key(tmp_path, mutate, key):
     raw = _raw()
     mutate(raw)
     path = _write(tmp_path, raw)
     with pytest.raises(ConfigError) as err:
-        load_benchmark(path)
+        load_protocol(path)  # the YAML checks, then the hooks' (aggregate, unused keys)
     assert str(path) in str(err.value) and key in str(err.value)
 
 
@@ -101,14 +107,26 @@ def test_unknown_benchmark_lists_known():
         load_benchmark("no_such_bench")
 
 
-def test_new_benchmark_needs_no_python(tmp_path):
-    raw = {"name": "tiny", "kind": "mcq", "protocol": "my protocol", "parser": "strict_letter",
+def test_new_benchmark_reuses_hooks(tmp_path):
+    """A new MVBench-format benchmark is a YAML naming existing hooks: no Python."""
+    raw = {"name": "tiny", "hooks": "mvbench", "protocol": "my protocol", "parser": "strict_letter",
            "aggregate": "micro", "tasks": [{"name": "a", "json": "a.json", "prefix": "va"},
-                                           {"name": "b", "json": "b.json", "reader": "frame", "bound": True}],
+                                           {"name": "b", "json": "b.json", "reader": "frame", "bound": True,
+                                            "frame_fps": 2}],
            "prompt": {"user_template": "{question}\n{options}", "post_prompt": "\nAnswer with the letter."},
-           "sampling": {"num_segments": 8}}
+           "sampling": {"num_segments": 8}, "pixels": {"max_pixels": 3136}}
     _write(tmp_path, raw, "tiny.yaml")
     b = load_benchmark("tiny", search_dirs=[tmp_path])
     assert b.name == "tiny" and b.task_names() == ["a", "b"] and b.sampling.num_segments == 8
     assert b.path == str(tmp_path / "tiny.yaml")
     assert load_benchmark(tmp_path / "tiny.yaml").tasks[1].reader == "frame"
+    assert "sampling.num_segments" in b.given and "tasks[1].frame_fps" in b.given
+
+
+def test_overrides_are_validated_like_yaml_keys():
+    b = load_benchmark("mvbench", overrides={"sampling.num_segments": 8, "pixels.max_pixels": 3136})
+    assert (b.sampling.num_segments, b.pixels.max_pixels) == (8, 3136)
+    with pytest.raises(ConfigError, match="'sampling.num_segmnts'"):
+        load_benchmark("mvbench", overrides={"sampling.num_segmnts": 8})
+    with pytest.raises(ConfigError, match="'sampling.num_segments' has the wrong type"):
+        load_benchmark("mvbench", overrides={"sampling.num_segments": "many"})

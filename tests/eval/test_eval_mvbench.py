@@ -1,88 +1,62 @@
-"""MVBench protocol: get_index (hand-computed), exact prompts, both annotation layouts, queries and aggregates."""
+"""MVBench protocol: exact prompts (each system placement), both annotation layouts, lmms-eval's segment
+clips or bounds under the official layout, queries and aggregates."""
 import json
 import os
 
-import numpy as np
 import pytest
 
-from mmrl.errors import DataError
+from mmrl.errors import ConfigError, DataError
 from mmrl.eval.benchmark_def import load_benchmark
-from mmrl.eval.mvbench_data import load_mvbench, task_key, task_counts
-from mmrl.eval.mvbench_protocol import (build_prompt, build_queries, frame_files, get_index, gold_for, gold_string,
-                                        query_frame_indices, random_chance, score_records, score_responses)
+from mmrl.eval.benchmarks.mvbench import load
+from mmrl.eval.hooks import EvalInputs
+from mmrl.eval.mvbench_data import task_counts, task_key
+from mmrl.eval.mvbench_protocol import (build_prompt, build_queries, gold_for, gold_string, random_chance,
+                                        score_records, score_responses)
 
 SYSTEM = ("Carefully watch the video and pay attention to the cause and sequence of events, the detail and movement "
           "of objects, and the action and pose of persons. Based on your observations, select the best option that "
           "accurately addresses the question.\n")
 Q = "What happened after the person took the food?"
 C = ["Ate the medicine.", "Tidied up the blanket.", "Put down the cup/glass/bottle.", "Took the box."]
+USER = ("Question: What happened after the person took the food?\nOptions:\n(A) Ate the medicine.\n"
+        "(B) Tidied up the blanket.\n(C) Put down the cup/glass/bottle.\n(D) Took the box.\n"
+        "Only give the best option.")
 
 
-# --- get_index ---------------------------------------------------------------------------------------------------
-def test_get_index_video_no_bound():
-    # max_frame 99, seg 12.375: int(6.1875 + round(12.375 i)); round(49.5) = 50 (half to even)
-    assert get_index(100, 30.0, None, 0, 8) == [6, 18, 31, 43, 56, 68, 80, 93]
+def load_mvbench(root, bdef, tasks=(), video_root=None):
+    """Items through the benchmark's own load hook (layout from data.layout)."""
+    return load(bdef, EvalInputs(data_root=str(root), video_root=video_root), list(tasks), 0)[0]
 
 
-def test_get_index_video_bound():
-    assert get_index(300, 30.0, (2.0, 6.0), 0, 4) == [75, 105, 135, 165]     # [60, 180], seg 30
-    assert get_index(300, 30.0, (8.0, 20.0), 0, 4) == [247, 262, 277, 291]   # end capped at 299, seg 14.75
-    assert get_index(300, 30.0, (0.0, 1.0), 0, 2) == [7, 22]                # [0, 30], seg 15
-
-
-def test_get_index_frame_folder():
-    # 30 JPEGs 00001..00030: first_idx 1, max_frame = 30, seg 29/4 = 7.25
-    assert get_index(30, 3.0, None, 1, 4) == [4, 11, 18, 26]
-    # bound at fps 3: round(1.5) = 2, round(7.5) = 8 (half to even); seg 1.5
-    assert get_index(10, 3.0, (0.5, 2.5), 1, 4) == [2, 4, 5, 6]
-    # a bound starting at 0 still starts at frame 1: [1, 9], seg 4
-    assert get_index(10, 3.0, (0.0, 3.0), 1, 2) == [3, 7]
-
-
-def _reference(bound, fps, max_frame, first_idx, n):
-    """The notebook's MVBench_dataset.get_index, transcribed with numpy."""
-    start, end = bound if bound else (-100000, 100000)
-    start_idx = max(first_idx, round(start * fps))
-    end_idx = min(round(end * fps), max_frame)
-    seg = float(end_idx - start_idx) / n
-    return np.array([int(start_idx + (seg / 2) + np.round(seg * i)) for i in range(n)]).tolist()
-
-
-def test_get_index_matches_reference():
-    rng = np.random.default_rng(0)
-    for _ in range(500):
-        n_frames, fps, n = int(rng.integers(20, 2000)), float(rng.choice([3, 24, 25, 29.97, 30])), int(
-            rng.choice([4, 8, 16, 32]))
-        first = int(rng.integers(0, 2))
-        bound = None
-        if rng.random() < 0.5:
-            s = float(rng.uniform(0, n_frames / fps))
-            bound = (s, s + float(rng.uniform(1, 30)))
-        assert get_index(n_frames, fps, bound, first, n) == _reference(bound, fps, n_frames - 1 + first, first, n)
-
-
-def test_frame_files():
-    assert frame_files("/d", [1, 12]) == ["/d/00001.jpg", "/d/00012.jpg"]
+def _with(name, **over):
+    return load_benchmark(name, overrides=over)
 
 
 # --- prompts -----------------------------------------------------------------------------------------------------
 def test_prompt_original_exact():
+    # the notebook's system_llm=True: the system text is the system turn and prefixes the question
     p = build_prompt(Q, C, load_benchmark("mvbench").prompt)
-    assert p["system"] == SYSTEM
-    assert p["user"] == ("Question: What happened after the person took the food?\nOptions:\n(A) Ate the medicine.\n"
-                         "(B) Tidied up the blanket.\n(C) Put down the cup/glass/bottle.\n(D) Took the box.\n"
-                         "Only give the best option.")
-    assert p["prefill"] == "Best option:("
+    assert p == {"system": SYSTEM, "user": SYSTEM + USER, "prefill": "Best option:("}
+
+
+@pytest.mark.parametrize("placement,system,user", [
+    ("system_and_user", SYSTEM, SYSTEM + USER),   # Ask-Anything notebook (default)
+    ("system", SYSTEM, USER),                     # VLMEvalKit
+    ("user", "", SYSTEM + USER),
+])
+def test_system_placement(placement, system, user):
+    p = build_prompt(Q, C, _with("mvbench", **{"prompt.system_placement": placement}).prompt)
+    assert (p["system"], p["user"]) == (system, user)
 
 
 def test_prompt_rstrip():
-    p = build_prompt("Why?  ", ["x", "y  "], load_benchmark("mvbench").prompt)
+    p = build_prompt("Why?  ", ["x", "y  "], _with("mvbench", **{"prompt.system_placement": "system"}).prompt)
     assert p["user"] == "Question: Why?  \nOptions:\n(A) x\n(B) y\nOnly give the best option."
 
 
 def test_prompt_lmms_exact():
     p = build_prompt(Q, C, load_benchmark("mvbench_lmms").prompt)
-    assert p == {"system": "", "prefill": "", "user": (
+    assert p == {"system": "You are a helpful assistant.", "prefill": "", "user": (
         "Question:What happened after the person took the food?\nOption:\n(A) Ate the medicine.\n"
         "(B) Tidied up the blanket.\n(C) Put down the cup/glass/bottle.\n(D) Took the box.\n"
         "Only give the best option.\n")}
@@ -120,23 +94,26 @@ def test_load_official_and_queries(tmp_path):
 
     qs = build_queries(items, b)
     assert qs[0].gold == "(D) Took the box." and qs[0].parser == "mvbench_check_ans"
-    assert qs[0].prefill == "Best option:(" and qs[0].system == SYSTEM
-    assert qs[0].meta["bound"] == (2.0, 6.0) and qs[0].video.nframes == 16
+    assert qs[0].prefill == "Best option:(" and qs[0].system == SYSTEM and qs[0].user.startswith(SYSTEM)
+    assert qs[0].meta["bound"] == (2.0, 6.0) and qs[0].response.prefix == "("
     msgs = qs[0].messages()
     assert msgs[0]["role"] == "system" and msgs[1]["content"][0]["type"] == "video"
     assert msgs[1]["content"][1]["text"] == qs[0].user
-    assert query_frame_indices(qs[0], 300, fps=30.0)[:2] == [63, 71]   # [60, 180], seg 7.5, round(7.5) = 8
-    # frame folder: fps 3 from the definition, files numbered from 1
-    n = len(os.listdir(er.sample.video.path))
-    idx = query_frame_indices(qs[2], n)
-    assert idx == get_index(30, 3.0, (0.5, 2.5), 1, 16) and min(idx) >= 1 and max(idx) <= 30
-    assert all(os.path.exists(p) for p in frame_files(er.sample.video.path, idx))
+    assert qs[2].meta["frame_fps"] == 3.0 and qs[2].meta["bound"] == (0.5, 2.5)
+    # use_bound: false drops every bound
+    assert build_queries(items, _with("mvbench", **{"sampling.use_bound": False}))[0].meta["bound"] is None
 
 
-def test_load_official_all_tasks_missing_file(tmp_path):
+def test_load_official_runs_present_tasks(tmp_path):
     root = _official(tmp_path)
-    with pytest.raises(DataError, match="action_prediction.json"):
-        load_mvbench(str(root), load_benchmark("mvbench"))
+    items, notes = load(load_benchmark("mvbench"), EvalInputs(data_root=str(root)), [], 0)
+    assert task_counts(items) == {"action_sequence": 2, "episodic_reasoning": 1}
+    assert len(notes["missing_tasks"]) == 18 and notes["layout"] == "official"
+    with pytest.raises(ConfigError, match="unknown MVBench task"):
+        load_mvbench(root, load_benchmark("mvbench"), tasks=["no_such_task"])
+    # data.layout is honoured: hf_video on a folder without test.json fails on that file
+    with pytest.raises(DataError, match="test.json"):
+        load_mvbench(root, _with("mvbench", **{"data.layout": "hf_video"}))
 
 
 @pytest.mark.parametrize("bad,msg", [
@@ -173,11 +150,13 @@ def test_load_hf_video(tmp_path):
     b = load_benchmark("mvbench_lmms")
     items = load_mvbench(str(tmp_path), b)
     assert [i.task for i in items] == ["action_sequence", "episodic_reasoning"]
+    assert load_mvbench(str(tmp_path), b, tasks=["episodic_reasoning"])[0].task == "episodic_reasoning"
     assert items[0].sample.video.path == os.path.join(str(tmp_path), "video", "star/Charades_segment", "v1.mp4")
     assert items[1].sample.video.path.endswith(os.path.join("tvqa/video_fps3_hq_segment", "e1.mp4"))
     assert all(i.reader == "video" and i.sample.video.start is None for i in items)  # whole video
     q = build_queries(items, b)[0]
-    assert q.gold == "A" and q.system == "" and q.prefill == "" and q.meta["bound"] is None
+    assert q.gold == "A" and q.system == "You are a helpful assistant." and q.prefill == ""
+    assert q.meta["bound"] is None  # pre-cut clips: never bounded
     assert task_key("Fine-grained Action") == "fine_grained_action"
 
 
@@ -185,6 +164,43 @@ def test_hf_video_unknown_task(tmp_path):
     (tmp_path / "test.json").write_text(json.dumps({"meta": {"Made Up": []}, "root": {}}))
     with pytest.raises(DataError, match="test.json.*unknown task 'Made Up'"):
         load_mvbench(str(tmp_path), load_benchmark("mvbench_lmms"))
+
+
+# --- lmms-eval under the official layout --------------------------------------------------------------------------
+def test_lmms_official_layout_applies_bounds_without_segments(tmp_path):
+    root = _official(tmp_path)
+    b = load_benchmark("mvbench_lmms")
+    items, notes = load(b, EvalInputs(data_root=str(root)), ["action_sequence", "episodic_reasoning"], 0)
+    assert notes["bound_tasks"] == {"action_sequence": "star/Charades_v1_480 + item start/end",
+                                    "episodic_reasoning": "tvqa/frames_fps3_hq + item start/end"}
+    qs = build_queries(items, b, notes["_task_defs"])
+    assert qs[0].video.path.endswith(os.path.join("star/Charades_v1_480", "AAA.mp4"))
+    assert qs[0].meta["bound"] == (2.0, 6.0) and qs[2].meta["bound"] == (0.5, 2.5)
+    assert qs[2].meta["frame_fps"] == 3.0 and items[2].reader == "frame"
+
+
+def test_lmms_official_layout_prefers_segment_clips(tmp_path):
+    root = _official(tmp_path)
+    (root / "video" / "star" / "Charades_segment").mkdir(parents=True)
+    (root / "video" / "tvqa" / "video_fps3_hq_segment").mkdir(parents=True)
+    b = load_benchmark("mvbench_lmms")
+    items, notes = load(b, EvalInputs(data_root=str(root)), ["action_sequence", "episodic_reasoning"], 0)
+    qs = build_queries(items, b, notes["_task_defs"])
+    assert qs[0].video.path.endswith(os.path.join("star/Charades_segment", "AAA.mp4")) and qs[0].meta["bound"] is None
+    assert qs[2].video.path.endswith(os.path.join("tvqa/video_fps3_hq_segment", "clip1.mp4"))
+    assert qs[2].meta["bound"] is None and items[2].reader == "video"
+
+
+def test_lmms_official_layout_refused_when_neither(tmp_path):
+    root = _official(tmp_path)
+    with pytest.raises(ConfigError, match="action_sequence.*cannot give lmms-eval's frames"):
+        load(_with("mvbench_lmms", **{"sampling.use_bound": False}), EvalInputs(data_root=str(root)),
+             ["action_sequence"], 0)
+    unbounded = [{"video": "AAA.mp4", "question": Q, "candidates": C, "answer": C[0]}]  # no start/end
+    (tmp_path / "b").mkdir()
+    root2 = _official(tmp_path / "b", seq_items=unbounded)
+    with pytest.raises(DataError, match="item 0.*start"):
+        load(load_benchmark("mvbench_lmms"), EvalInputs(data_root=str(root2)), ["action_sequence"], 0)
 
 
 # --- scoring -------------------------------------------------------------------------------------------------------

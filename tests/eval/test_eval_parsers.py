@@ -1,9 +1,11 @@
 """Hand-written cases for every answer rule (specs/benchmarks.md: MVBench check_ans, lmms-eval mcq_acc, OVO)."""
 import pytest
 
-from mmrl.eval.parsers import PARSERS, check_ans, mvbench_postprocess, score_answer
+from mmrl.eval.benchmark_def import ResponseDef
+from mmrl.eval.parsers import PARSERS, check_ans, postprocess, score_answer
 
 GT = "(A) Ate the medicine."
+NOTEBOOK = ResponseDef(strip=True, first_line_only=True, prefix="(")  # eval/mvbench.yaml's response section
 
 
 @pytest.mark.parametrize("pred,gt,ok", [
@@ -38,12 +40,25 @@ def test_check_ans_raw(pred, gt, ok):
     (None, 0),
 ])
 def test_mvbench_check_ans(response, score):
-    assert score_answer("mvbench_check_ans", response, GT) == score
+    assert score_answer("mvbench_check_ans", response, GT, post=NOTEBOOK) == score
 
 
-def test_mvbench_postprocess():
-    assert mvbench_postprocess("  B) x\nmore ") == "(B) x"
-    assert mvbench_postprocess("B) x\nmore", return_prefix="", first_line_only=False) == "B) x\nmore"
+def test_postprocess_fields_each_matter():
+    assert postprocess("  B) x\nmore ", strip=True, first_line_only=True, prefix="(") == "(B) x"
+    assert postprocess("  B) x\nmore ", strip=True, first_line_only=False, prefix="(") == "(B) x\nmore"
+    assert postprocess("  B) x\nmore ", strip=False, first_line_only=True, prefix="(") == "(  B) x"
+    assert postprocess("B) x\nmore", prefix="") == "B) x\nmore"
+    assert postprocess(None, strip=True, prefix="(") is None
+    # without the prefix the notebook's "(" is missing: "a)" alone is still a substring of "(a)", "b" is not
+    assert score_answer("mvbench_check_ans", "B) x", GT, post=ResponseDef(prefix="")) == 0
+    assert score_answer("mvbench_check_ans", "\nA) x", GT, post=ResponseDef(first_line_only=True, prefix="(")) == 1
+
+
+def test_list_mode_is_exact_element_match():
+    assert score_answer("ovo_mcq", "B. A man", "A") == 1  # substring, right for Gemini's string outputs
+    assert score_answer("ovo_mcq", "B. A man", "A", as_list=True) == 0  # the Qwen2-VL wrapper's list
+    assert score_answer("ovo_mcq", "A", "A", as_list=True) == 1
+    assert score_answer("ovo_yes_no", "No.", 0, as_list=True) == 0 and score_answer("ovo_yes_no", "No.", 0) == 1
 
 
 @pytest.mark.parametrize("response,gold,score", [

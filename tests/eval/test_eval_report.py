@@ -6,7 +6,8 @@ import pytest
 from mmrl.errors import DataError
 from mmrl.eval.benchmark_def import load_benchmark
 from mmrl.eval.mvbench_protocol import score_records
-from mmrl.eval.ovobench_score import score_result_files
+from mmrl.eval.benchmarks.mvbench import table
+from mmrl.eval.ovobench_score import format_table, score_result_files
 from mmrl.eval.report import append_jsonl, build_summary, markdown, read_jsonl, responses_by_id, write_report
 
 
@@ -17,7 +18,7 @@ def test_mvbench_report(tmp_path):
              "error": "cannot decode video | bad header"}]
     summary = build_summary(b.name, b.protocol, b.parser, score_records(recs, b.aggregate), records=recs,
                             errors=[{"id": "x/9", "task": "x", "error": "missing file"}], meta={"model": "tiny"})
-    paths = write_report(tmp_path / "run", summary)
+    paths = write_report(tmp_path / "run", summary, table(summary["scores"]))
     data = json.loads(open(paths["json"]).read())
     assert data["protocol"] == b.protocol and data["parser"] == "mvbench_check_ans"
     assert data["n_errors"] == 2 and [e["id"] for e in data["errors"]] == ["action_sequence/1", "x/9"]
@@ -29,7 +30,7 @@ def test_mvbench_report(tmp_path):
 
 def test_ovobench_report(ovo_dir):
     s = score_result_files(sorted(str(p) for p in ovo_dir.glob("Gemini_*_offline*.json")))
-    md = markdown(build_summary("ovobench", s["protocol"], s["parsers"], s))
+    md = markdown(build_summary("ovobench", s["protocol"], s["parsers"], s), format_table(s))
     assert "- parser: EPM: ovo_mcq" in md and "REC: ovo_rec" in md and "SSR: ovo_yes_no" in md
     assert "| FT | REC | 35.53 | 698 | probes |" in md and "**Total (official)**: 63.00" in md
     assert "- errors: 0" in md

@@ -5,3 +5,10 @@ advantages, gradients and the KL term are non-zero and the ranks have something 
 
 def even_tokens(ctx):
     return [float((c.trajectory.response_ids % 2 == 0).float().mean()) for c in ctx]
+
+
+def first_token_even(ctx):
+    """A 0/1 ``accuracy`` component that varies within groups (parity of the first response token), so DAPO's
+    dynamic sampling keeps some groups, drops others and resamples."""
+    return {"accuracy": [float(int(c.trajectory.response_ids[0]) % 2 == 0) if c.trajectory.response_ids.numel() else 0.0
+                         for c in ctx]}

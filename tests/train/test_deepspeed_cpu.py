@@ -1,7 +1,7 @@
 """DeepSpeed on the CPU accelerator, 2 ranks (gloo): the same losses, gradients and weights as one process.
 
 At equal global batch (4 prompts x 4 responses) and seed, a 2-rank DeepSpeed run and the 1-process ``RLTrainer``
-(with the same rank-count-invariant sampling, ``RankInvariantRollout``) must agree step by step:
+(with the same rank-count-invariant sampling, ``rollout.seed_per_group``) must agree step by step:
 
 - ``loss`` and ``kl`` within 1e-5 absolute (measured: <= 3e-7), ``grad_norm`` within 1e-4 relative (measured:
   <= 7e-6), ``reward/total`` exactly (the same responses are sampled);
@@ -59,13 +59,10 @@ def reference(root: Path, cfg: Path, name: str, overrides=()) -> Path:
         if str(HERE) not in sys.path:  # ds_rewards
             sys.path.insert(0, str(HERE))
         from mmrl.config import load_config
-        from mmrl.train.sharded_rollout import RankInvariantRollout
         from mmrl.train.rl_trainer import RLTrainer
 
-        class Reference(RankInvariantRollout, RLTrainer):
-            pass
-
-        Reference(load_config([str(cfg)], [f"train.out_dir={out}", *overrides]), quiet=True).run()
+        RLTrainer(load_config([str(cfg)], [f"train.out_dir={out}", "rollout.seed_per_group=true", *overrides]),
+                  quiet=True).run()
     return out
 
 
@@ -141,6 +138,27 @@ def test_zero3_lora(setup):
     out = root / "zero3_lora"
     launch(cfg, out, ["train.deepspeed_config=configs/deepspeed/zero3.json", *LORA])
     assert_same_run(ref, out)
+
+
+DAPO = ["algorithm.name=dapo", "algorithm.params.max_resample_rounds=1", "algorithm.clip_high=0.28",
+        'rewards=[{name: "ds_rewards:even_tokens", weight: 1.0}, {name: "ds_rewards:first_token_even", weight: 0.5}]']
+
+
+@pytest.mark.slow
+@needs_deepspeed
+def test_zero2_dapo_dynamic_sampling_matches_single_process(setup):
+    """DAPO's dynamic sampling (the spec's ``select``, resampling rounds) under DeepSpeed: the same kept groups,
+    resampling rounds, losses and weights as one process."""
+    root, cfg = setup
+    ref = reference(root, cfg, "dapo", DAPO)
+    out = root / "zero2_dapo"
+    launch(cfg, out, DAPO)
+    assert_same_run(ref, out)
+    a, b = rows(ref), rows(out)
+    for x, y in zip(a, b):
+        for key in ("resample_rounds", "algo/dapo/kept_groups", "algo/dapo/mixed_groups", "train_frac", "work/prompts"):
+            assert x[key] == y[key], (x["step"], key, x[key], y[key])
+    assert any(r["resample_rounds"] > 0 for r in a) and any(r["train_frac"] < 1 for r in a), "DAPO never resampled"
 
 
 def test_group_ownership_rule():

@@ -1,0 +1,43 @@
+"""What one step of a run will do, from the config alone (``mmrl train --dry-run``): responses per view role and
+the model passes per step, as the algorithm's hooks (``plan``, ``needs``) and the config decide them."""
+from __future__ import annotations
+
+from typing import List
+
+from mmrl.algos.spec import build_algorithm
+
+
+def describe_plan(cfg) -> List[str]:
+    """Lines describing the step; raises ``ConfigError`` where the algorithm rejects the config (e.g. ``rollout.n``)."""
+    spec = build_algorithm(cfg.algorithm)
+    n, p = cfg.rollout.n, cfg.train.prompts_per_step
+    lines = [f"algorithm: {spec.describe()}", f"loss: {cfg.algorithm.loss} (agg {cfg.algorithm.loss_agg}, "
+             f"kl_coef {cfg.algorithm.kl_coef}, ppo_epochs {cfg.algorithm.ppo_epochs})"]
+    per_prompt = n
+    if cfg.algorithm.viewset:
+        from mmrl.views import ViewSet
+
+        vs = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
+        counts = []
+        for qtype, views in sorted(vs.qtypes.items()):
+            plan = [(v.name, v.role, spec.plan(v.role, n, len(views))) for v in views]
+            counts.append(sum(k for _, _, k in plan))
+            lines.append(f"responses per prompt [{qtype}]: " + ", ".join(f"{name} ({role}) {k}" for name, role, k in plan)
+                         + f" = {counts[-1]}")
+        per_prompt = max(counts) if counts else n
+    else:
+        lines.append(f"responses per prompt: {spec.plan('anchor', n, 1)} (role anchor)")
+    needs = spec.needs()
+    passes = ["generate"] + [f"re-score under '{k}' ({v.transform})" for k, v in needs.rescore.items()]
+    if cfg.algorithm.kl_coef > 0 or needs.ref:
+        passes.append("reference log-probs")
+    if cfg.algorithm.ppo_epochs > 1 or needs.old:
+        passes.append("old log-probs")
+    passes.append(f"actor forward+backward x {cfg.algorithm.ppo_epochs}")
+    lines.append("passes per step: " + ", ".join(passes))
+    rounds = spec.max_resample_rounds()
+    if rounds:
+        lines.append(f"resampling: up to {rounds} extra rounds per step (the spec's select asks for more prompts)")
+    lines.append(f"{cfg.train.steps} steps x {p} prompts x <= {per_prompt} responses = "
+                 f"<= {cfg.train.steps * p * per_prompt} trajectories; backend {cfg.train.backend}, engine {cfg.rollout.engine}")
+    return lines
