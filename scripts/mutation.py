@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # group -> (files mutated, test files run on each mutant)
 GROUPS = {
-    "rewards": (["mmrl/rewards/*"], ["tests/rewards"]),
-    "update": (["mmrl/train/update.py"], ["tests/train/test_update.py"]),
+    "rewards": (["mmrl/rewards/base.py", "mmrl/rewards/builtin.py", "mmrl/rewards/parsing.py",
+                 "mmrl/rewards/bpo_contract.py"], ["tests/rewards", "tests/data/test_open_answers.py"]),
+    "update": (["mmrl/train/update.py", "mmrl/train/backend.py"], ["tests/train/test_update.py"]),
     "decode": (["mmrl/media/decode.py"], ["tests/media/test_decode.py"]),
     "checkpoint": (["mmrl/train/checkpoint.py", "mmrl/train/optim.py"], ["tests/train/test_checkpoint.py"]),
     "views": (["mmrl/views/transforms.py", "mmrl/views/video_transforms.py", "mmrl/views/image_transforms.py",

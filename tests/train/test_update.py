@@ -60,7 +60,7 @@ def test_no_reference_or_zero_coef_adds_nothing():
     logp, ref, mask, adv = _hand_batch()
     fn = POLICY_LOSSES.get("ppo")
     base, kl0, _ = micro_batch_loss(fn, logp, mask, adv, None, None, algo(kl_coef=0.5))
-    assert float(kl0) == 0.0 and float(base) == pytest.approx(POLICY["token-mean"])
+    assert float(kl0) == 0.0 and float(base.detach()) == pytest.approx(POLICY["token-mean"])
     zero, _, _ = micro_batch_loss(fn, logp, mask, adv, None, ref, algo(kl_coef=0.0))
     assert float(zero) == float(base)
 
@@ -278,13 +278,13 @@ def test_no_reference_log_probs_means_no_kl_even_with_a_coefficient(monkeypatch)
 
 
 def test_scorer_gets_the_micro_batch_and_pad_id_and_runs_under_autocast(monkeypatch):
-    from mmrl.train import update
-    from tests.train.update_support import bigram_logprobs
+    from mmrl.train import backend, update
+    from tests.train.update_support import bigram_logprobs, make_backend
 
     calls, entered = [], []
 
     def scorer(model, items, temperature=1.0, micro_batch=16, pad_id=0):
-        calls.append((len(items), micro_batch, pad_id, bool(entered)))
+        calls.append((len(items), micro_batch, pad_id, temperature, bool(entered)))
         return bigram_logprobs(model, items, temperature)
 
     class Autocast:
@@ -294,11 +294,36 @@ def test_scorer_gets_the_micro_batch_and_pad_id_and_runs_under_autocast(monkeypa
         def __exit__(self, *a):
             entered.clear()
 
-    monkeypatch.setattr(update, "response_logprobs", scorer)
     model, trajs, inputs, adv, old, ref, cfg = _case("token-mean")
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    from mmrl.config import TrainConfig
+    be = make_backend(monkeypatch, model, 4, temperature=0.9, pad_id=5, autocast=Autocast)
+    monkeypatch.setattr(backend, "response_logprobs", scorer)
+    update.policy_update(be, trajs, inputs, adv, cfg, 4, old, ref)
+    assert calls == [(4, 4, 5, 0.9, True), (2, 2, 5, 0.9, True)]
 
-    update.policy_update(model, opt, trajs, inputs, adv, cfg, TrainConfig(micro_batch=4), 1.0, 5, old, ref,
-                         autocast=Autocast)
-    assert calls == [(4, 4, 5, True), (2, 2, 5, True)]
+
+def test_a_rank_with_fewer_micro_batches_runs_zero_weight_passes(monkeypatch):
+    """Two ranks, the other one with nothing to train and one more micro-batch: this rank runs a zero-share pass
+    on ``fallback`` (ZeRO needs the same number of backward passes everywhere), and its gradient is W = 2 times
+    its own batch's (data parallelism averages over ranks)."""
+    from mmrl.train import backend, update
+    from tests.train.update_support import make_backend
+
+    passes = []
+
+    class OtherRankIsEmpty(backend.Backend):
+        world_size = 2
+
+        def all_reduce(self, values, op="sum"):
+            return [float(v) + (1 if op == "max" else 0) for v in values]
+
+        def backward(self, loss, last):
+            passes.append(last)
+            super().backward(loss, last)
+
+    model, trajs, inputs, adv, old, ref, cfg = _case("seq-mean-token-mean")
+    _, g_ref = reference_grad(model, trajs, inputs, adv, cfg, old, ref)
+    be = make_backend(monkeypatch, model, 3, cls=OtherRankIsEmpty)
+    stats = update.policy_update(be, trajs, inputs, adv, cfg, 3, old, ref, fallback=trajs[0])
+    assert passes == [False, False, True]  # 2 real micro-batches + 1 zero-weight pass, the last one flagged
+    assert torch.allclose(model.w.grad, 2 * g_ref, rtol=1e-5, atol=1e-7)
+    assert stats["grad_norm"] == pytest.approx(2 * float(g_ref.norm()), rel=1e-5)

@@ -2,11 +2,13 @@
 
 ``bigram_logprobs`` stands in for ``mmrl.models.scoring.response_logprobs`` (same signature): token t's
 log-prob is ``log_softmax(W[prev] / temperature)[token]`` with ``prev`` the prompt id for the first token.
-``run_update`` calls ``mmrl.train.update.policy_update`` with it, so the tests see the real micro-batching,
-shares, KL, clipping and optimizer step, and only the scorer is replaced.
+``run_update`` calls ``mmrl.train.update.policy_update`` through the real one-process ``Backend`` with it, so
+the tests see the real micro-batching, shares, KL, clipping and optimizer step; only the scorer is replaced.
 """
 from __future__ import annotations
 
+import contextlib
+from types import SimpleNamespace
 from typing import List, Optional
 
 import torch
@@ -56,15 +58,25 @@ def perturbed(model, trajs, inputs, scale: float, seed: int) -> List[torch.Tenso
     return [lp + scale * torch.randn(lp.shape, generator=g, dtype=lp.dtype) for lp in lps]
 
 
+def make_backend(monkeypatch, model, micro_batch: int, grad_clip: float = 0.0, lr: float = 0.0,
+                 temperature: float = 1.0, pad_id: int = 0, autocast=contextlib.nullcontext, cls=None):
+    """The one-process ``Backend`` over ``model`` with SGD(lr) and the bigram scorer."""
+    from mmrl.train import backend
+
+    monkeypatch.setattr(backend, "response_logprobs", bigram_logprobs)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
+    cfg = SimpleNamespace(rollout=SimpleNamespace(temperature=temperature),
+                          train=TrainConfig(micro_batch=micro_batch, grad_clip=grad_clip))
+    return (cls or backend.Backend)(model, opt, None, None, autocast, cfg, pad_id)
+
+
 def run_update(monkeypatch, model, trajs, inputs, adv, cfg_algo: AlgorithmConfig, micro_batch: int,
                grad_clip: float = 0.0, lr: float = 0.0, old=None, ref=None, temperature: float = 1.0):
     """``policy_update`` with SGD(lr); returns (stats, grads as they were when the optimizer stepped)."""
     from mmrl.train import update
 
-    monkeypatch.setattr(update, "response_logprobs", bigram_logprobs)
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
-    stats = update.policy_update(model, opt, trajs, inputs, adv, cfg_algo,
-                                 TrainConfig(micro_batch=micro_batch, grad_clip=grad_clip), temperature, 0, old, ref)
+    be = make_backend(monkeypatch, model, micro_batch, grad_clip, lr, temperature)
+    stats = update.policy_update(be, trajs, inputs, adv, cfg_algo, micro_batch, old, ref)
     return stats, model.w.grad.detach().clone()
 
 
