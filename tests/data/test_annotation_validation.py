@@ -93,7 +93,7 @@ REJECTED = [
 
 @pytest.mark.parametrize("fields,field,says", REJECTED, ids=[f"{i}-{r[1]}" for i, r in enumerate(REJECTED)])
 def test_rejected_naming_the_field(media, fields, field, says):
-    with pytest.raises(DataError, match=rf"item 0: field '{re.escape(field)}': .*{re.escape(says)}"):
+    with pytest.raises(DataError, match=rf"item 0: field '{re.escape(field)}': (.*\W)?{re.escape(says)}(\W.*)?$"):
         load_one(media, item(**fields))
 
 
@@ -178,9 +178,9 @@ def test_file_level_errors_name_the_file(media):
         path = media / name
         if text is not None:
             path.write_text(text)
-        with pytest.raises(DataError, match=re.escape(says)) as e:
+        with pytest.raises(DataError) as e:
             load_samples(str(path))
-        assert str(path) in str(e.value), name
+        assert str(e.value).startswith(f"file '{path}': {says}"), name
 
 
 def test_bad_jsonl_line_says_why(media):

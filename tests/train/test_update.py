@@ -322,8 +322,31 @@ def test_a_rank_with_fewer_micro_batches_runs_zero_weight_passes(monkeypatch):
 
     model, trajs, inputs, adv, old, ref, cfg = _case("seq-mean-token-mean")
     _, g_ref = reference_grad(model, trajs, inputs, adv, cfg, old, ref)
+    alone, _ = run_update(monkeypatch, model, trajs, inputs, adv, cfg, 3, old=old, ref=ref)
     be = make_backend(monkeypatch, model, 3, cls=OtherRankIsEmpty)
-    stats = update.policy_update(be, trajs, inputs, adv, cfg, 3, old, ref, fallback=trajs[0])
+    stats = update.policy_update(be, trajs, inputs, adv, cfg, 3, old, ref, fallback=None)
     assert passes == [False, False, True]  # 2 real micro-batches + 1 zero-weight pass, the last one flagged
     assert torch.allclose(model.w.grad, 2 * g_ref, rtol=1e-5, atol=1e-7)
     assert stats["grad_norm"] == pytest.approx(2 * float(g_ref.norm()), rel=1e-5)
+    for k in ("loss", "kl", "clip_frac", "ratio_mean"):  # the zero-weight pass adds nothing to the stats either
+        assert stats[k] == pytest.approx(alone[k], rel=1e-6, abs=1e-9), k
+    passes.clear()  # a rank with a single trajectory, and one with none (it trains on ``fallback``)
+    stats = update.policy_update(be, trajs[:1], inputs, adv[:1], cfg, 3, old[:1], ref[:1], fallback=None)
+    assert passes == [False, True]
+    passes.clear()
+    stats = update.policy_update(be, [], inputs, adv[:0], cfg, 3, None, None, fallback=trajs[1])
+    assert passes == [True] and float(model.w.grad.abs().sum()) == 0.0 and stats["ratio_mean"] == 0.0
+
+
+@pytest.mark.parametrize("width", [2, 3, 5])
+def test_token_advantages_are_cut_or_zero_padded_to_the_micro_batch(width):
+    """``adv [n, T']`` against log-probs ``[n, 3]``: the first 3 columns, zeros past T' (masked tokens anyway)."""
+    logp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.5, -2.5]], dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(2, 3, dtype=torch.float64)
+    adv = torch.arange(1.0, 1.0 + 2 * width, dtype=torch.float64).view(2, width)
+    full = torch.zeros(2, 3, dtype=torch.float64)
+    full[:, :min(3, width)] = adv[:, :3]
+    fn = POLICY_LOSSES.get("ppo")
+    loss, _, _ = micro_batch_loss(fn, logp, mask, adv, None, None, algo())
+    want, _, _ = micro_batch_loss(fn, logp, mask, full, None, None, algo())
+    assert float(loss.detach()) == pytest.approx(float(want.detach())) == pytest.approx(float(-full.sum() / 6))
