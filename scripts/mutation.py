@@ -64,16 +64,30 @@ EQUIVALENT = {
     ("mmrl/media/decode.py", "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) > 1 else fps",
      "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1.000001) if len(idx) > 1 else fps"),
     # update: the registered losses cast the advantages to logp's dtype themselves (losses._broadcast_adv)
-    ("mmrl/train/update.py", "loss, m = loss_fn(logp, old, adv.to(device=device, dtype=logp.dtype), mask, cfg_algo)",
-     "loss, m = loss_fn(logp, old, adv.to(device=device, dtype=None), mask, cfg_algo)"),
-    ("mmrl/train/update.py", "loss, m = loss_fn(logp, old, adv.to(device=device, dtype=logp.dtype), mask, cfg_algo)",
-     "loss, m = loss_fn(logp, old, adv.to(device=device, ), mask, cfg_algo)"),
-    # update: zeroed gradients and absent ones give the same step (only memory differs)
-    ("mmrl/train/update.py", "optimizer.zero_grad(set_to_none=True)", "optimizer.zero_grad(set_to_none=None)"),
-    ("mmrl/train/update.py", "optimizer.zero_grad(set_to_none=True)", "optimizer.zero_grad(set_to_none=False)"),
-    # update: float("INF") is float("inf")
-    ("mmrl/train/update.py", "grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg_train.grad_clip if cfg_train.grad_clip > 0 else float(\"inf\"))",
-     "grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg_train.grad_clip if cfg_train.grad_clip > 0 else float(\"INF\"))"),
+    ("mmrl/train/update.py", "adv = adv.to(device=device, dtype=logp.dtype)", "adv = adv.to(device=device, dtype=None)"),
+    ("mmrl/train/update.py", "adv = adv.to(device=device, dtype=logp.dtype)", "adv = adv.to(device=device, )"),
+    # update: inside "adv.shape[1] != width", ">" and ">=" agree
+    ("mmrl/train/update.py",
+     "adv = adv[:, :width] if adv.shape[1] > width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))",
+     "adv = adv[:, :width] if adv.shape[1] >= width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))"),
+    # backend: zeroed gradients and absent ones give the same step (only memory differs); float("INF") is inf
+    ("mmrl/train/backend.py", "self.optimizer.zero_grad(set_to_none=True)", "self.optimizer.zero_grad(set_to_none=None)"),
+    ("mmrl/train/backend.py", "self.optimizer.zero_grad(set_to_none=True)", "self.optimizer.zero_grad(set_to_none=False)"),
+    ("mmrl/train/backend.py", "clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else float(\"inf\")",
+     "clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else float(\"INF\")"),
+    # annotations: _num tests "v is None and allow_none", so allow_none=None behaves as False
+    ("mmrl/data/annotations.py", "s, e = _num(seg[0], f, False), _num(seg[1], f, False)",
+     "s, e = _num(seg[0], f, None), _num(seg[1], f, False)"),
+    ("mmrl/data/annotations.py", "s, e = _num(seg[0], f, False), _num(seg[1], f, False)",
+     "s, e = _num(seg[0], f, False), _num(seg[1], f, None)"),
+    ("mmrl/data/annotations.py", "t, box = _num(entry[0], f, False), [_num(c, f, False) for c in entry[1]]",
+     "t, box = _num(entry[0], f, None), [_num(c, f, False) for c in entry[1]]"),
+    ("mmrl/data/annotations.py", "t, box = _num(entry[0], f, False), [_num(c, f, False) for c in entry[1]]",
+     "t, box = _num(entry[0], f, False), [_num(c, f, None) for c in entry[1]]"),
+    # annotations: the JSON indentation of a written file changes no value that load_samples reads
+    ("mmrl/data/annotations.py", "json.dump(items, f, indent=1)", "json.dump(items, f, indent=None)"),
+    ("mmrl/data/annotations.py", "json.dump(items, f, indent=1)", "json.dump(items, f, )"),
+    ("mmrl/data/annotations.py", "json.dump(items, f, indent=1)", "json.dump(items, f, indent=2)"),
     # annotations / decode: "UTF-8" is "utf-8"
     ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
     ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),
