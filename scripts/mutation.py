@@ -49,6 +49,13 @@ EQUIVALENT = {
     # checkpoint: keep=0 already slices [:-0] == [], so "keep >= 0" prunes nothing either
     ("mmrl/train/checkpoint.py", "for old in sorted(root.glob(\"step_*\"))[:-keep] if keep > 0 else []:",
      "for old in sorted(root.glob(\"step_*\"))[:-keep] if keep >= 0 else []:"),
+    # checkpoint: model.pt holds a plain state dict of tensors, which every weights_only setting loads alike
+    ("mmrl/train/checkpoint.py", "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=False))",
+     "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=None))"),
+    ("mmrl/train/checkpoint.py", "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=False))",
+     "model.load_state_dict(torch.load(path / \"model.pt\", ))"),
+    ("mmrl/train/checkpoint.py", "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=False))",
+     "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=True))"),
     # optim: warm-up 0 and warm-up 1 both give factor min(1, (s+1)/1) = 1 from step 0
     ("mmrl/train/optim.py", "warm = max(0, int(train_cfg.warmup_steps))", "warm = max(1, int(train_cfg.warmup_steps))"),
     # decode: frames are always 4-D [T, C, H, W], so shape[2] is shape[-2] and shape[2:] is shape[-2:]
