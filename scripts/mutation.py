@@ -95,6 +95,14 @@ EQUIVALENT = {
     ("mmrl/data/annotations.py", "json.dump(items, f, indent=1)", "json.dump(items, f, indent=None)"),
     ("mmrl/data/annotations.py", "json.dump(items, f, indent=1)", "json.dump(items, f, )"),
     ("mmrl/data/annotations.py", "json.dump(items, f, indent=1)", "json.dump(items, f, indent=2)"),
+    # views: keys that match at the same position are prefixes of each other, and reverse lexicographic order
+    # puts the longer one first just as key=len does; group(1) is group(0) (the \b anchors are zero-width)
+    ("mmrl/views/viewset.py", "keys = sorted(m, key=len, reverse=True)", "keys = sorted(m, key=None, reverse=True)"),
+    ("mmrl/views/viewset.py", "keys = sorted(m, key=len, reverse=True)", "keys = sorted(m, reverse=True)"),
+    ("mmrl/views/viewset.py", "target = pattern.sub(lambda mo: m[mo.group(0)], a)",
+     "target = pattern.sub(lambda mo: m[mo.group(1)], a)"),
+    # views: _norm is only ever compared with _norm (answers, candidates, map keys, the abstention text)
+    ("mmrl/views/viewset.py", "return \" \".join(str(s).lower().split())", "return \" \".join(str(s).upper().split())"),
     # annotations / decode: "UTF-8" is "utf-8"
     ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
     ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),

@@ -241,3 +241,78 @@ def test_two_views_with_one_transform_draw_different_randomness():
     views = {v.name: v for v in vs.expand(s, clip, seed=0)}
     assert not torch.equal(views["shuf_a"].media.frames, views["shuf_b"].media.frames)
     assert torch.equal(views["shuf_b"].media.frames, run("shuffle", clip, s, seed=view_seed(0, s.id, "shuf_b")).frames)
+
+
+# ---- mutation-testing finds (docs/testing.md) -------------------------------------------------------------------
+
+
+def test_hour_long_videos_keep_sub_millisecond_time_precision():
+    """Times are float64: at 3600 s float32 is 0.24 ms coarse, far above TIME_EPS (10 us)."""
+    clip = make_clip(t=1)
+    clip.timestamps = [3600.3]
+    assert in_spans(frame_times(clip), [(3600.30002, 3601.0)]).tolist() == [False]  # starts just after the frame
+    times = torch.tensor([3600.3], dtype=torch.float64)
+    assert in_spans(times, [(3600.300015, 3601.0)]).tolist() == [False]
+    assert in_spans(times, [(3600.0, 3600.300015)]).tolist() == [True]  # ends just after the frame
+    assert frame_times(clip).dtype == torch.float64 and frame_times(Media("x", frames=clip.frames, fps=2.0)).dtype == torch.float64
+
+
+def test_in_spans_boundaries_and_dtype():
+    t0 = torch.tensor([0.0], dtype=torch.float64)
+    assert in_spans(t0, [(1e-5, 1.0)]).tolist() == [True]  # start - TIME_EPS == the frame time: inside
+    assert in_spans(t0, [(1e-5, 1e-5)]).tolist() == [False]  # end - TIME_EPS == the frame time: outside
+    assert in_spans(t0, []).dtype == torch.bool and in_spans(t0, [(0.0, 1.0)]).dtype == torch.bool
+
+
+def test_clip_extent_uses_the_frame_spacing_over_the_fps():
+    clip = make_clip(t=2)
+    clip.timestamps, clip.fps = [0.0, 0.5], 1.0  # spacing 0.5 s even though fps says 1
+    assert clip_extent(clip) == (0.0, 1.0)
+
+
+def test_mask_segment_frac_is_relative_to_a_late_start():
+    clip = make_clip(t=4)
+    clip.timestamps = [10.0, 11.0, 12.0, 13.0]  # covers [10, 14): frac [0, 0.5] -> [10, 12)
+    assert masked(run("mask_segment", clip, make_sample(), frac=[0.0, 0.5]), clip) == [0, 1]
+    with pytest.raises(ValueError, match=r"^give exactly one of span=\[start, end\] \(seconds\) or frac=\[a, b\] \(of the clip\)$"):
+        run("mask_segment", clip, make_sample())
+
+
+def test_fill_frames_defaults_black_and_blur_sigma_six():
+    from mmrl.views.transforms import gaussian_blur
+
+    clip = make_clip(t=3)
+    mask = torch.tensor([True, False, True])
+    assert (fill_frames(clip.frames, mask)[mask] == 0).all()
+    assert torch.equal(fill_frames(clip.frames, mask, "blur")[mask], gaussian_blur(clip.frames[mask], 6.0))
+    assert not torch.equal(gaussian_blur(clip.frames[mask], 6.0), gaussian_blur(clip.frames[mask], 7.0))
+
+
+def test_short_segment_between_frames_masks_the_frame_nearest_its_middle():
+    clip = make_clip()  # frames every 0.5 s
+    assert masked(run("mask_evidence", clip, make_sample(segments=[(2.1, 2.2)])), clip) == [4]  # middle 2.15 -> 2.0
+    assert masked(run("mask_evidence", clip, make_sample(segments=[(2.3, 2.4)])), clip) == [5]  # middle 2.35 -> 2.5
+    with pytest.raises(ValueError, match=r"^sample 's1' has no evidence segments$"):
+        run("mask_evidence", clip, make_sample(segments=[]))
+
+
+def test_view_transform_declarations_are_checked():
+    from mmrl.views import VIEW_TRANSFORMS, view_transform
+
+    with pytest.raises(ValueError, match=r"^view transform effect must be one of .*got 'sideways'$"):
+        view_transform("t_bad_effect", effect="sideways")
+    with pytest.raises(ValueError, match=r"^view transform needs must be among \('segments', 'boxes'\), got \('frames',\)$"):
+        view_transform("t_bad_needs", needs=("frames",))
+    VIEW_TRANSFORMS._items.pop("t_callable_needs", None)
+    fn = view_transform("t_callable_needs", needs=lambda p: ("boxes",) if p.get("b") else ())(lambda m, s, r: m)
+    assert fn.view_needs({"b": 1}) == ("boxes",)
+
+
+def test_expand_checks_the_decoded_media_kind():
+    """A video sample whose media decoded as an image cannot take a video-only view."""
+    vs = ViewSet.from_dict({"qtypes": {"default": [{"name": "rev", "role": "sensitive", "transform": "reverse",
+                                                    "effect": "unknown"}]}})
+    from mmrl.errors import DataError
+
+    with pytest.raises(DataError, match=r"view 'rev' \(transform 'reverse'\) does not apply to image media"):
+        vs.expand(make_sample(), make_image())
