@@ -67,6 +67,8 @@ class RolloutConfig:
     max_batch_sequences: int = 256
     vllm_mode: str = "colocate"  # colocate | server
     vllm_gpu_memory_utilization: float = 0.4
+    agent_loop: str = "single_turn"  # a registered rollout loop (mmrl.rollout.agent_loop): single_turn | multi_turn
+    tools: Optional[str] = None  # multi_turn: a tool suite YAML (tools/video_seek.yaml)
 
 
 @dataclass
@@ -139,6 +141,7 @@ def _check(cfg: Config) -> None:
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise ConfigError(f"config key '{key}' = {value!r}; expected one of {', '.join(allowed)}")
+    _check_agent_loop(cfg)
     positive = {"rollout.n": cfg.rollout.n, "train.prompts_per_step": cfg.train.prompts_per_step,
                 "train.micro_batch": cfg.train.micro_batch,
                 "rollout.max_new_tokens": cfg.rollout.max_new_tokens}
@@ -151,7 +154,27 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"config key 'algorithm.gspo_log_ratio_clamp' must be > 0, got {cfg.algorithm.gspo_log_ratio_clamp}")
     from mmrl.algos.spec import build_algorithm
 
-    build_algorithm(cfg.algorithm)  # unknown algorithm names and params are ConfigErrors naming the key
+    spec = build_algorithm(cfg.algorithm)  # unknown algorithm names and params are ConfigErrors naming the key
+    if cfg.rollout.agent_loop == "multi_turn" and spec.needs().rescore:
+        raise ConfigError(f"config key 'algorithm.name' = {cfg.algorithm.name!r} re-scores responses under an "
+                          f"intervened view, which multi-turn trajectories (rollout.agent_loop=multi_turn) do not "
+                          f"support yet")
+
+
+def _check_agent_loop(cfg: Config) -> None:
+    """What ``rollout.agent_loop`` and ``rollout.tools`` need of the rest of the config. The loop's name and the
+    suite file are checked against the registries by ``mmrl.rollout.agent_loop_tools.check_rollout_config`` (a
+    higher layer), which the trainer calls before it loads the model."""
+    r = cfg.rollout
+    multi = r.agent_loop == "multi_turn"
+    if multi and not r.tools:
+        raise ConfigError("config key 'rollout.tools' must name a tool suite (e.g. tools/video_seek.yaml) when "
+                          "rollout.agent_loop is 'multi_turn'")
+    if r.tools and not multi:
+        raise ConfigError(f"config key 'rollout.tools' = {r.tools!r} needs rollout.agent_loop=multi_turn")
+    if multi and (r.engine != "hf" or cfg.train.backend != "torch" or r.seed_per_group):
+        raise ConfigError("config key 'rollout.agent_loop' = 'multi_turn' runs with rollout.engine=hf, "
+                          "train.backend=torch and rollout.seed_per_group off only (so far)")
 
 
 def load_config(files: List[str] | None = None, overrides: List[str] | None = None) -> Config:

@@ -120,8 +120,35 @@ class View:
 
 
 @dataclass
+class Segment:
+    """One stretch of a multi-turn trajectory after the prompt: the model's tokens (trained, ``kind="model"``) or
+    an environment/tool observation (masked, ``kind="env"``), the latter with the vision tensors of the media it
+    inserts (its ``<|image_pad|>``/``<|video_pad|>`` tokens are in ``ids``)."""
+
+    kind: str  # "model" | "env"
+    ids: torch.Tensor  # [L] long
+    logprobs: Optional[torch.Tensor] = None  # [L] sampling log-probs (model segments)
+    mm_token_type_ids: Optional[torch.Tensor] = None  # [L]: 0 text, 1 image, 2 video
+    vision: Dict[str, torch.Tensor] = field(default_factory=dict)  # pixel_values(_videos), *_grid_thw, ...
+    text: str = ""
+    media: Optional["Media"] = field(default=None, repr=False)  # the decoded frames/image the observation showed
+
+    @property
+    def trained(self) -> bool:
+        return self.kind == "model"
+
+
+@dataclass
 class Trajectory:
-    """One response to one (sample, view) prompt."""
+    """One response to one (sample, view) prompt.
+
+    Single-turn: ``response_ids`` are the model's tokens, ``loss_mask`` all ones, ``segments`` empty, and the
+    scorer reads the prompt's inputs (``inputs_key``). Multi-turn (``mmrl.rollout.agent_loop_multi``):
+    ``response_ids`` is everything after the prompt, the concatenated ``segments`` (model turns and
+    observations), ``loss_mask`` is true on model tokens only, ``logprobs`` are 0 on observation tokens, and
+    ``sequence`` holds the processor inputs of the whole interleaved sequence (all media), which the scorer
+    forwards in one pass (``mmrl.models.sequence_scoring``).
+    """
 
     sample_id: str
     group_id: int  # index of the prompt group in the batch
@@ -139,3 +166,10 @@ class Trajectory:
     inputs_key: int = 0  # index into the rollout batch's multimodal inputs (one per prompt/view)
     pack_id: int = 0  # j-th response of every view of a sample forms pack j (BPO)
     rescored: Dict[str, torch.Tensor] = field(default_factory=dict)  # intervention -> [R] log-probs (fixed rollout)
+    segments: List[Segment] = field(default_factory=list)  # multi-turn: model turns and observations, in order
+    sequence: Optional[Any] = field(default=None, repr=False)  # multi-turn: SequenceInputs of prompt + response
+
+    def scoring_item(self, prompts: List[Any]) -> Tuple[Any, torch.Tensor]:
+        """``(inputs, response_ids)`` for ``mmrl.models.scoring.response_logprobs``: the whole sequence's inputs
+        for a multi-turn trajectory, else its prompt's inputs ``prompts[inputs_key]``."""
+        return (self.sequence if self.sequence is not None else prompts[self.inputs_key]), self.response_ids

@@ -30,6 +30,19 @@ class PromptInputs:
         return int(self.input_ids.numel())
 
 
+@dataclass
+class SequenceInputs(PromptInputs):
+    """Processor inputs of a WHOLE multi-turn sequence: the prompt, then every model turn and observation, with the
+    vision tensors of all its media in order (the prompt's and those inserted mid-trajectory).
+
+    ``input_ids[:prompt_len]`` is the prompt, the rest is the trajectory's ``response_ids``. Passed as the first
+    element of a scorer item, it selects the full-sequence path (``mmrl.models.sequence_scoring``); passed to an
+    engine as a prompt, generation continues the sequence.
+    """
+
+    prompt_len: int = 0
+
+
 def chat_text(processor, messages: list, prefill: str = "") -> str:
     """The chat template applied to ``messages`` with the generation prompt, plus an assistant prefill."""
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prefill
@@ -102,8 +115,7 @@ def build_prompt_inputs_batch(processor, prompts: Sequence[tuple], max_prompt_to
     texts = [chat_text(processor, p[0], p[3] if len(p) > 3 else "") for p in prompts]
     medias = [p[1] for p in prompts]
     try:
-        out = processor(text=texts, return_tensors="pt", padding=True, **_media_kwargs(medias, processor))
-        items = _split_batch(out, texts, medias)
+        items = encode_texts(processor, texts, medias)
     except Exception:
         if len(prompts) == 1:
             raise
@@ -119,6 +131,13 @@ def build_prompt_inputs_batch(processor, prompts: Sequence[tuple], max_prompt_to
         else:
             res.append(pi)
     return res
+
+
+def encode_texts(processor, texts: Sequence[str], medias: Sequence[Media]) -> List[PromptInputs]:
+    """Already-templated texts (each with at most one ``<|vision_start|>..<|vision_end|>`` placeholder, expanded to
+    its media's token count) through ONE processor call; a ``Media`` with neither frames nor image is text only."""
+    out = processor(text=list(texts), return_tensors="pt", padding=True, **_media_kwargs(medias, processor))
+    return _split_batch(out, texts, medias)
 
 
 def build_prompt_inputs(processor, messages: list, media: Media, prefill: str = "",

@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from mmrl.media.inputs import PromptInputs, collate_vision, pad_right
+from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision, pad_right
 
 
 def backbone(model):
@@ -121,6 +121,10 @@ def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]],
                       micro_batch: int = 16, pad_id: int = 0) -> List[torch.Tensor]:
     """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled."""
     out: List[torch.Tensor] = []
+    if any(isinstance(p, SequenceInputs) for p, _ in items):  # multi-turn: one forward over each whole sequence
+        from mmrl.models.sequence_scoring import mixed_logprobs  # imports this module: resolved at call time
+
+        return mixed_logprobs(model, items, temperature, micro_batch, pad_id)
     core, head = backbone(model)
     device = next(model.parameters()).device
     score = _score_shared if _can_share(model) else _score_full

@@ -2,16 +2,19 @@
 
 Callers build ``RolloutRequest``s (processor inputs from ``mmrl.media.inputs.build_prompt_inputs`` plus the
 number of samples) and receive one ``Trajectory`` per sample, in request order. Backends: ``hf``
-(``transformers.generate``) and ``vllm`` (GPU, optional). Multi-turn tool rollouts drive an engine through the
-same ``generate`` call, one turn at a time.
+(``transformers.generate`` semantics, batched with a shared prompt prefill) and ``vllm`` (GPU, optional).
+An engine generates ONE model turn per sample. Multi-turn episodes (``mmrl.rollout.agent_loop_multi``) call
+``generate`` once per turn with each episode's whole sequence so far (a ``PromptInputs`` holding every medium,
+those inserted mid-trajectory included) as the prompt; only engines with ``supports_sequences`` (today the HF engine) accept
+that, and the multi-turn loop refuses the others.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from mmrl.data.schema import Trajectory
+from mmrl.data.schema import Sample, Trajectory
 from mmrl.media.inputs import PromptInputs
 from mmrl.registry import Registry
 
@@ -37,10 +40,13 @@ class RolloutRequest:
     role: str = "anchor"
     expected: str | None = None
     meta: Dict[str, Any] = field(default_factory=dict)
+    sample: Optional[Sample] = None  # the sample itself, for environments of multi-turn episodes
 
 
 class RolloutEngine(ABC):
     """Generates responses; ``sync_weights`` is called after every optimizer step."""
+
+    supports_sequences = False  # True: a prompt may be a whole multi-turn sequence with several media
 
     @abstractmethod
     def generate(self, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:

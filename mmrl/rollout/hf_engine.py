@@ -54,6 +54,8 @@ class HFEngine(RolloutEngine):
         if chunk:
             yield chunk
 
+    supports_sequences = True  # prompts are any PromptInputs: several images/videos, positions by get_rope_index
+
     @torch.no_grad()
     def generate(self, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
         out: List[Trajectory] = []

@@ -77,6 +77,7 @@ def build_step_inputs(samples: List[Sample], processor, data_cfg, plan: Callable
         for view, pi in zip(views, inputs):
             req = RolloutRequest(inputs=pi, n=plan(view.role, len(views)), sample_id=sample.id, group_id=group_offset + gi,
                                  view=view.name, role=view.role, expected=view.expected)
+            req.sample = sample  # for the environments of multi-turn episodes
             out.views[(sample.id, view.name)] = view
             out.candidates[(sample.id, view.name)] = cands
             if req.n > 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List
 
 from mmrl.algos.spec import build_algorithm
+from mmrl.rollout.agent_loop_tools import check_rollout_config
 
 
 def describe_plan(cfg) -> List[str]:
@@ -35,6 +36,7 @@ def describe_plan(cfg) -> List[str]:
         passes.append("old log-probs")
     passes.append(f"actor forward+backward x {cfg.algorithm.ppo_epochs}")
     lines.append("passes per step: " + ", ".join(passes))
+    lines.append(check_rollout_config(cfg.rollout))  # a bad loop name or tool suite is a ConfigError here
     rounds = spec.max_resample_rounds()
     if rounds:
         lines.append(f"resampling: up to {rounds} extra rounds per step (the spec's select asks for more prompts)")

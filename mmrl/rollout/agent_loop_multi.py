@@ -1,0 +1,238 @@
+"""The ``multi_turn`` agent loop: environments answer model turns with observations that may carry images or video.
+
+Per episode: ``env.reset(sample, media)`` gives the first observation (or keeps the request's prompt); then,
+turn by turn, the engine generates the model's turn for every active episode of the step in one
+``engine.generate`` call (the first turn keeps the shared-prefix fast path: episodes that start from the same
+prompt are one request with ``n`` samples), and ``env.step(text)`` answers with the next observation or ends the
+episode. An observation is rendered as a chat turn of the model's own template and run through the processor
+with its media (one batched call per turn), so its ``<|image_pad|>``/``<|video_pad|>`` tokens match its pixel
+values and grids exactly as in a prompt. A turn that hits ``max_new_tokens`` (the per-turn budget) without
+``<|im_end|>`` is closed with an ``<|im_end|>`` the model did not write (masked out of the loss) and the episode
+goes on; the trajectory is then ``truncated``. The ``max_turns``-th model turn ends the episode.
+
+Each episode becomes one ``Trajectory`` whose ``segments`` alternate model turns (trained, ``loss_mask`` true)
+and observations (masked), and whose ``sequence`` is the ``SequenceInputs`` of the whole interleaved sequence:
+the scorer computes its log-probs in one forward with M-RoPE positions over all of it. Generation re-prefills
+each episode's whole sequence every turn (no KV cache kept across turns).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from mmrl.data.schema import Media, Segment, Trajectory
+from mmrl.media.inputs import PromptInputs, SequenceInputs, chat_text, collate_vision, encode_texts
+from mmrl.rollout.agent_loop import AGENT_LOOPS, AgentLoop, Environment, Observation
+from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
+
+
+def _message(obs: Observation) -> dict:
+    content: List[dict] = [{"type": "text", "text": obs.prefix}] if obs.prefix else []
+    if obs.media is not None and (obs.media.is_video or obs.media.image is not None):
+        content.append({"type": "video"} if obs.media.is_video else {"type": "image"})
+    content.append({"type": "text", "text": obs.text})
+    return {"role": obs.role, "content": content}
+
+
+def observation_text(processor, obs: Observation) -> str:
+    """The observation as the chat template renders a turn after the model's ``<|im_end|>``: ``"\\n"``, the turn
+    (``<|im_start|>role\\n<media placeholder>text<|im_end|>\\n``), then the next assistant header."""
+    system = {"role": "system", "content": [{"type": "text", "text": "-"}]}
+    full = processor.apply_chat_template([system, _message(obs)], tokenize=False, add_generation_prompt=True)
+    head, sep, turn = full.partition("<|im_end|>\n")
+    if not sep:
+        raise ValueError("chat template: no '<|im_end|>\\n' after the system turn; cannot render an observation turn")
+    return "\n" + turn
+
+
+def _empty_media() -> Media:
+    return Media(sample_id="observation")
+
+
+def _types(p: PromptInputs) -> torch.Tensor:
+    return p.mm_token_type_ids if p.mm_token_type_ids is not None else torch.zeros_like(p.input_ids)
+
+
+def sequence_inputs(prompt: PromptInputs, segments: List[Segment], for_scoring: bool = True) -> PromptInputs:
+    """``prompt`` followed by ``segments`` (tokens, token types and vision, in order): a ``SequenceInputs`` for the
+    scorer, or (``for_scoring=False``) a plain ``PromptInputs`` for the engine to continue, so that a scorer never
+    mistakes an episode's context for a scored sequence."""
+    ids = torch.cat([prompt.input_ids] + [s.ids.to(prompt.input_ids.dtype) for s in segments])
+    mm = torch.cat([_types(prompt)] + [s.mm_token_type_ids if s.mm_token_type_ids is not None
+                                       else torch.zeros_like(s.ids) for s in segments])
+    fields = dict(input_ids=ids, mm_token_type_ids=mm, vision=collate_vision([prompt, *segments]), text=prompt.text,
+                  media=None)
+    return SequenceInputs(**fields, prompt_len=prompt.num_tokens) if for_scoring else PromptInputs(**fields)
+
+
+@dataclass
+class Episode:
+    request: int
+    pack: int
+    env: Environment
+    sample_id: str = "?"
+    prompt: Optional[PromptInputs] = None
+    segments: List[Segment] = field(default_factory=list)
+    turns: List[Dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+    truncated: bool = False
+    end: str = ""
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt.num_tokens + sum(int(s.ids.numel()) for s in self.segments)
+
+    def inputs(self) -> PromptInputs:
+        """What the engine continues: the prompt itself before the first turn (so episodes share it), then the
+        whole sequence so far."""
+        return self.prompt if not self.segments else sequence_inputs(self.prompt, self.segments, for_scoring=False)
+
+    def finish(self, reason: str) -> None:
+        """End the episode; ``turns[-1]["end"]`` says why (``done``, ``max_turns``, ``max_total_tokens``)."""
+        self.done, self.end = True, reason
+        self.turns[-1]["end"] = reason
+
+
+@AGENT_LOOPS.register("multi_turn")
+class MultiTurnLoop(AgentLoop):
+    """``env_factory()`` makes one episode's environment; ``max_turns`` model turns at most; ``system_suffix`` is
+    appended to every prompt's system turn (a tool suite's descriptions); an episode stops before a turn whose
+    prompt plus ``max_new_tokens`` would pass ``max_total_tokens``."""
+
+    def __init__(self, processor, env_factory: Callable[[], Environment], max_turns: int = 4, system_suffix: str = "",
+                 max_total_tokens: Optional[int] = None):
+        if max_turns < 1:
+            raise ValueError(f"multi_turn: max_turns must be >= 1, got {max_turns}")
+        self.processor, self.env_factory, self.max_turns = processor, env_factory, max_turns
+        self.system_suffix, self.max_total_tokens = system_suffix, max_total_tokens
+        self.im_end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def run(self, engine: RolloutEngine, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
+        if not getattr(engine, "supports_sequences", False):
+            raise ValueError(f"rollout.agent_loop=multi_turn: the {type(engine).__name__} cannot continue a sequence "
+                             f"with media inserted mid-trajectory; use rollout.engine=hf")
+        episodes = self._reset(requests)
+        for turn in range(self.max_turns):
+            if turn > 0 and self.max_total_tokens is not None:
+                for e in episodes:
+                    if not e.done and e.num_tokens + params.max_new_tokens > self.max_total_tokens:
+                        e.finish("max_total_tokens")
+            active = [e for e in episodes if not e.done]
+            if not active:
+                break
+            reqs, order = self._turn_requests(active, requests)
+            trajs = engine.generate(reqs, params)
+            pending = []
+            for e, t in zip(order, trajs):
+                e.segments.append(Segment("model", t.response_ids, logprobs=t.logprobs,
+                                          mm_token_type_ids=torch.zeros_like(t.response_ids), text=t.text))
+                e.turns.append({"turn": turn, "model_text": t.text, "model_tokens": int(t.response_ids.numel())})
+                if t.truncated:
+                    e.truncated = e.turns[-1]["truncated"] = True
+                if turn == self.max_turns - 1:
+                    e.finish("max_turns")
+                else:
+                    t0 = time.perf_counter()
+                    obs = e.env.step(t.text)
+                    e.turns[-1]["env_s"] = time.perf_counter() - t0
+                    if obs is None:
+                        e.finish("done")
+                    else:
+                        pending.append((e, obs, t.truncated))
+            self._observe(pending)
+        return [self._trajectory(e, requests[e.request]) for e in episodes]
+
+    # ---- stages -------------------------------------------------------------------------------------------------
+    def _reset(self, requests: List[RolloutRequest]) -> List[Episode]:
+        episodes, firsts = [], []
+        for ri, req in enumerate(requests):
+            for j in range(req.n):
+                env = self.env_factory()
+                firsts.append(env.reset(req.sample, req.inputs.media))
+                episodes.append(Episode(ri, j, env, sample_id=req.sample_id, prompt=req.inputs))
+        own = [(e, o) for e, o in zip(episodes, firsts) if o is not None]
+        if own:  # the environment's first observation is the prompt: one processor call for all of them
+            texts = [self._system(chat_text(self.processor, [_message(o)])) for _, o in own]
+            medias = [o.media if o.media is not None else _empty_media() for _, o in own]
+            for (e, o), p in zip(own, encode_texts(self.processor, texts, medias)):
+                e.prompt = p
+                e.turns.append({"turn": -1, "observation": o.text, **o.info})
+        kept = [e for e, o in zip(episodes, firsts) if o is None]
+        if kept and self.system_suffix:  # the step's prompts, with the suffix in their system turn (one call)
+            shared = list({id(e.prompt): e.prompt for e in kept}.values())
+            new = encode_texts(self.processor, [self._system(p.text) for p in shared],
+                               [p.media if p.media is not None else _empty_media() for p in shared])
+            swap = {id(p): q for p, q in zip(shared, new)}
+            for e in kept:
+                e.prompt = swap[id(e.prompt)]
+        return episodes
+
+    def _system(self, text: str) -> str:
+        """``text`` (a templated prompt) with ``system_suffix`` at the end of its leading system turn."""
+        if not self.system_suffix:
+            return text
+        head = "<|im_start|>system\n"
+        if not text.startswith(head) or "<|im_end|>" not in text:
+            raise ValueError("multi_turn: the prompt does not start with a system turn; cannot add the tool list")
+        i = text.index("<|im_end|>")
+        return text[:i] + self.system_suffix + text[i:]
+
+    @staticmethod
+    def _turn_requests(active: List[Episode], requests: List[RolloutRequest]):
+        """One request per run of consecutive episodes continuing the same inputs object (first turn from a shared
+        prompt: one request with ``n`` samples), else one request per episode."""
+        reqs: List[RolloutRequest] = []
+        order: List[Episode] = []
+        last = None
+        for e in active:
+            inputs = e.inputs()
+            if last is not None and inputs is last.inputs:
+                last.n += 1
+            else:
+                src = requests[e.request]
+                last = RolloutRequest(inputs=inputs, n=1, sample_id=src.sample_id, group_id=src.group_id,
+                                      view=src.view, role=src.role, expected=src.expected, sample=src.sample,
+                                      meta=dict(src.meta))
+                reqs.append(last)
+            order.append(e)
+        return reqs, order
+
+    def _observe(self, pending) -> None:
+        """Append each observation as a masked segment (one batched processor call for the turn); a truncated
+        model turn gets its closing ``<|im_end|>`` at the head of that segment."""
+        if not pending:
+            return
+        texts = [observation_text(self.processor, o) for _, o, _ in pending]
+        medias = [o.media if o.media is not None else _empty_media() for _, o, _ in pending]
+        close = torch.tensor([self.im_end], dtype=torch.long)
+        try:
+            encoded = encode_texts(self.processor, texts, medias)
+        except Exception as err:  # name the episodes instead of a processor stack trace
+            who = ", ".join(sorted({f"{e.sample_id} (turn {e.turns[-1]['turn']})" for e, _, _ in pending}))
+            raise ValueError(f"multi_turn: the processor rejected the observations of {who}: "
+                             f"{type(err).__name__}: {str(err)[:300]}") from err
+        for (e, o, cut), enc in zip(pending, encoded):
+            ids, types = enc.input_ids, _types(enc)
+            if cut:
+                ids, types = torch.cat([close.to(ids.dtype), ids]), torch.cat([types.new_zeros(1), types])
+            seg = Segment("env", ids, mm_token_type_ids=types, vision=enc.vision, text=o.text, media=o.media)
+            e.segments.append(seg)
+            e.turns[-1].update({"observation": o.text, "role": o.role, "obs_tokens": int(seg.ids.numel()),
+                                "media_tokens": int((seg.mm_token_type_ids != 0).sum()), **o.info})
+
+    @staticmethod
+    def _trajectory(e: Episode, req: RolloutRequest) -> Trajectory:
+        segs = e.segments
+        resp = torch.cat([s.ids for s in segs])
+        lps = torch.cat([s.logprobs if s.trained else torch.zeros(s.ids.numel()) for s in segs])
+        mask = torch.cat([torch.full((s.ids.numel(),), s.trained, dtype=torch.bool) for s in segs])
+        last_text = next(s.text for s in reversed(segs) if s.trained)
+        return Trajectory(
+            sample_id=req.sample_id, group_id=req.group_id, view=req.view, role=req.role,
+            prompt_ids=e.prompt.input_ids, response_ids=resp, logprobs=lps, loss_mask=mask, text=last_text,
+            truncated=e.truncated, turns=e.turns, expected=req.expected, inputs_key=e.request,
+            pack_id=e.pack, segments=segs, sequence=sequence_inputs(e.prompt, segs),
+        )

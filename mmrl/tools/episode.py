@@ -1,0 +1,57 @@
+"""The state one episode's tools see: its sample (whose media references come from the dataset, never from the
+model), the media of its view, and its budgets with what has been spent."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Set, Tuple
+
+from mmrl.data.schema import Media, Sample
+
+FACTOR = 28  # one visual token covers a 28x28 patch (14-pixel patches merged 2x2); frames pair up in time
+
+
+@dataclass
+class ToolBudget:
+    """Per-episode limits (``budget:`` in a suite YAML)."""
+
+    max_calls: int = 4  # tool calls per episode, invalid ones included
+    max_media_tokens: int = 1024  # visual tokens all tool results of an episode may add
+    max_frames: int = 8  # frames one video_seek may return
+    frame_max_pixels: int = 112 * 112  # pixel budget of each returned frame or image
+    frame_min_pixels: int = 28 * 28
+    max_call_chars: int = 512  # longest <tool_call> body accepted
+
+
+def media_tokens(media: Media) -> int:
+    """Visual tokens the processor will insert: ``ceil(T/2) * (H/28) * (W/28)`` for video, ``(H/28) * (W/28)``
+    for an image (Qwen2.5-VL: temporal patch 2, 14-pixel patches merged 2x2)."""
+    if media.is_video:
+        t, _, h, w = media.frames.shape
+        return -(-int(t) // 2) * (int(h) // FACTOR) * (int(w) // FACTOR)
+    if media.image is not None:
+        return (int(media.image.shape[-2]) // FACTOR) * (int(media.image.shape[-1]) // FACTOR)
+    return 0
+
+
+@dataclass
+class StreamMemory:
+    """A streaming episode's archive: chunks ``(start s, end s, frames as a video Media)`` in time order, the index
+    of the chunk being shown now, and the chunks already recalled (``memory_recall`` returns each at most once)."""
+
+    chunks: List[Tuple[float, float, Media]] = field(default_factory=list)
+    current: int = 0
+    recalled: Set[int] = field(default_factory=set)
+
+
+@dataclass
+class EpisodeState:
+    sample: Optional[Sample]
+    media: Optional[Media]  # what the prompt showed (the view's media)
+    budget: ToolBudget
+    calls: int = 0
+    media_tokens_used: int = 0
+    memory: Optional[StreamMemory] = None  # streaming episodes: set and advanced by their environment
+
+    @property
+    def sample_id(self) -> str:
+        return self.sample.id if self.sample is not None else "?"

@@ -1,0 +1,88 @@
+"""Tool suites: ``tools/*.yaml`` names the tools an episode may call and its budgets (``rollout.tools``).
+
+    max_turns: 4            # model turns per episode
+    max_total_tokens: 4096  # an episode stops before a turn that could pass this many tokens
+    budget: {max_calls: 3, max_media_tokens: 512, max_frames: 8, frame_max_pixels: 12544}
+    tools:
+      - name: video_seek    # a registered tool ...
+      - name: mypkg.tools:count_blinks   # ... or module:function (with `schema:` if it is a plain function)
+
+Every key is checked when the file is loaded; a bad one is a ``ConfigError`` naming the file and the key.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from mmrl.errors import ConfigError
+from mmrl.tools.episode import ToolBudget
+from mmrl.tools.registry import ToolSpec, resolve_tool
+
+
+@dataclass
+class ToolEntry:
+    name: str = ""
+    schema: Optional[Dict[str, Any]] = None
+    description: str = ""
+
+
+@dataclass
+class SuiteConfig:
+    description: str = ""
+    max_turns: int = 4
+    max_total_tokens: Optional[int] = None
+    budget: ToolBudget = field(default_factory=ToolBudget)
+    tools: List[ToolEntry] = field(default_factory=list)
+
+
+@dataclass
+class ToolSuite:
+    path: str
+    config: SuiteConfig
+    tools: Dict[str, ToolSpec]
+
+    def system_block(self) -> str:
+        """The tool list and calling convention as Qwen2.5's chat template appends them to the system turn."""
+        sigs = "\n".join(json.dumps(t.signature()) for t in self.tools.values())
+        return ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n" + sigs +
+                "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+                "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                "<args-json-object>}\n</tool_call>")
+
+
+def load_suite(path: str) -> ToolSuite:
+    import mmrl.tools  # noqa: F401  (registers the built-in tools)
+
+    try:
+        raw = OmegaConf.load(path)
+    except FileNotFoundError:
+        raise ConfigError(f"tool suite not found: {path}") from None
+    try:
+        cfg: SuiteConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SuiteConfig), raw))
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"{path}: " + (f"key '{key}': " if key else "") + str(e).splitlines()[0]) from None
+    if not cfg.tools:
+        raise ConfigError(f"{path}: key 'tools' lists no tool")
+    checks = {"max_turns": cfg.max_turns, "budget.max_calls": cfg.budget.max_calls,
+              "budget.max_frames": cfg.budget.max_frames, "budget.max_call_chars": cfg.budget.max_call_chars,
+              "budget.frame_max_pixels": cfg.budget.frame_max_pixels - cfg.budget.frame_min_pixels + 1}
+    for key, value in checks.items():
+        if value < 1:
+            raise ConfigError(f"{path}: key '{key}' must be >= 1" + (" (and frame_max_pixels >= frame_min_pixels)"
+                                                                     if "pixels" in key else ""))
+    tools: Dict[str, ToolSpec] = {}
+    for i, entry in enumerate(cfg.tools):
+        try:
+            spec = resolve_tool(entry.name, entry.schema, entry.description)
+        except Exception as e:  # unknown name, failed import, invalid JSON schema
+            raise ConfigError(f"{path}: key 'tools.{i}.name' = {entry.name!r}: {str(e).splitlines()[0]}") from None
+        if spec.name in tools:
+            raise ConfigError(f"{path}: key 'tools.{i}.name': tool '{spec.name}' is listed twice")
+        tools[spec.name] = spec
+    return ToolSuite(path=str(path), config=cfg, tools=tools)
