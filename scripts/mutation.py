@@ -77,6 +77,37 @@ EQUIVALENT = {
     ("mmrl/train/update.py",
      "adv = adv[:, :width] if adv.shape[1] > width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))",
      "adv = adv[:, :width] if adv.shape[1] >= width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))"),
+    # update: F.pad with a negative width crops, so padding by (width - T') when T' > width is the same cut
+    ("mmrl/train/update.py",
+     "adv = adv[:, :width] if adv.shape[1] > width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))",
+     "adv = adv[:, :width] if (adv.shape[1] > width) and False else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))"),
+    # backend: the one-process all_reduce returns its values whatever the op
+    ("mmrl/train/backend.py", "def all_reduce(self, values: Sequence[float], op: str = \"sum\") -> List[float]:",
+     "def all_reduce(self, values: Sequence[float], op: str = \"XXsumXX\") -> List[float]:"),
+    ("mmrl/train/backend.py", "def all_reduce(self, values: Sequence[float], op: str = \"sum\") -> List[float]:",
+     "def all_reduce(self, values: Sequence[float], op: str = \"SUM\") -> List[float]:"),
+    # decode: torchvision's resize defaults to antialias=True
+    ("mmrl/media/decode.py",
+     "return resize(frames, [rh, rw], interpolation=InterpolationMode.BICUBIC, antialias=True).contiguous()",
+     "return resize(frames, [rh, rw], interpolation=InterpolationMode.BICUBIC, ).contiguous()"),
+    # views: "< min + 1e-9" still holds the minimum; a float "ones" selection is cast by .float() anyway; an integer
+    # arange compares exactly with float64 edges
+    ("mmrl/views/image_transforms.py", "sel = d <= d.min(dim=1, keepdim=True).values + 1e-9  # [T, B]",
+     "sel = d < d.min(dim=1, keepdim=True).values + 1e-9  # [T, B]"),
+    ("mmrl/views/image_transforms.py", "sel = torch.ones(t, len(boxes), dtype=torch.bool)", "sel = torch.ones(t, len(boxes), dtype=None)"),
+    ("mmrl/views/image_transforms.py", "sel = torch.ones(t, len(boxes), dtype=torch.bool)", "sel = torch.ones(t, len(boxes), )"),
+    ("mmrl/views/image_transforms.py",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=torch.float64)",
+     "cols, rows = torch.arange(w, dtype=None), torch.arange(h, dtype=torch.float64)"),
+    ("mmrl/views/image_transforms.py",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=torch.float64)",
+     "cols, rows = torch.arange(w, ), torch.arange(h, dtype=torch.float64)"),
+    ("mmrl/views/image_transforms.py",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=torch.float64)",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=None)"),
+    ("mmrl/views/image_transforms.py",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=torch.float64)",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, )"),
     # backend: zeroed gradients and absent ones give the same step (only memory differs); float("INF") is inf
     ("mmrl/train/backend.py", "self.optimizer.zero_grad(set_to_none=True)", "self.optimizer.zero_grad(set_to_none=None)"),
     ("mmrl/train/backend.py", "self.optimizer.zero_grad(set_to_none=True)", "self.optimizer.zero_grad(set_to_none=False)"),

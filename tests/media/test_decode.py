@@ -278,3 +278,25 @@ def test_resize_is_qwens_bicubic_with_antialiasing(tmp_path):
     assert torch.equal(m.image, want)
     assert not torch.equal(want, resize(torch.from_numpy(pix).permute(2, 0, 1)[None], [112, 112],
                                         interpolation=InterpolationMode.BILINEAR, antialias=True)[0])
+
+
+def test_mp4_reader_failures_without_text_and_empty_videos(monkeypatch, tmp_path):
+    import decord
+
+    path = tmp_path / "fake.mp4"
+    path.write_bytes(b"\0")
+
+    def silent(p, num_threads=0):
+        raise RuntimeError("")
+
+    monkeypatch.setattr(decord, "VideoReader", silent)
+    assert _error(decode_video, VideoRef(str(path)), "q") == f"sample 'q', file '{path}': unreadable video (RuntimeError: )"
+
+    class Empty(_FakeReader):
+        def __len__(self):
+            return 0
+
+    monkeypatch.setattr(decord, "VideoReader", lambda p, num_threads=0: Empty(p, num_threads, 5.0))
+    assert _error(decode_video, VideoRef(str(path)), "q") == f"sample 'q', file '{path}': video has zero frames"
+    monkeypatch.setattr(decord, "VideoReader", lambda p, num_threads=0: _FakeReader(p, num_threads, 1.0))
+    assert _error(decode_video, VideoRef(str(path), start=20.0), "q").startswith(f"sample 'q', file '{path}': time range")

@@ -316,3 +316,27 @@ def test_expand_checks_the_decoded_media_kind():
 
     with pytest.raises(DataError, match=r"view 'rev' \(transform 'reverse'\) does not apply to image media"):
         vs.expand(make_sample(), make_image())
+
+
+def test_span_edges_keep_float64_precision_at_an_hour():
+    """float32 rounds 3600.3 up to 3600.30005: a frame exactly at a span's start would fall out, and one 20 us
+    before a span's end would too."""
+    assert in_spans(torch.tensor([3600.3], dtype=torch.float64), [(3600.3, 3601.0)]).tolist() == [True]
+    assert in_spans(torch.tensor([3600.30004], dtype=torch.float64), [(3600.0, 3600.30006)]).tolist() == [True]
+
+
+def test_box_mask_default_margin_message_and_untimed_video():
+    from mmrl.views.image_transforms import box_mask
+
+    img = make_image(h=56, w=56)
+    s = make_sample(boxes=[(0.0, [40, 40, 60, 60])], image=True)  # -> [20, 20, 30, 30]
+    expect = torch.zeros(56, 56, dtype=torch.bool)
+    expect[20:30, 20:30] = True
+    assert torch.equal(box_mask(img, s)[0], expect)  # no margin by default
+    with pytest.raises(ValueError, match=r"^sample 's1' has no evidence boxes$"):
+        box_mask(img, make_sample(boxes=[], image=True))
+    clip = make_clip(t=2)
+    clip.timestamps = None  # frames without times: every box on every frame
+    two = make_sample(boxes=[(0.0, [0, 0, 20, 20]), (9.0, [80, 80, 100, 100])])
+    m = box_mask(clip, two)
+    assert bool(m[:, 0:10, 0:10].all()) and bool(m[:, 40:50, 40:50].all()) and int(m.sum()) == 2 * 2 * 100
