@@ -1,18 +1,23 @@
-"""mmrl vs TRL's GRPOTrainer on one CPU, at equal work; plus mmrl on video and the algorithms side by side.
+"""mmrl vs TRL's GRPOTrainer on one CPU, at equal work; plus mmrl on video, the floor, and the algorithms side by side.
 
     .venv/bin/python bench/vs_trl.py [--steps 6] [--warmup 1] [--reps 3] [--threads 1] [--out runs/vs_trl]
-                                     [--no-algos] [--no-video] [--no-trl] [--algo-sft-steps 40] [--mmrl-baseline]
+                                     [--lengths 4 64 256 512] [--no-algos] [--no-video] [--no-trl] [--no-floor]
+                                     [--algo-sft-steps 40] [--mmrl-baseline]
 
-Every run is a fresh subprocess (fair peak RSS, no shared caches), in the order ``mmrl, TRL, mmrl-video,
-algorithms...`` repeated ``--reps`` times (A B A B ...). Both frameworks get the same tiny Qwen2.5-VL checkpoint,
-the same synthetic single-image task (``make_image_world``: 56x56 PNGs, 4 image tokens), ``--prompts`` prompts x
-``--n`` responses per step, ``--max-new-tokens``, temperature 1.0, AdamW at ``--lr`` (constant), grad clip 1.0,
-micro-batch ``--micro-batch``, fp32, ``--threads`` torch/OpenMP threads, and ``--steps`` optimizer steps of which
-the first ``--warmup`` are not timed. Rewards: mmrl's ``accuracy`` + 0.1 x ``format`` (TRL: the same rules).
+Every run is a fresh subprocess (fair peak RSS, no shared caches), in the order ``mmrl, TRL, floor, mmrl-video,
+floor-video, algorithms...`` for each length, repeated ``--reps`` times (A B A B ...). Both frameworks get the same
+tiny Qwen2.5-VL checkpoint, the same synthetic single-image task (``make_image_world``: 56x56 PNGs, 4 image tokens),
+``--prompts`` prompts x ``--n`` responses per step, ``--max-new-tokens`` (or each of ``--lengths``), temperature
+1.0, AdamW at ``--lr`` (constant), grad clip 1.0, micro-batch ``--micro-batch``, fp32, ``--threads`` torch/OpenMP
+threads, and ``--steps`` optimizer steps of which the first ``--warmup`` are not timed. Rewards: mmrl's
+``accuracy`` + 0.1 x ``format`` (TRL: the same rules). The floor (``bench/floor.py``) is the same step's bare
+computation in plain torch, on the image and on the video world.
 
 Printed per run kind: steps/s, samples/s (generated completions), generated tokens/s, peak RSS, and seconds per
 step in generation / scoring / update (definitions in ``bench/README.md``); then mmrl/TRL ratios with
-min/median/max over the repetitions (pairs of the same repetition). Then the algorithm table on the video world:
+min/median/max over the repetitions (pairs of the same repetition). With several ``--lengths``, first one table
+with a row per length (mmrl vs TRL, vs the floor, video vs its floor), then the per-length tables; the tables are
+rewritten after every repetition. Then the algorithm table on the video world (at the first length only):
 time per step of GRPO, DAPO, GSPO, BPO (configs/bpo_demo.yaml), T-GRPO (configs/tgrpo_demo.yaml) as ratios to
 GRPO, and BPO's ``view_time_share``. The algorithms start from a short SFT warm-up of the tiny model
 (``--algo-sft-steps``, made once and kept in ``--out``) so that rewards vary and DAPO's dynamic sampling is not degenerate.
@@ -35,6 +40,7 @@ from pathlib import Path
 from typing import Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's mmrl, not an installed one
 MARK = "@@VS_TRL_RESULT@@"
 
 
@@ -111,6 +117,10 @@ def _child(arm: str, spec_path: str) -> None:
 
         res = run_trl(spec)
         res["threads"] = torch.get_num_threads()
+    elif arm == "floor":
+        from floor import run_floor
+
+        res = run_floor(spec)
     else:
         res = run_mmrl(spec)
     print(MARK + json.dumps(res), flush=True)
@@ -226,8 +236,9 @@ def report(a, results: Dict[str, List[Dict]]) -> str:
              "| run | steps/s | samples/s | gen tokens/s | peak RSS MB | s/step | CPU s/step | gen s | score s | update s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     names = {"mmrl": "mmrl (image)", "trl": "TRL GRPOTrainer (image)", "mmrl_baseline": "mmrl, shared prefill off (image)",
-             "mmrl_video": "mmrl (video, 4 frames)"}
-    for k in ("mmrl", "trl", "mmrl_baseline", "mmrl_video"):
+             "mmrl_video": "mmrl (video, 4 frames)", "floor": "floor, plain torch (image)",
+             "floor_video": "floor, plain torch (video)"}
+    for k in ("mmrl", "trl", "mmrl_baseline", "mmrl_video", "floor", "floor_video"):
         if k in S:
             lines.append(_fmt_row(names[k], _median_summary(S[k])))
     if "mmrl" in S and "trl" in S:
@@ -266,7 +277,9 @@ def main() -> None:
                     help="torch / OpenMP threads in every run (default 1: stable on a shared 2-core box, see README)")
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
     ap.add_argument("--n", type=int, default=8, help="responses per prompt, the group size (default 8)")
-    ap.add_argument("--max-new-tokens", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=4, help="new tokens per response (one length)")
+    ap.add_argument("--lengths", type=int, nargs="+", default=None,
+                    help="several --max-new-tokens in one invocation (e.g. 4 64 256 512): one table over lengths")
     ap.add_argument("--micro-batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
@@ -277,6 +290,8 @@ def main() -> None:
     ap.add_argument("--no-algos", dest="algos", action="store_false", help="skip the algorithm table")
     ap.add_argument("--no-trl", dest="trl", action="store_false", help="skip TRL (mmrl figures only)")
     ap.add_argument("--mmrl-baseline", action="store_true", help="add mmrl with shared-prompt prefill/scoring off")
+    ap.add_argument("--no-floor", dest="floor", action="store_false",
+                    help="skip the floor (bench/floor.py: the step's bare computation in plain torch)")
     ap.add_argument("--out", default="runs/vs_trl")
     ap.add_argument("--_arm", help=argparse.SUPPRESS)
     ap.add_argument("--_spec", help=argparse.SUPPRESS)
@@ -296,40 +311,96 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     prep = _prepare(a, out)
+    lengths = a.lengths or [a.max_new_tokens]
+    plans = {L: _plan(argparse.Namespace(**dict(vars(a), max_new_tokens=L)), prep, out / f"len{L}" if a.lengths else out,
+                      algos=a.algos and L == lengths[0]) for L in lengths}
+    results = {L: {k: [] for k, _, _ in plans[L]} for L in lengths}
+    for rep in range(a.reps):
+        for L in lengths:
+            for kind, arm, spec in plans[L]:
+                spec = dict(spec)
+                if arm == "mmrl":
+                    spec["overrides"] = [o if not o.startswith("train.out_dir=") else f"{o}/rep{rep}" for o in spec["overrides"]]
+                res = _spawn(f"{kind}_len{L}_rep{rep}", arm, spec, out / "logs", a.threads)
+                results[L][kind].append(res)
+                s = summarize(res, a.warmup)
+                print(f"[vs_trl] rep {rep + 1}/{a.reps} {L:4d} tokens {kind:14s} {s['s_per_step']:.3f} s/step  "
+                      f"{s['samples_per_s']:.1f} samples/s  peak RSS {s['peak_rss_mb']:.0f} MB  (run {res['wall_s']:.0f} s)",
+                      flush=True)
+        table = _write(argparse.Namespace(**dict(vars(a), reps=rep + 1)), lengths, results, out)  # partial tables too
+    print("\n" + table)
+
+
+def _write(a, lengths: List[int], results: Dict, out: Path) -> str:
+    tables = [report(argparse.Namespace(**dict(vars(a), max_new_tokens=L)), results[L]) for L in lengths]
+    if len(lengths) > 1:
+        tables.insert(0, lengths_table(a, lengths, results))
+    table = "\n\n".join(tables)
+    by_length = {str(L): r for L, r in results.items()} if a.lengths else results[lengths[0]]
+    (out / "results.json").write_text(json.dumps({"args": vars(a), "results": by_length}, indent=1))
+    (out / "table.md").write_text(table + "\n")
+    return table
+
+
+def _plan(a, prep: Dict, out: Path, algos: bool) -> List:
+    """The runs of one length, in the order a repetition runs them: (kind, arm, spec)."""
     plan = [("mmrl", "mmrl", _mmrl_spec(a, prep["model"], prep["image"], ["configs/demo.yaml"], [], out / "mmrl"))]
     if a.trl:
         plan.append(("trl", "trl", {"model": prep["model"], "world": str(prep["image"]), "seed": a.seed, "threads": a.threads,
                                     "prompts_per_step": a.prompts, "n": a.n, "micro_batch": a.micro_batch,
                                     "max_new_tokens": a.max_new_tokens, "temperature": 1.0, "lr": a.lr, "grad_clip": 1.0,
                                     "steps": a.steps, "out": str(out / "trl")}))
+    floor = {"model": prep["model"], "seed": a.seed, "threads": a.threads, "prompts_per_step": a.prompts, "n": a.n,
+             "max_new_tokens": a.max_new_tokens, "lr": a.lr, "grad_clip": 1.0, "steps": a.steps}
+    if a.floor:
+        plan.append(("floor", "floor", dict(floor, world=str(prep["image"]))))
     if a.mmrl_baseline:
         spec = _mmrl_spec(a, prep["model"], prep["image"], ["configs/demo.yaml"], [], out / "mmrl_baseline")
         plan.append(("mmrl_baseline", "mmrl", dict(spec, baseline=True)))
     if a.video:
         plan.append(("mmrl_video", "mmrl", _mmrl_spec(a, prep["model"], prep["video"], ["configs/demo.yaml"], [],
                                                       out / "mmrl_video")))
-    if a.algos:
+        if a.floor:
+            plan.append(("floor_video", "floor", dict(floor, world=str(prep["video"]))))
+    if algos:
         for name, files, extra in ALGOS:
             if name == "BPO":  # rollout.n = packs x 4 views: the nearest multiple of 4 (the old fixed 2 packs = 8)
                 extra = extra + [f"rollout.n={4 * max(1, a.n // 4)}"]
             plan.append((f"algo_{name}", "mmrl", _mmrl_spec(a, prep["warm"], prep["video"], ["configs/demo.yaml"] + files,
                                                              extra, out / f"algo_{name}")))
-    results: Dict[str, List[Dict]] = {k: [] for k, _, _ in plan}
-    for rep in range(a.reps):
-        for kind, arm, spec in plan:
-            spec = dict(spec)
-            if arm == "mmrl":
-                spec["overrides"] = [o if not o.startswith("train.out_dir=") else f"{o}/rep{rep}" for o in spec["overrides"]]
-            res = _spawn(f"{kind}_rep{rep}", arm, spec, out / "logs", a.threads)
-            results[kind].append(res)
-            s = summarize(res, a.warmup)
-            print(f"[vs_trl] rep {rep + 1}/{a.reps} {kind:14s} {s['s_per_step']:.3f} s/step  {s['samples_per_s']:.1f} samples/s  "
-                  f"peak RSS {s['peak_rss_mb']:.0f} MB  (run {res['wall_s']:.0f} s)", flush=True)
-    table = report(a, results)
-    print("\n" + table)
-    (out / "results.json").write_text(json.dumps({"args": vars(a), "results": results}, indent=1))
-    (out / "table.md").write_text(table + "\n")
+    return plan
 
+
+def lengths_table(a, lengths: List[int], results: Dict[int, Dict[str, List[Dict]]]) -> str:
+    """One row per length: mmrl vs TRL (per repetition pair, min / median / max) and mmrl vs the floor."""
+    lines = [f"mmrl vs TRL and the floor by response length ({a.prompts} prompts x {a.n} responses, {a.threads} thread(s), "
+             f"{a.steps} steps ({a.warmup} warm-up), {a.reps} repetitions; ratios per repetition: min / median / max; "
+             "s/step and gen/update s are medians):", "",
+             "| new tokens | mmrl s/step | TRL s/step | mmrl / TRL steps/s | TRL / mmrl CPU s per step | peak RSS mmrl / TRL | mmrl gen / score+update s "
+             "| TRL gen / score+update s | floor s/step | mmrl / floor | video s/step | video floor s/step | video / floor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for L in lengths:
+        S = {k: [summarize(r, a.warmup) for r in v] for k, v in results[L].items()}
+        med = {k: _median_summary(v) for k, v in S.items()}
+
+        def cell(k, f):
+            return f(med[k]) if k in med else "-"
+
+        def ratio(x, y, f):
+            return _stats([f(m, t) for m, t in zip(S[x], S[y])]) if x in S and y in S else "-"
+
+        lines.append(" | ".join([
+            f"| {L}", cell("mmrl", lambda m: f"{m['s_per_step']:.3f}"), cell("trl", lambda m: f"{m['s_per_step']:.3f}"),
+            ratio("mmrl", "trl", lambda m, t: m["steps_per_s"] / t["steps_per_s"]),
+            ratio("mmrl", "trl", lambda m, t: t["cpu_per_step"] / m["cpu_per_step"]),
+            ratio("mmrl", "trl", lambda m, t: m["peak_rss_mb"] / t["peak_rss_mb"]),
+            cell("mmrl", lambda m: f"{m['gen']:.2f} / {m['update'] + m['score']:.2f}"),
+            cell("trl", lambda m: f"{m['gen']:.2f} / {m['update'] + m['score']:.2f}"),
+            cell("floor", lambda m: f"{m['s_per_step']:.3f}"),
+            ratio("mmrl", "floor", lambda m, f: m["s_per_step"] / f["s_per_step"]),
+            cell("mmrl_video", lambda m: f"{m['s_per_step']:.3f}"), cell("floor_video", lambda m: f"{m['s_per_step']:.3f}"),
+            ratio("mmrl_video", "floor_video", lambda m, f: m["s_per_step"] / f["s_per_step"])]) + " |")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()

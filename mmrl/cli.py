@@ -1,21 +1,29 @@
-"""``mmrl`` command line: make-tiny-model, data synth, sft, train, eval, views preview, demo.
+"""mmrl command line: make-tiny-model, data synth, sft, train, eval, views preview, demo.
 
-Run configs are YAML plus dotted overrides: ``mmrl train --config configs/grpo_demo.yaml rollout.n=8``.
-User-facing errors (bad config key, bad sample, missing file) print one line and exit with status 2.
+Run configs are YAML plus dotted overrides: mmrl train --config configs/demo.yaml rollout.n=8.
+User-facing errors (bad config key, bad sample, missing file) print one line and exit with status 2;
+--debug shows the full traceback instead. SIGINT/SIGTERM during training save a checkpoint at the next step
+and print the command that resumes it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import traceback
 
-from mmrl.errors import MMRLError
+from mmrl import __version__
+from mmrl.errors import ConfigError, MMRLError
 
 
-def _cfg(args):
+def _cfg(args, kind: str):
     from mmrl.config import load_config
+    from mmrl.validate import check_yaml, validate
 
-    return load_config(args.config or [], args.overrides)
+    check_yaml(args.config or [])
+    cfg = load_config(args.config or [], args.overrides)
+    validate(cfg, kind, data_paths=not args.no_data_check)
+    return cfg
 
 
 def cmd_make_tiny(args) -> None:
@@ -24,29 +32,74 @@ def cmd_make_tiny(args) -> None:
     print(make_tiny_model(args.out))
 
 
+_SYNTH_FLAGS = {"size": "--size", "n_frames": "--frames", "fps": "--fps"}
+
+
 def cmd_synth(args) -> None:
-    if args.kind == "video":
-        from mmrl.data.synth_video import make_video_world
+    if args.n_train < 1 or args.n_test < 0:
+        raise ConfigError(f"data synth: --n-train must be >= 1 and --n-test >= 0, got {args.n_train} and {args.n_test}")
+    try:
+        if args.kind == "video":
+            from mmrl.data.synth_video import check_world_args, make_video_world
 
-        info = make_video_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size,
-                                n_frames=args.frames, fps=args.fps)
-    else:
-        from mmrl.data.synth_image import make_image_world
+            check_world_args(args.size, args.frames, args.fps)
+            info = make_video_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size,
+                                    n_frames=args.frames, fps=args.fps, fixed_options=args.fixed_options)
+        else:
+            from mmrl.data.synth_image import make_image_world
 
-        info = make_image_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+            if args.fixed_options:
+                raise ConfigError("data synth: --fixed-options applies to --kind video only")
+            if args.size < 24 or args.size % 2:
+                raise ValueError(f"size must be an even number >= 24, got {args.size}")
+            info = make_image_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+    except ValueError as e:
+        msg = str(e)
+        for name, flag in _SYNTH_FLAGS.items():
+            if msg.startswith(name + " "):
+                msg = flag + msg[len(name):]
+        raise ConfigError(f"data synth: {msg}") from None
     print(json.dumps(info, indent=2, default=str))
 
 
+def _run_mode(args) -> tuple:
+    resume = "auto" if args.auto_resume else bool(args.resume)
+    if args.resume and args.auto_resume:
+        raise ConfigError("--resume and --auto-resume exclude each other")
+    return resume, args.overwrite
+
+
 def cmd_sft(args) -> None:
+    cfg = _cfg(args, "sft")
+    resume, overwrite = _run_mode(args)
+    run_note = _run_dir_note(cfg, "sft", resume, overwrite, args.dry_run)
+    if args.dry_run:
+        return _plan(cfg, "sft", run_note)
+    if args.no_data_check:
+        raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
     from mmrl.train.sft import run_sft
 
-    cfg = _cfg(args)
-    if args.dry_run:
-        return _plan(cfg, "sft")
-    run_sft(cfg, quiet=args.quiet)
+    run_sft(cfg, quiet=args.quiet, resume=resume, overwrite=overwrite)
+    _summary(cfg.train.out_dir)
 
 
-def _plan(cfg, what: str) -> None:
+def _run_dir_note(cfg, kind: str, resume, overwrite: bool, dry_run: bool) -> str:
+    """Apply the run-directory rules before anything loads: a real run stops on a violation; a dry run shows what
+    a real run would do (start, resume from step N, or stop)."""
+    from mmrl.train.run_dir import open_run
+
+    try:
+        rd = open_run(cfg.train.out_dir, kind, resume, overwrite, check_only=True)
+    except ConfigError as e:
+        if not dry_run:
+            raise
+        return f"# a real run would stop here: {e}"
+    if rd.checkpoint is not None:
+        return f"# resumes from step {rd.resume_step} ({rd.checkpoint})"
+    return f"# starts at step 0 in {cfg.train.out_dir}" + (" (replacing the run there)" if overwrite else "")
+
+
+def _plan(cfg, what: str, run_note: str = "") -> None:
     from mmrl.config import to_yaml
 
     print(f"# plan: mmrl {what} (dry run: config built and validated, no weights loaded)")
@@ -56,20 +109,56 @@ def _plan(cfg, what: str) -> None:
 
         for line in describe_plan(cfg):
             print(f"# {line}")
+    else:
+        print(f"# {cfg.sft.steps} steps x {cfg.sft.batch_size} samples; lr {cfg.sft.lr}")
+    if run_note:
+        print(run_note)
+
+
+def _summary(out_dir: str) -> None:
+    """Where the run left its results (the end-of-run summary)."""
+    from pathlib import Path
+
+    from mmrl.dist import is_main
+    from mmrl.train.run_dir import checkpoints
+
+    if not is_main():  # one summary for N ranks
+        return
+    out = Path(out_dir)
+    lines = [f"mmrl: run finished in {out}"]
+    if (out / "final").exists():
+        lines.append(f"  final model   {out / 'final'}   (use as model.path, or mmrl eval synthetic --model)")
+    ck = checkpoints(out)
+    if ck:
+        lines.append(f"  checkpoints   {', '.join(p.name for p in ck)} in {out / 'checkpoints'}")
+    for name, what in (("metrics.jsonl", "metrics     "), ("report.md", "report      "), ("tb", "tensorboard "),
+                       ("skipped.jsonl", "skipped     ")):
+        if (out / name).exists() and (name != "skipped.jsonl" or (out / name).stat().st_size):
+            lines.append(f"  {what}  {out / name}")
+    print("\n".join(lines))
 
 
 def cmd_train(args) -> None:
-    cfg = _cfg(args)
+    cfg = _cfg(args, "train")
+    resume, overwrite = _run_mode(args)
+    run_note = _run_dir_note(cfg, "train", resume, overwrite, args.dry_run)
     if args.dry_run:
-        return _plan(cfg, "train")
+        return _plan(cfg, "train", run_note)
+    if args.no_data_check:
+        raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
     from mmrl.train.rl_trainer import RLTrainer
 
-    RLTrainer(cfg, quiet=args.quiet).run(resume=args.resume)
+    RLTrainer(cfg, quiet=args.quiet).run(resume=resume, overwrite=overwrite)
+    _summary(cfg.train.out_dir)
 
 
 def cmd_eval(args) -> None:
     from mmrl.eval.cli_bench import eval_main
+    from mmrl.validate import check_model_path
 
+    # a folder that is not a checkpoint: one line before anything loads (--show-protocol, --score-only load none)
+    if args.model and args.score_only is None and not args.show_protocol:
+        check_model_path(args.model, "--model")
     eval_main(args)
 
 
@@ -85,55 +174,86 @@ def cmd_demo(args) -> None:
     run_demo(out_dir=args.out, seed=args.seed, quick=args.quick, overrides=args.overrides)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mmrl", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Every option's default after its help (unless the help already states it); descriptions kept as written."""
 
-    s = sub.add_parser("make-tiny-model", help="write the embedded tiny Qwen2.5-VL checkpoint")
-    s.add_argument("out")
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default is None or action.default is False or not action.option_strings \
+                or action.default == argparse.SUPPRESS:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _sub(parent, name: str, help: str, common):
+    return parent.add_parser(name, help=help, description=help, formatter_class=_Help, parents=[common])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="on an error, show the full traceback (default: one line)")
+    p = argparse.ArgumentParser(prog="mmrl", description=__doc__, formatter_class=_Help)
+    p.add_argument("--version", action="version", version=f"mmrl {__version__}")
+    p.add_argument("--debug", action="store_true", help="on an error, show the full traceback instead of one line")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    s = _sub(sub, "make-tiny-model", "write the embedded tiny Qwen2.5-VL checkpoint", common)
+    s.add_argument("out", help="output folder")
     s.set_defaults(fn=cmd_make_tiny)
 
-    d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
-    s = d.add_parser("synth", help="generate a synthetic world (real MP4s / PNGs + annotations)")
-    s.add_argument("--out", required=True)
-    s.add_argument("--kind", choices=["video", "image"], default="video")
-    s.add_argument("--n-train", type=int, default=512)
-    s.add_argument("--n-test", type=int, default=128)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--size", type=int, default=56)
-    s.add_argument("--frames", type=int, default=8)
-    s.add_argument("--fps", type=float, default=4.0)
+    d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True, metavar="COMMAND")
+    s = _sub(d, "synth", "generate a synthetic world (real MP4s / PNGs + annotations)", common)
+    s.add_argument("--out", required=True, help="output folder (videos/ or images/, train.json, test.json)")
+    s.add_argument("--kind", choices=["video", "image"], default="video", help="video clips or single images")
+    s.add_argument("--n-train", type=int, default=512, help="training questions")
+    s.add_argument("--n-test", type=int, default=128, help="held-out questions")
+    s.add_argument("--seed", type=int, default=0, help="world seed")
+    s.add_argument("--size", type=int, default=56, help="frame side in pixels (even, >= 24)")
+    s.add_argument("--frames", type=int, default=8, help="frames per clip (>= 4; video)")
+    s.add_argument("--fps", type=float, default=4.0, help="frames per second of the clips (video)")
+    s.add_argument("--fixed-options", action="store_true",
+                   help="list every question's whole answer pool in a fixed order (the demo's world; video)")
     s.set_defaults(fn=cmd_synth)
 
     for name, fn, helptext in (("sft", cmd_sft, "supervised warm-up"), ("train", cmd_train, "RL training")):
-        s = sub.add_parser(name, help=helptext)
+        s = _sub(sub, name, helptext, common)
         s.add_argument("--config", action="append", help="YAML config (repeatable; later files override)")
-        s.add_argument("--dry-run", action="store_true", help="build and print the config and plan; load nothing")
-        s.add_argument("--quiet", action="store_true")
-        if name == "train":
-            s.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in train.out_dir")
-        s.add_argument("overrides", nargs="*", help="dotted overrides key=value")
+        s.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; load nothing")
+        s.add_argument("--no-data-check", action="store_true",
+                       help="with --dry-run, planning for another machine: do not require model.path and the data "
+                            "files to exist here")
+        s.add_argument("--quiet", action="store_true", help="no progress bar")
+        s.add_argument("--resume", action="store_true",
+                       help="continue from the latest checkpoint in train.out_dir (an error when there is none)")
+        s.add_argument("--auto-resume", action="store_true",
+                       help="continue from the latest checkpoint when there is one, else start at step 0")
+        s.add_argument("--overwrite", action="store_true",
+                       help="delete the previous run's artifacts in train.out_dir first (else a non-empty run "
+                            "directory is refused)")
+        s.add_argument("overrides", nargs="*", help="dotted overrides key=value (e.g. rollout.n=8)")
         s.set_defaults(fn=fn)
 
-    e = sub.add_parser("eval", help="evaluate on a benchmark (eval/<name>.yaml)")
+    e = sub.add_parser("eval", help="evaluate on a benchmark (eval/<name>.yaml)", formatter_class=_Help)
     from mmrl.eval.cli_bench import add_eval_arguments
 
     add_eval_arguments(e)
     e.set_defaults(fn=cmd_eval)
 
-    v = sub.add_parser("views", help="counterfactual view sets").add_subparsers(dest="views_cmd", required=True)
-    s = v.add_parser("preview", help="contact sheet of every view of one sample")
-    s.add_argument("--viewset", required=True)
-    s.add_argument("--data", required=True)
-    s.add_argument("--sample", required=True)
-    s.add_argument("--out", required=True)
-    s.add_argument("--nframes", type=int, default=8)
-    s.add_argument("--seed", type=int, default=0)
+    v = sub.add_parser("views", help="counterfactual view sets").add_subparsers(dest="views_cmd", required=True,
+                                                                                metavar="COMMAND")
+    s = _sub(v, "preview", "contact sheet of every view of one sample", common)
+    s.add_argument("--viewset", required=True, help="view set YAML")
+    s.add_argument("--data", required=True, help="annotation file")
+    s.add_argument("--sample", required=True, help="sample id")
+    s.add_argument("--out", required=True, help="output PNG")
+    s.add_argument("--nframes", type=int, help="frames to show (default: every frame of the clip)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random views")
     s.set_defaults(fn=cmd_views_preview)
 
-    s = sub.add_parser("demo", help="tiny model -> synthetic video world -> SFT -> GRPO -> eval")
-    s.add_argument("--out", default="runs/demo")
-    s.add_argument("--seed", type=int, default=0)
+    s = _sub(sub, "demo", "tiny model -> synthetic video world -> SFT -> GRPO -> eval", common)
+    s.add_argument("--out", default="runs/demo", help="output folder (replaced on every run)")
+    s.add_argument("--seed", type=int, default=0, help="world and training seed")
     s.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
     s.add_argument("overrides", nargs="*", help="dotted overrides applied to configs/demo.yaml")
     s.set_defaults(fn=cmd_demo)
@@ -141,12 +261,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    from mmrl.train.interrupt import Interrupted, set_command
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # valid anywhere on the line, also between dotted overrides
+    argv = [a for a in argv if a != "--debug"]
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    # argparse takes the dotted overrides in one run: those after a flag (`a=1 --resume b=2`) come back here
+    extra = [a for a in rest if "=" in a and not a.startswith("-")]
+    if len(extra) != len(rest) or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(a for a in rest if a not in extra or not hasattr(args, 'overrides'))}")
+    if extra:
+        args.overrides = list(args.overrides or []) + extra
+    set_command(argv)
     try:
         args.fn(args)
+    except Interrupted as e:
+        print(f"mmrl: {e}", file=sys.stderr)
+        return e.exit_code
     except MMRLError as e:
+        if debug:
+            traceback.print_exc()
         print(f"mmrl: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print("mmrl: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug, not bad input: still one line unless --debug
+        if debug:
+            raise
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        print(f"mmrl: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+              f"(at {where.filename}:{where.lineno}; run with --debug for the full traceback)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -51,7 +51,8 @@ class DataConfig:
     min_pixels: int = 28 * 28
     max_pixels: int = 112 * 112
     max_prompt_tokens: int = 4096
-    on_error: str = "raise"  # raise | skip
+    on_error: str = "raise"  # raise | skip (skipped samples are listed in <out_dir>/skipped.jsonl)
+    max_skip_frac: float = 0.1  # with on_error=skip: stop when more than this share of data.train was skipped
     shuffle: bool = True
     prompt: PromptConfig = field(default_factory=PromptConfig)
 
@@ -109,6 +110,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     eval_every: int = 0
     eval_limit: int = 0  # 0 = whole test split
+    wandb_project: Optional[str] = None  # also log the metrics to this Weights & Biases project (pip install wandb)
 
 
 @dataclass

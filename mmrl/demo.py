@@ -47,13 +47,13 @@ def run_demo(out_dir: str = "runs/demo", seed: int = 0, quick: bool = False, ove
     sft_cfg = load_config([str(DEMO_CONFIG)], common + [f"train.out_dir={out / 'sft'}"] + quick_o + list(overrides or []))
     if not quiet:
         print(f"[demo] SFT warm-up: {sft_cfg.sft.steps} steps")
-    run_sft(sft_cfg, quiet=quiet)
+    run_sft(sft_cfg, quiet=quiet, overwrite=True)  # the demo rebuilds its world and runs from scratch
     sft_eval = evaluate_checkpoint(str(out / "sft" / "final"), str(world / "test.json"), sft_cfg.data, out_dir=str(out / "eval_sft"))
     rl_cfg = load_config([str(DEMO_CONFIG)], common + [f"train.out_dir={out / 'rl'}", f"model.path={out / 'sft' / 'final'}"]
                          + quick_o + list(overrides or []))
     if not quiet:
         print(f"[demo] GRPO: {rl_cfg.train.steps} steps x {rl_cfg.train.prompts_per_step} prompts x {rl_cfg.rollout.n} responses")
-    RLTrainer(rl_cfg, quiet=quiet).run()
+    RLTrainer(rl_cfg, quiet=quiet).run(overwrite=True)
     rl_eval = evaluate_checkpoint(str(out / "rl" / "final"), str(world / "test.json"), rl_cfg.data, out_dir=str(out / "eval_rl"))
     table = _table({"after SFT": sft_eval, "after GRPO": rl_eval})
     result = {"seed": seed, "sft": sft_eval, "rl": rl_eval, "minutes": (time.time() - t_start) / 60}

@@ -5,6 +5,7 @@ Unknown names raise a ``KeyError`` that lists the known ones.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import Any, Callable, Dict, Iterator
 
@@ -37,8 +38,10 @@ class Registry:
                 raise KeyError(f"{self.kind} '{name}' could not be imported: {e}") from e
             self._items[name] = obj
             return obj
-        known = ", ".join(sorted(k for k in self._items if ":" not in k))
-        raise KeyError(f"unknown {self.kind} '{name}'; known: {known} (or give module:function)")
+        known = sorted(k for k in self._items if ":" not in k)
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise KeyError(f"unknown {self.kind} '{name}'; {hint}known: {', '.join(known)} (or give module:function)")
 
     def __contains__(self, name: str) -> bool:
         return name in self._items

@@ -16,12 +16,11 @@ if [ "$NUM_NODES" -gt 1 ]; then
   LAUNCH+=(--num_nodes "$NUM_NODES" --hostfile "${HOSTFILE:-hostfile}" --master_addr "$MASTER_ADDR")
 fi
 LAUNCH+=(--module mmrl train --config "$CONFIG")
-RESUME=()
-if [ -f "$OUT_DIR/checkpoints/latest" ]; then RESUME=(--resume); fi
+RESUME=(--auto-resume)  # a rerun (or a requeue after preemption) continues from OUT_DIR's latest checkpoint
 
 if [ "${DRY_RUN:-0}" = 1 ]; then
   echo "# launch: ${LAUNCH[*]} ${RESUME[*]+${RESUME[*]}} ${OVERRIDES[*]}"
   echo "# ranks: $((NUM_GPUS * NUM_NODES)) ($NUM_NODES node(s) x $NUM_GPUS GPU(s))"
-  exec "$PY" -m mmrl train --dry-run --config "$CONFIG" "${OVERRIDES[@]}"
+  exec "$PY" -m mmrl train --dry-run --no-data-check "${RESUME[@]}" --config "$CONFIG" "${OVERRIDES[@]}"
 fi
 exec "${LAUNCH[@]}" ${RESUME[@]+"${RESUME[@]}"} "${OVERRIDES[@]}"

@@ -10,7 +10,7 @@ LAYERS = {
     1: {"views", "rewards", "algos", "config"},
     2: {"rollout", "tools"},
     3: {"train", "eval", "diagnose"},
-    4: {"cli", "demo", "__main__"},
+    4: {"cli", "demo", "__main__", "validate"},
 }
 LAYER_OF = {name: k for k, names in LAYERS.items() for name in names}
 

@@ -19,6 +19,9 @@ from mmrl.algos.bpo import (
     pack_scores,
     paired_advantages,
 )
+from mmrl.algos.vppo import VPPO, VPPOParams
+from mmrl.algos.pacg import PACG, PACGParams
+from mmrl.algos import dspo  # noqa: F401  (registers "dspo")
 from mmrl.algos.losses import (
     AGG_MODES,
     aggregate,
@@ -38,5 +41,5 @@ __all__ = [
     "DAPOParams", "overlong_penalty", "dynamic_sampling_keep", "dynamic_sampling_plan", "DynamicSamplingPlan",
     "TGRPOParams", "tgrpo", "tgrpo_advantages", "tgrpo_temporal_bonus", "tgrpo_length_bonus",
     "BPOParams", "bpo", "contract_reward", "contract_rewards", "anchor_baseline", "bpo_advantages", "paired_advantages",
-    "pack_scores", "AGG_MODES", "aggregate", "k3_kl", "kl_term", "ppo_clip", "gspo_loss", "gspo_token_loss",
+    "pack_scores", "VPPO", "VPPOParams", "PACG", "PACGParams", "AGG_MODES", "aggregate", "k3_kl", "kl_term", "ppo_clip", "gspo_loss", "gspo_token_loss",
 ]

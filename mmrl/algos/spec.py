@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Callable, Dict, List, Optional, Type
 
 import torch
 
@@ -74,6 +74,7 @@ class StepBatch:
     epoch: int = 0
     world_size: int = 1
     target_groups: int = 0  # prompt groups a full batch holds (train.prompts_per_step); 0 = as many as present
+    decode: Optional[Callable[[List[int]], str]] = None  # the tokenizer's decode (ids -> text): token spans of text (PACG)
 
     def __len__(self) -> int:
         return int(self.rewards.numel())

@@ -17,10 +17,14 @@ from mmrl.rollout.view_metrics import view_metrics
 
 
 def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 8, viewset=None,
-                     batch_prompts: int = 32, engine=None, predictions_path: Optional[str] = None) -> Dict:
+                     batch_prompts: int = 32, engine=None, predictions_path: Optional[str] = None,
+                     load_errors=()) -> Dict:
+    """Greedy accuracy over ``samples``. A sample that cannot be used, whether rejected when the annotation file
+    was read (``load_errors``: ``(id, reason)`` pairs from ``load_samples``) or failing to decode here, counts in
+    ``n``, is scored wrong, and is listed in the predictions with its reason (``errors`` counts them)."""
     engine = engine or build_engine("hf", model=model, processor=processor)
     per_type: Dict[str, List[float]] = defaultdict(list)
-    rows, skipped = [], []
+    rows, skipped = [], list(load_errors)
     # view metrics are ratios (and F1 is not even a ratio of sums): pool every trajectory of the split and
     # compute them once, never as a weighted mean of per-chunk values
     all_trajs, seen = [], SimpleNamespace(candidates={}, samples={})
@@ -75,8 +79,8 @@ def evaluate_checkpoint(model_path: str, data_path: str, data_cfg, out_dir: Opti
     if limit:
         samples = samples[:limit]
     preds = str(Path(out_dir) / "predictions.jsonl") if out_dir else None
-    res = evaluate_samples(model, processor, samples, data_cfg, viewset=viewset, predictions_path=preds)
-    res["errors"] += len(skipped)
+    res = evaluate_samples(model, processor, samples, data_cfg, viewset=viewset, predictions_path=preds,
+                           load_errors=skipped)
     if out_dir:
         (Path(out_dir) / "summary.json").write_text(json.dumps(res, indent=2))
     return res

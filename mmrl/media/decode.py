@@ -9,6 +9,7 @@ folders: the sorted image files, images). Every failure is a ``DataError`` namin
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
@@ -61,6 +62,9 @@ def _choose_indices(ref: VideoRef, budget: MediaBudget, start: int, end: int, fp
         n = qwen_nframes(available, fps, nframes=nframes, sample_fps=ref.fps or budget.fps or 2.0,
                          max_frames=budget.max_frames)
     except ValueError as e:
+        if "nframes should in interval" in str(e):  # qwen-vl-utils' wording; frames are sampled in pairs
+            raise DataError(f"clip has {available} frame(s) in range; Qwen2-VL samples frames in pairs, so at least 2 "
+                            "are needed", sample_id=sample_id, path=ref.path) from None
         raise DataError(f"cannot sample frames: {e}", sample_id=sample_id, path=ref.path) from e
     return qwen_indices(start, end, n)
 
@@ -86,11 +90,33 @@ def _read_frame_folder(ref: VideoRef, budget: MediaBudget, sample_id: str):
     return np.stack(arrays), idx, fps
 
 
+@contextmanager
+def quiet_stderr():
+    """Silence what C libraries (decord, ffmpeg) write to file descriptor 2 while the block runs."""
+    import sys
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real fd 2 (e.g. captured): nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def _open_mp4(path: str, sample_id: str):
     import decord
 
     try:
-        return decord.VideoReader(path, num_threads=1)
+        with quiet_stderr():  # decord/ffmpeg print their own lines; the DataError below carries the reason
+            return decord.VideoReader(path, num_threads=1)
     except Exception as e:  # decord raises its own DECORDError and RuntimeError
         msg = str(e).splitlines()[0][:200] if str(e) else ""
         raise DataError(f"unreadable video ({type(e).__name__}: {msg})", sample_id=sample_id, path=path) from None

@@ -10,6 +10,11 @@ gradients flow through it) and then only the response tokens of every item, atte
 keys/values. The result equals one forward over each full ``prompt + response`` sequence (same positions, same
 causal attention), at the cost of ``U`` prompts instead of ``N`` (``U = N / n``). ``prefill_prompts`` is the
 first pass; the HF rollout engine uses it too, so sampling and scoring read the model the same way.
+
+The second pass has two layouts, picked per micro-batch by ``scoring_strategy`` (short responses: ``packed``, a
+group's responses side by side in its prompt's row; long ones: ``expand``, one row per response over a gathered
+copy of its prompt's cache). Every layout makes the same module calls (prefill, one response pass, the head), so
+ZeRO-3 ranks stay in step even when their micro-batches pick different layouts.
 """
 from __future__ import annotations
 
@@ -117,9 +122,54 @@ def _can_share(model) -> bool:
     return not (model.training and getattr(model, flag, False))
 
 
+STRATEGIES = ("packed", "expand", "full")
+
+
+def scoring_strategy(prompt_tokens: int, n: int, response_tokens: int) -> str:
+    """Which shared-prompt layout scores (and generates) ``n`` responses of up to ``response_tokens`` tokens after
+    a ``prompt_tokens``-token prompt at the least cost.
+
+    Per layer, the attention work of one prompt's group is, in key-query pairs (``W = response_tokens``):
+
+    - ``packed``: the ``n`` continuations side by side in the prompt's row, ``n*W`` queries over ``P + n*W`` keys;
+      no copy of the prompt's cache, one row per prompt. Its attention grows with ``(n*W)^2``.
+    - ``expand``: the prompt's cache gathered once per response (a copy of ``n*P`` keys/values, and its
+      backward), then ``n`` rows of ``W`` queries over ``P + W`` keys: ``n*W*(P + W)``, linear in ``n``.
+
+    The extra attention of ``packed`` is ``n*W*(n-1)*W``; the extra cost of ``expand`` is the ``n*P`` cache copy
+    plus a fixed per-row overhead. Measured on the tiny model (``bench/scoring_crossover.py`` and its ``--gen``,
+    16 prompts of ~71 tokens x 8, CPU, 1 thread, median CPU s of 3): forward+backward packed / expand 0.200 / 0.211
+    at 16 new tokens, 0.248 / 0.251 at 24, 0.277 / 0.271 at 32, 7.18 / 1.97 at 256; generation 0.215 / 0.228 at 24,
+    0.339 / 0.321 at 32. So ``packed`` while ``(n-1)*W <= 192`` extra keys (``W <= 27`` at ``n = 8``), else
+    ``expand``. A single response (``n == 1``) has nothing to pack: ``expand`` (which is then a plain cached
+    continuation) is used.
+    """
+    if n <= 1:
+        return "expand"
+    return "packed" if (n - 1) * max(response_tokens, 1) <= PACKED_MAX_EXTRA_KEYS else "expand"
+
+
+PACKED_MAX_EXTRA_KEYS = 192
+
+
+def strategy_note(n: int, max_new_tokens: int) -> str:
+    """One line for a run plan (``--dry-run``): the layout the HF engine decodes in and the scorer starts from
+    (the scorer re-applies the rule per micro-batch to the longest response it holds, which EOS can make shorter)."""
+    name = scoring_strategy(0, n, max_new_tokens)
+    why = ("a single response per prompt" if n <= 1 else
+           f"(n-1) x max_new_tokens = {(n - 1) * max_new_tokens} {'<=' if name == 'packed' else '>'} {PACKED_MAX_EXTRA_KEYS}")
+    return f"shared-prompt layout: {name} ({why}; packed = responses side by side in the prompt's row, expand = the " \
+           f"prompt's KV cache gathered per response)"
+
+
 def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
-                      micro_batch: int = 16, pad_id: int = 0) -> List[torch.Tensor]:
-    """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled."""
+                      micro_batch: int = 16, pad_id: int = 0, strategy: str = "auto") -> List[torch.Tensor]:
+    """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled.
+
+    ``strategy``: ``auto`` (``scoring_strategy`` per micro-batch), ``packed``, ``expand`` or ``full`` (one
+    forward per whole sequence; always used under gradient checkpointing, which keeps no KV cache)."""
+    if strategy not in ("auto",) + STRATEGIES:
+        raise ValueError(f"scoring strategy must be one of auto, {', '.join(STRATEGIES)}; got {strategy!r}")
     out: List[torch.Tensor] = []
     if any(isinstance(p, SequenceInputs) for p, _ in items):  # multi-turn: one forward over each whole sequence
         from mmrl.models.sequence_scoring import mixed_logprobs  # imports this module: resolved at call time
@@ -127,10 +177,19 @@ def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]],
         return mixed_logprobs(model, items, temperature, micro_batch, pad_id)
     core, head = backbone(model)
     device = next(model.parameters()).device
-    score = _score_shared if _can_share(model) else _score_full
     for s in range(0, len(items), micro_batch):
-        out.extend(score(core, head, items[s : s + micro_batch], temperature, pad_id, device))
+        chunk = items[s : s + micro_batch]
+        name = strategy if _can_share(model) else "full"
+        if name == "auto":
+            name = _chunk_strategy(chunk)
+        out.extend(_SCORERS[name](core, head, chunk, temperature, pad_id, device))
     return out
+
+
+def _chunk_strategy(chunk) -> str:
+    uniq, owner = unique_prompts([p for p, _ in chunk])
+    n = int(torch.bincount(owner).max())
+    return scoring_strategy(max(p.num_tokens for p in uniq), n, max(int(r.numel()) for _, r in chunk))
 
 
 def slots(owner: torch.Tensor) -> torch.Tensor:
@@ -152,7 +211,7 @@ def packed_mask(prompt_mask: torch.Tensor, k: int, w: int) -> torch.Tensor:
     return torch.cat([prompt_mask.bool()[:, None, None, :].expand(u, 1, k * w, -1), own.expand(u, 1, -1, -1)], dim=-1)
 
 
-def _score_shared(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+def _score_packed(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
     """Prompts once (cached), then the responses of each prompt packed side by side in that prompt's row
     (block-causal mask, positions restart at the prompt length for each response): no copy of the prompt cache."""
     uniq, owner = unique_prompts([p for p, _ in chunk])
@@ -173,11 +232,7 @@ def _score_shared(core, head, chunk, temperature: float, pad_id: int, device) ->
                position_ids=pos.unsqueeze(0).expand(3, -1, -1), cache=cache, use_cache=True).last_hidden_state
     hid = hid.view(U, K, W, -1)[owner, slot]  # [N, W, H]
     hidden = torch.cat([last[owner].unsqueeze(1), hid], dim=1)[:, :R]  # [N, R, H]: position t predicts token t
-    valid = torch.arange(R, device=device).view(1, -1) < rlen.view(-1, 1)
-    targets = pad_right(resp + [resp[0].new_zeros(0)], pad_id)[:-1][valid] if R else cols.new_zeros(0)
-    logits = head(hidden[valid]).float() / temperature
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return list(lp.split(rlen.tolist()))
+    return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
 
 
 def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
@@ -199,3 +254,38 @@ def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> L
     targets = ids[rows_t, cols_t + 1]
     lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return list(lp.split([int(r.numel()) for _, r in chunk]))
+
+
+def _score_expand(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+    """Prompts once (cached), then the cache gathered per response (``index_select`` on the batch axis: gradients of
+    every response flow back into its prompt's keys/values) and each response scored in its own row, causal over
+    its prompt and its own earlier tokens. Attention work ``N*W*(P + W)``: linear in the group size."""
+    uniq, owner = unique_prompts([p for p, _ in chunk])
+    owner = owner.to(device)
+    last, cache, pmask, start = prefill_prompts(core, uniq, pad_id, device)
+    resp = [r.to(device=device, dtype=torch.long) for _, r in chunk]
+    rlen = torch.tensor([int(r.numel()) for r in resp], dtype=torch.long, device=device)
+    R = int(rlen.max())
+    W, N, P = max(R - 1, 1), len(chunk), pmask.shape[1]  # a dummy column when no response has a second token (ZeRO-3)
+    cols = pad_right([r[:W] for r in resp] + [resp[0].new_full((W,), pad_id)], pad_id)[:-1]  # [N, W]
+    cache.batch_select_indices(owner)
+    causal = torch.ones(W, W, dtype=torch.bool, device=device).tril()
+    attn = torch.cat([pmask.bool()[owner][:, None, None, :].expand(N, 1, W, P), causal.expand(N, 1, W, W)], dim=-1)
+    pos = start[owner].view(N, 1) + torch.arange(W, device=device).view(1, W)
+    hid = core(input_ids=cols, attention_mask=attn, position_ids=pos.unsqueeze(0).expand(3, -1, -1), cache=cache,
+               use_cache=True).last_hidden_state  # [N, W, H]
+    return _head_logprobs(head, torch.cat([last[owner].unsqueeze(1), hid], dim=1)[:, :R], resp, rlen, temperature, pad_id)
+
+
+def _head_logprobs(head, hidden, resp, rlen, temperature: float, pad_id: int) -> List[torch.Tensor]:
+    """Log-probs of the response tokens from hidden states ``[N, R, H]`` (position t predicts token t), only at
+    real tokens (the ``[N, R, V]`` logits are never formed for padding)."""
+    R = hidden.shape[1]
+    valid = torch.arange(R, device=hidden.device).view(1, -1) < rlen.view(-1, 1)
+    targets = pad_right(resp + [resp[0].new_zeros(0)], pad_id)[:-1][valid] if R else resp[0].new_zeros(0)
+    logits = head(hidden[valid]).float() / temperature
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return list(lp.split(rlen.tolist()))
+
+
+_SCORERS = {"packed": _score_packed, "expand": _score_expand, "full": _score_full}

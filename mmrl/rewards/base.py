@@ -56,13 +56,27 @@ def compute_rewards(specs: Sequence[RewardSpec], ctx: List[RewardContext]) -> tu
                               f"(batch samples: {', '.join(sorted({c.sample.id for c in ctx}))[:300]})") from e
         named = res if isinstance(res, dict) else {spec.name: res}
         for key, values in named.items():
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+                raise RewardError(f"reward '{spec.name}' returned {type(values).__name__} {str(values)[:60]!r}; "
+                                  f"expected a list of {len(ctx)} numbers (one per completion)")
             values = list(values)
             if len(values) != len(ctx):
                 raise RewardError(f"reward '{spec.name}' returned {len(values)} values for {len(ctx)} completions")
             for c, v in zip(ctx, values):
+                if isinstance(v, (str, bytes)) or not _is_number(v):
+                    raise RewardError(f"reward '{spec.name}' returned {v!r} ({type(v).__name__}) for sample "
+                                      f"'{c.sample.id}' (view {c.view}); expected a number")
                 if v is None or not math.isfinite(float(v)):
                     raise RewardError(f"reward '{spec.name}' returned {v} for sample '{c.sample.id}' (view {c.view})")
             comps[key] = [float(v) for v in values]
             if key == spec.name or spec.name not in named:
                 total = [t + spec.weight * float(v) for t, v in zip(total, values)]
     return comps, total
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -1,10 +1,20 @@
 """HF backend: all prompts of a step in a few batched calls, ``n`` samples each.
 
-Each distinct prompt is prefilled once (vision tower + language model, ``mmrl.models.scoring.prefill_prompts``),
-its KV cache is repeated ``n`` times, and the ``n`` samples are decoded from it with the sampling rules of
-``transformers`` (suppressed tokens, temperature, top-k, top-p; greedy = argmax). ``generate`` with
-``num_return_sequences`` would instead prefill every prompt ``n`` times. ``shared_prefill=False`` uses
-``model.generate`` (kept as the reference the tests compare against).
+Each distinct prompt is prefilled once (vision tower + language model, ``mmrl.models.scoring.prefill_prompts``)
+and its ``n`` samples are decoded from that cache with the sampling rules of ``transformers`` (suppressed tokens,
+temperature, top-k, top-p; greedy = argmax). ``generate`` with ``num_return_sequences`` would instead prefill every
+prompt ``n`` times. Two decode layouts, chosen by ``mmrl.models.scoring.scoring_strategy`` (the same rule and
+trade-off as the scorer's):
+
+- ``packed`` (short responses): the ``n`` samples side by side in their prompt's cache row, one key column per
+  sample and step under a block mask; no copy of the prompt cache, but a step's attention reads ``P + n*t`` keys.
+- ``expand`` (long responses): the prompt's keys/values gathered once per sample into a ``GrowingLayer`` cache
+  (``mmrl.models.kv_cache``: preallocated, written in place, no per-step ``torch.cat`` of the whole cache), one
+  row per sample reading ``P + t`` keys; rows whose sample has finished are dropped from the forward once they
+  are a quarter of the rows still decoded (the sampler still draws for every row, so the RNG stream, and hence
+  every token, is the same as without dropping).
+
+``shared_prefill=False`` uses ``model.generate`` (kept as the reference the tests compare against).
 """
 from __future__ import annotations
 
@@ -15,7 +25,8 @@ import torch
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
-from mmrl.models.scoring import backbone, positions, prefill_prompts
+from mmrl.models.kv_cache import growing_cache
+from mmrl.models.scoring import backbone, positions, prefill_prompts, scoring_strategy
 
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
@@ -29,9 +40,14 @@ def vision_token_ids(tokenizer) -> List[int]:
 
 @ENGINES.register("hf")
 class HFEngine(RolloutEngine):
-    def __init__(self, model, processor, max_batch_sequences: int = 64, shared_prefill: bool = True):
+    drop_fraction = 0.25  # expand layout: drop finished rows from the forward once they are this share of live rows
+    def __init__(self, model, processor, max_batch_sequences: int = 64, shared_prefill: bool = True,
+                 layout: str = "auto"):
+        if layout not in ("auto", "packed", "expand"):
+            raise ValueError(f"HF engine layout must be auto, packed or expand; got {layout!r}")
         self.model = model
         self.shared_prefill = shared_prefill
+        self.layout = layout
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.max_batch_sequences = max_batch_sequences
@@ -88,26 +104,39 @@ class HFEngine(RolloutEngine):
         return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
 
     def _generate_chunk(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
-        """Prefill each prompt once; decode its ``n`` samples side by side in the prompt's row of the KV cache
-        (one key column per sample and step, block mask: a sample sees the prompt and its own tokens)."""
+        """Prefill each prompt once, then decode its ``n`` samples in the layout that costs least."""
         core, head = backbone(self.model)
         device = next(self.model.parameters()).device
         last, cache, mask, start = prefill_prompts(core, [r.inputs for r in reqs], self.pad_id, device)
-        U, K = len(reqs), max(r.n for r in reqs)
         owner = torch.tensor([u for u, r in enumerate(reqs) for _ in range(r.n)], dtype=torch.long, device=device)
         slot = torch.tensor([j for r in reqs for j in range(r.n)], dtype=torch.long, device=device)
-        prompt_keys = mask.bool()[:, None, None, :].expand(U, 1, K, mask.shape[1])
-        own = torch.eye(K, dtype=torch.bool, device=device)
-        logits = head(last).float()[owner]
+        layout = self.layout
+        if layout == "auto":
+            layout = scoring_strategy(mask.shape[1], max(r.n for r in reqs), params.max_new_tokens)
+        decode = self._decode_packed if layout == "packed" else self._decode_expand
+        toks, lps = decode(core, head, head(last).float()[owner], cache, mask, start, owner, slot, params)
+        return self._trajectories(reqs, keys, torch.stack(toks, dim=1).cpu(), torch.stack(lps, dim=1).cpu())
+
+    def _step(self, logits: torch.Tensor, done: torch.Tensor, params: SamplingParams, toks: list, lps: list):
+        """Sample one token per row of ``logits [N, V]`` (finished rows get padding), record it and its log-prob;
+        returns the new tokens and the updated ``done``."""
         temp = 1.0 if params.greedy else params.temperature
-        done = torch.zeros(len(owner), dtype=torch.bool, device=device)
+        nxt = self._sample(logits, params)
+        nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+        toks.append(nxt)
+        lps.append(torch.log_softmax(logits / temp, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
+        return nxt, done | (nxt == self.eos_id)
+
+    def _decode_packed(self, core, head, logits, cache, mask, start, owner, slot, params: SamplingParams):
+        """Samples side by side in their prompt's cache row (one key column per sample and step, block mask: a
+        sample sees the prompt and its own tokens)."""
+        U, K = mask.shape[0], int(slot.max()) + 1
+        prompt_keys = mask.bool()[:, None, None, :].expand(U, 1, K, mask.shape[1])
+        own = torch.eye(K, dtype=torch.bool, device=mask.device)
+        done = torch.zeros(len(owner), dtype=torch.bool, device=mask.device)
         toks, lps = [], []
         for t in range(params.max_new_tokens):
-            nxt = self._sample(logits, params)
-            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
-            toks.append(nxt)
-            lps.append(torch.log_softmax(logits / temp, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
-            done = done | (nxt == self.eos_id)
+            nxt, done = self._step(logits, done, params, toks, lps)
             if bool(done.all()) or t == params.max_new_tokens - 1:
                 break
             ids = nxt.new_full((U, K), self.pad_id)
@@ -116,7 +145,36 @@ class HFEngine(RolloutEngine):
             hid = core(input_ids=ids, attention_mask=attn, position_ids=positions(start + t, 1).expand(3, U, K),
                        cache=cache, use_cache=True).last_hidden_state
             logits = head(hid[owner, slot]).float()
-        return self._trajectories(reqs, keys, torch.stack(toks, dim=1).cpu(), torch.stack(lps, dim=1).cpu())
+        return toks, lps
+
+    def _decode_expand(self, core, head, logits, cache, mask, start, owner, slot, params: SamplingParams):
+        """One row per sample over a growing copy of its prompt's cache; finished rows leave the forward in
+        batches (when they are ``drop_fraction`` of the live rows: each drop copies the live cache once, so the
+        copies add up to at most ``1 / drop_fraction`` caches), the sampler keeps drawing for all rows."""
+        N, P, T = len(owner), mask.shape[1], params.max_new_tokens
+        device = mask.device
+        live = torch.arange(N, device=device)  # original row of each row still in the forward
+        cache = growing_cache(cache, owner, P + T)
+        keys = torch.ones((N, 1, 1, P + T), dtype=torch.bool, device=device)
+        keys[:, 0, 0, :P] = mask.bool()[owner]
+        pos = start[owner]
+        done = torch.zeros(N, dtype=torch.bool, device=device)
+        toks, lps = [], []
+        for t in range(T):
+            nxt, done = self._step(logits, done, params, toks, lps)
+            if bool(done.all()) or t == T - 1:
+                break
+            finished = done[live]
+            if bool(finished.any()) and int(finished.sum()) >= self.drop_fraction * len(live):
+                keep = (~finished).nonzero().squeeze(1)
+                live = live[keep]
+                cache.batch_select_indices(keep)
+                keys, pos = keys[keep], pos[keep]
+            hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : P + t + 1],
+                       position_ids=positions(pos + t, 1), cache=cache, use_cache=True).last_hidden_state
+            logits = logits.new_zeros((N, logits.shape[-1]))
+            logits[live] = head(hid[:, 0]).float()
+        return toks, lps
 
     def _generate_chunk_hf(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
         n = reqs[0].n

@@ -10,6 +10,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
+from mmrl.train.run_dir import mark_owner, prune
+
 
 def rng_state() -> Dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
@@ -36,10 +38,10 @@ def save_checkpoint(out_dir: str, step: int, model, optimizer, scheduler, extra:
     torch.save(trainable, tmp / "model.pt")
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
                 "rng": rng_state(), "step": step, **extra}, tmp / "trainer_state.pt")
+    mark_owner(tmp, out_dir)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    for old in sorted(root.glob("step_*"))[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+    prune(out_dir, keep, final)  # only this run's older checkpoints, never for a foreign one (mmrl.train.run_dir)
     return final
 
 

@@ -19,7 +19,6 @@ How prompt groups are spread over ranks, and why the result equals the 1-process
 """
 from __future__ import annotations
 
-import shutil
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -206,6 +205,7 @@ class DeepSpeedBackend(Backend):
     # ---- state --------------------------------------------------------------------------------------------------
     def save(self, out_dir: str, step: int, extra: Dict[str, Any], keep: int) -> Path:
         from mmrl.train.checkpoint import rng_state
+        from mmrl.train.run_dir import mark_owner, prune
 
         root = Path(out_dir) / "checkpoints"
         tag = f"step_{step:06d}"
@@ -213,9 +213,9 @@ class DeepSpeedBackend(Backend):
         self.engine.save_checkpoint(str(root), tag=tag, client_state=client)
         torch.save(rng_state(), root / tag / f"rng_rank{dist.rank()}.pt")
         dist.barrier()
-        if dist.is_main() and keep > 0:
-            for old in sorted(root.glob("step_*"))[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
+        if dist.is_main():  # this run's older checkpoints only, never for a foreign one (mmrl.train.run_dir)
+            mark_owner(root / tag, out_dir)
+            prune(out_dir, keep, root / tag)
         dist.barrier()
         return root / tag
 

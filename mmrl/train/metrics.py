@@ -7,7 +7,11 @@ from typing import Any, Dict, List
 
 
 class MetricsLogger:
-    def __init__(self, out_dir: str, resume_step: int = 0, tensorboard: bool = True):
+    """Metrics to ``metrics.jsonl`` and TensorBoard, and to Weights & Biases when ``wandb_project`` is set (the run
+    id of ``run.json`` is the W&B run id, so a resumed run continues the same W&B run)."""
+
+    def __init__(self, out_dir: str, resume_step: int = 0, tensorboard: bool = True, wandb_project: str | None = None,
+                 config: Dict[str, Any] | None = None):
         self.path = Path(out_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():  # on resume drop rows written after the checkpoint
@@ -18,9 +22,20 @@ class MetricsLogger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(str(Path(out_dir) / "tb"))
+                # drop the events an earlier process logged past the resume step (past 0 on a fresh start): else
+                # TensorBoard shows the steps between the last checkpoint and a kill twice
+                self.tb = SummaryWriter(str(Path(out_dir) / "tb"), purge_step=resume_step + 1)
             except ImportError:
                 self.tb = None
+        self.wb = None
+        if wandb_project:
+            import wandb
+
+            from mmrl.train.run_dir import read_run
+
+            run_id = (read_run(out_dir) or {}).get("run_id")
+            self.wb = wandb.init(project=wandb_project, name=Path(out_dir).name, id=run_id, resume="allow",
+                                 dir=str(out_dir), config=config)
 
     def log(self, step: int, metrics: Dict[str, Any]) -> None:
         row = {"step": step, **{k: v for k, v in metrics.items()}}
@@ -30,10 +45,14 @@ class MetricsLogger:
             for k, v in metrics.items():
                 if isinstance(v, (int, float)):
                     self.tb.add_scalar(k, v, step)
+        if self.wb is not None:
+            self.wb.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
 
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+        if self.wb is not None:
+            self.wb.finish()
 
     @staticmethod
     def read(path) -> List[Dict[str, Any]]:
@@ -45,3 +64,13 @@ def progress(total: int, description: str, disable: bool = False):
 
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=disable)
+
+
+def entropy_sums(trajs) -> List[float]:
+    """``[sum of -log pi(y_t), token count]`` over the sampled, trained response tokens; their ratio estimates the
+    per-token entropy of the sampling policy: H(pi) = E_{y~pi}[-log pi(y)], so the mean of -log pi(y_t) over
+    sampled tokens is an unbiased Monte Carlo estimate (no full-vocabulary logits needed). Sums, so that ranks
+    can add theirs. A fall toward 0 is the usual sign of entropy collapse in RL post-training (DAPO, Yu et al.
+    2025, sec. 3.1)."""
+    num = sum(float(-(t.logprobs.float() * t.loss_mask).sum()) for t in trajs)
+    return [num, float(sum(int(t.loss_mask.sum()) for t in trajs))]

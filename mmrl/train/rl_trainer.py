@@ -3,6 +3,7 @@ and reports. The same class runs one process (``train.backend: torch``) and N De
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -11,15 +12,19 @@ import torch
 from mmrl.algos.spec import build_algorithm
 from mmrl.config import Config, to_yaml
 from mmrl.data.annotations import load_samples
+from mmrl.errors import RewardError
 from mmrl.models.loading import load_model_and_processor
 from mmrl.rewards import RewardContext, compute_rewards
 from mmrl.rewards.base import RewardSpec
 from mmrl.rollout.agent_loop_tools import agent_loop_from_config
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.train.data_stream import DataStream
+from mmrl.train.interrupt import graceful_stop
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory
+from mmrl.train.run_dir import Resume, open_run
+from mmrl.train.skips import check_loaded, skip_log_for
 
 
 def set_seed(seed: int, num_threads: int = 0) -> None:
@@ -60,6 +65,7 @@ class RLTrainer:
         self.engine = build_engine(cfg.rollout.engine, model=self.model, processor=self.processor,
                                    max_batch_sequences=cfg.rollout.max_batch_sequences, **extra)
         self.samples, self.load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
+        check_loaded(cfg.data, self.samples, self.load_skipped)
         self.stream = DataStream(self.samples, cfg.train.seed, cfg.data.shuffle)
         optimizer, scheduler = build_optimizer(self.model, cfg.train)
         autocast = autocast_factory(cfg.train.precision, next(self.model.parameters()).device)
@@ -83,6 +89,7 @@ class RLTrainer:
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
         self.agent_loop = agent_loop_from_config(cfg.rollout, self.processor)
         self.test_samples = None
+        self.skips = None  # the run's SkipLog (mmrl.train.skips), opened by run()
         self.step = 0
 
     def _build_ref(self):
@@ -157,36 +164,47 @@ class RLTrainer:
         return self.backend.export(path, self.processor)
 
     def evaluate(self) -> Dict[str, float]:
-        """Greedy held-out accuracy on ``data.test`` (first ``train.eval_limit`` samples; 0 = all)."""
+        """Greedy held-out accuracy on ``data.test`` (first ``train.eval_limit`` samples; 0 = all); the predictions go
+        to ``<out_dir>/predictions/step_N.jsonl`` (linked from the report)."""
         from mmrl.eval.synthetic import evaluate_samples
 
         if self.test_samples is None:
-            self.test_samples, _ = load_samples(self.cfg.data.test, self.cfg.data.media_root, on_error="skip")
+            self.test_samples, self.test_errors = load_samples(self.cfg.data.test, self.cfg.data.media_root, on_error="skip")
             if self.cfg.train.eval_limit:
                 self.test_samples = self.test_samples[: self.cfg.train.eval_limit]
         with self.backend.rollout_context():
             res = evaluate_samples(self.model, self.processor, self.test_samples, self.cfg.data,
-                                   max_new_tokens=self.cfg.rollout.max_new_tokens, viewset=None, engine=self.engine)
+                                   max_new_tokens=self.cfg.rollout.max_new_tokens, viewset=None, engine=self.engine,
+                                   load_errors=self.test_errors,  # unusable test items count, scored wrong
+                                   predictions_path=str(Path(self.cfg.train.out_dir) / "predictions" /
+                                                        f"step_{self.step:06d}.jsonl") if self.backend.is_main() else None)
         return {"eval/accuracy": res["accuracy"], **{f"eval/acc_{k}": v for k, v in res["per_qtype"].items()}}
 
     # ---- run ----------------------------------------------------------------------------------------------------
-    def run(self, resume: bool = False, eval_fn=None) -> List[Dict[str, float]]:
+    def run(self, resume: Resume = False, eval_fn=None, overwrite: bool = False) -> List[Dict[str, float]]:
+        """Train to ``train.steps``. ``resume``: False, True (needs a checkpoint) or "auto"; ``overwrite`` replaces
+        a previous run in ``train.out_dir`` (else refused): ``mmrl.train.run_dir``. SIGINT/SIGTERM checkpoint at
+        the next step (``mmrl.train.interrupt``); skipped samples go to ``skipped.jsonl`` (``mmrl.train.skips``)."""
         cfg, be = self.cfg, self.backend
         out_dir = Path(cfg.train.out_dir)
+        rd = open_run(cfg.train.out_dir, "train", resume, overwrite) if be.is_main() else None  # rank 0 first
         if be.is_main():
-            out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "config.yaml").write_text(to_yaml(cfg))
         be.barrier()
-        if resume:
-            self.resume()
-        logger = MetricsLogger(str(out_dir), resume_step=self.step) if be.is_main() else None
+        rd = rd or open_run(cfg.train.out_dir, "train", resume, overwrite, check_only=True, say=lambda _: None)
+        if rd.checkpoint is not None:
+            self.resume(str(rd.checkpoint))
+        self.skips = skip_log_for(str(out_dir), cfg.data, self.samples, self.load_skipped, self.step, write=be.is_main())
+        self.stream.excluded = self.skips.excluded
+        logger = MetricsLogger(str(out_dir), resume_step=self.step, wandb_project=cfg.train.wandb_project,
+                               config=asdict(cfg)) if be.is_main() else None
         history = []
         if eval_fn is None and cfg.train.eval_every and cfg.data.test:
             eval_fn = type(self).evaluate
-        with progress(cfg.train.steps, "train", disable=self.quiet) as bar:
+        with progress(cfg.train.steps, "train", disable=self.quiet) as bar, graceful_stop() as stop:
             task = bar.add_task("train", total=cfg.train.steps, completed=self.step, info="")
             while self.step < cfg.train.steps:
-                m = self.train_step()
+                m = self._guarded_step()
                 if eval_fn is not None and cfg.train.eval_every and self.step % cfg.train.eval_every == 0:
                     m.update(eval_fn(self))
                 if logger is not None:
@@ -196,6 +214,7 @@ class RLTrainer:
                            info=f"reward {m.get('reward/total', float('nan')):.3f} acc {m.get('reward/accuracy', float('nan')):.3f}")
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                     self.save()
+                stop.check(self.save, self.step, cfg.train.out_dir, agree=lambda f: be.all_reduce([f], "max")[0] > 0)
         self.save()
         self.export(str(out_dir / "final"))
         if logger is not None:
@@ -204,5 +223,17 @@ class RLTrainer:
 
             ranks = f" ({be.world_size} ranks, ZeRO-{be.stage})" if be.name == "deepspeed" else ""
             write_report(str(out_dir), title=f"mmrl {cfg.algorithm.name} run{ranks}")
+            if self.skips.summary():
+                print(self.skips.summary())
         be.barrier()
         return history
+
+    def _guarded_step(self) -> Dict[str, float]:
+        """One step. When it fails on a reward, a checkpoint of the last completed step is kept (written if
+        missing) before the error stops the run."""
+        try:
+            return self.train_step()
+        except RewardError:
+            if self.step and not (Path(self.cfg.train.out_dir) / "checkpoints" / f"step_{self.step:06d}").exists():
+                self.save()
+            raise

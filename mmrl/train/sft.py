@@ -1,4 +1,5 @@
-"""Supervised warm-up on the same data: teacher-forced cross-entropy of the gold answer ``{letter}<|im_end|>``.
+"""Supervised warm-up on the same data: teacher-forced cross-entropy of the gold answer ``{letter}<|im_end|>``
+(or of ``{meta.sft_response}<|im_end|>`` where a sample carries a reasoning trace, e.g. the claims world).
 
 Needed before RL from a random init (the tiny model) and used by real users before RL. Prompt inputs are built
 once per sample and reused across epochs (media decoded once per sample).
@@ -6,6 +7,7 @@ once per sample and reused across epochs (media decoded once per sample).
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List
 
@@ -18,7 +20,11 @@ from mmrl.media.decode import load_media
 from mmrl.media.inputs import build_prompt_inputs
 from mmrl.media.prompts import build_messages
 from mmrl.models.loading import load_model_and_processor
+from mmrl.train.checkpoint import load_checkpoint, save_checkpoint
 from mmrl.train.data_stream import DataStream
+from mmrl.train.interrupt import graceful_stop
+from mmrl.train.run_dir import Resume, open_run
+from mmrl.train.skips import check_loaded, skip_log_for
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory
@@ -33,7 +39,10 @@ def answer_ids(tokenizer, text: str) -> torch.Tensor:
 
 
 def sft_target(sample) -> str:
-    """The SFT response: the gold letter (multiple choice), the number, the list joined by ", ", or the text."""
+    """The SFT response: ``meta.sft_response`` where the sample carries a reasoning trace (the claims world), else
+    the gold letter (multiple choice), the number, the list joined by ", ", or the text."""
+    if sample.meta.get("sft_response"):
+        return str(sample.meta["sft_response"])
     if sample.is_choice:
         return sample.answer_letter
     if sample.answer_type == "number":
@@ -43,19 +52,29 @@ def sft_target(sample) -> str:
     return str(sample.answer)
 
 
-def run_sft(cfg: Config, quiet: bool = False) -> List[Dict[str, float]]:
+def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite: bool = False) -> List[Dict[str, float]]:
+    """SFT for ``sft.steps`` steps, with the RL run's directory rules, checkpoints (``train.save_every``,
+    ``train.keep_checkpoints``), exact ``resume``, SIGINT/SIGTERM checkpointing and skip accounting."""
     set_seed(cfg.train.seed, cfg.train.num_threads)
+    rd = open_run(cfg.train.out_dir, "sft", resume, overwrite)
     model, processor = load_model_and_processor(cfg.model)
-    samples, skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
+    samples, load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
+    check_loaded(cfg.data, samples, load_skipped)
+    out_dir = Path(cfg.train.out_dir)
+    skips = skip_log_for(str(out_dir), cfg.data, samples, load_skipped, rd.resume_step)
     stream = DataStream(samples, cfg.train.seed, cfg.data.shuffle)
+    stream.excluded = skips.excluded
     opt, sched = build_optimizer(model, cfg.train, lr=cfg.sft.lr)
     budget, style = budget_from(cfg.data), style_from(cfg.data)
     cache: Dict[str, tuple] = {}
-    bad: Dict[str, str] = {sid: why for sid, why in skipped}
-    out_dir = Path(cfg.train.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(to_yaml(cfg))
-    logger = MetricsLogger(str(out_dir))
+    start = 0
+    if rd.checkpoint is not None:
+        state = load_checkpoint(rd.checkpoint, model, opt, sched)
+        start = int(state["step"])
+        stream.load_state_dict(state["data"])
+    logger = MetricsLogger(str(out_dir), resume_step=start, wandb_project=cfg.train.wandb_project,
+                           config=asdict(cfg))
     pad_id = processor.tokenizer.pad_token_id
     autocast = autocast_factory(cfg.train.precision, next(model.parameters()).device)
     history = []
@@ -68,42 +87,52 @@ def run_sft(cfg: Config, quiet: bool = False) -> List[Dict[str, float]]:
                                                     sample_id=sample.id), answer_ids(processor.tokenizer, sft_target(sample)))
         return cache[sample.id]
 
+    def save(step: int) -> Path:
+        return save_checkpoint(str(out_dir), step, model, opt, sched, {"data": stream.state_dict()},
+                               keep=cfg.train.keep_checkpoints)
+
     model.train()
-    with progress(cfg.sft.steps, "sft", disable=quiet) as bar:
-        task = bar.add_task("sft", total=cfg.sft.steps, info="")
-        for step in range(1, cfg.sft.steps + 1):
+    with progress(cfg.sft.steps, "sft", disable=quiet) as bar, graceful_stop() as stop:
+        task = bar.add_task("sft", total=cfg.sft.steps, completed=start, info="")
+        for step in range(start + 1, cfg.sft.steps + 1):
             t0 = time.perf_counter()
-            items = []
+            items, failed = [], []
             for s in stream.next(cfg.sft.batch_size):
-                if s.id in bad:
-                    continue
                 try:
                     items.append(item(s))
                 except DataError as e:
                     if cfg.data.on_error != "skip":
                         raise
-                    bad[s.id] = str(e)
-            if not items:
-                continue
-            opt.zero_grad(set_to_none=True)
-            n_tok = sum(int(r.numel()) for _, r in items)
+                    failed.append((s.id, str(e)))
+            skips.add(failed, "sft", step)
             loss_sum = 0.0
-            for i in range(0, len(items), cfg.train.micro_batch):
-                chunk = items[i : i + cfg.train.micro_batch]
-                with autocast():
-                    lps = response_logprobs(model, chunk, micro_batch=len(chunk), pad_id=pad_id)
-                loss = -torch.cat(lps).sum() / n_tok
-                loss.backward()
-                loss_sum += float(loss.detach())
-            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.train.grad_clip)
-            opt.step()
-            sched.step()
-            m = {"sft/loss": loss_sum, "skipped_samples": float(len(bad)), "time/step": time.perf_counter() - t0}
+            if items:
+                opt.zero_grad(set_to_none=True)
+                n_tok = sum(int(r.numel()) for _, r in items)
+                for i in range(0, len(items), cfg.train.micro_batch):
+                    chunk = items[i : i + cfg.train.micro_batch]
+                    with autocast():
+                        lps = response_logprobs(model, chunk, micro_batch=len(chunk), pad_id=pad_id)
+                    loss = -torch.cat(lps).sum() / n_tok
+                    loss.backward()
+                    loss_sum += float(loss.detach())
+                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.train.grad_clip)
+                opt.step()
+                sched.step()
+            m = {"sft/loss": loss_sum} if items else {}  # no loss when every sample of the batch was skipped
+            m.update({"skipped_samples": float(len(failed)), "skipped_total": float(len(skips.excluded)),
+                      "time/step": time.perf_counter() - t0})
             logger.log(step, m)
             history.append({"step": step, **m})
             bar.update(task, completed=step, info=f"loss {loss_sum:.3f}")
+            if cfg.train.save_every and step % cfg.train.save_every == 0:
+                save(step)
+            stop.check(lambda: save(step), step, str(out_dir))
+    save(cfg.sft.steps)
     logger.close()
     from mmrl.models.loading import export_merged
 
     export_merged(model, processor, str(out_dir / "final"))
+    if skips.summary():
+        print(skips.summary())
     return history

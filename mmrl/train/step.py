@@ -16,6 +16,8 @@ import torch
 
 from mmrl.algos.spec import StepBatch
 from mmrl.rollout.view_metrics import view_metrics
+from mmrl.train.metrics import entropy_sums
+from mmrl.train.skips import record_step_skips
 from mmrl.train.update import policy_update
 from mmrl.tools.metrics import tool_metrics
 
@@ -70,7 +72,8 @@ def gather_batch(tr, trajs, comps, total):
         response_ids=ids, texts=cat("texts"), logprobs=cat("lps"),
         rescored={k: [r[k] for r in rescored] for k in (rescored[0] if rescored else {})},
         step=tr.step, epoch=tr.stream.epoch, world_size=tr.backend.world_size,
-        target_groups=tr.cfg.train.prompts_per_step)
+        target_groups=tr.cfg.train.prompts_per_step,
+        decode=lambda ids: tr.processor.tokenizer.decode(ids, skip_special_tokens=False))
     return batch, (lo, lo + counts[tr.backend.rank])
 
 
@@ -91,6 +94,7 @@ def train_step(tr) -> Dict[str, float]:
     comps, total = tr.rewards(si, trajs)
     n_global, skipped = be.all_reduce([len(trajs), len(si.skipped)])
     metrics: Dict[str, float] = {"skipped_samples": skipped, "resample_rounds": 0.0, "ranks": float(be.world_size)}
+    metrics.update(record_step_skips(tr, si.skipped))  # skipped.jsonl; never drawn again
     if n_global == 0:
         tr.step += 1
         return {**metrics, "time/step": time.perf_counter() - t0}
@@ -116,6 +120,7 @@ def train_step(tr) -> Dict[str, float]:
         total = torch.cat([total, total2])
         rescore(tr, si, trajs)
         batch, (lo, hi) = gather_batch(tr, trajs, comps, total)
+    metrics.update(record_step_skips(tr, si.skipped))  # those of the resampling rounds
     t1 = time.perf_counter()
     adv = out.advantages.float()
     train_idx = sel.train_mask[lo:hi].nonzero().flatten().tolist()
@@ -139,15 +144,16 @@ def train_step(tr) -> Dict[str, float]:
     after = spec.after_step(batch, sel, tr.stream.epoch != epoch0)
     n = len(batch)
     gen_tokens = float(batch.lengths.sum())
-    truncated, n_prompts, prompt_tokens = be.all_reduce([sum(t.truncated for t in trajs), len(si.requests),
-                                                         sum(r.inputs.num_tokens for r in si.requests)])
+    truncated, n_prompts, prompt_tokens, ent_sum, ent_tokens = be.all_reduce(
+        [sum(t.truncated for t in trajs), len(si.requests), sum(r.inputs.num_tokens for r in si.requests),
+         *entropy_sums(trajs)])
     shaped = out.rewards if out.rewards is not None else batch.rewards
     metrics.update({f"reward/{k}": float(v.float().mean()) for k, v in batch.components.items()})
     metrics.update(tool_metrics(trajs))  # multi-turn runs on one rank (config check)
     metrics.update(_mean_over_ranks(be, view_metrics(trajs, si, cfg.data.prompt.abstain_text if tr.viewset is not None else None)))
     metrics.update({
         "reward/total": float(shaped.float().mean()), **_adv_stats(adv, batch.lengths), "resample_rounds": float(rounds),
-        "train_frac": float(sel.train_mask.float().mean()),
+        "train_frac": float(sel.train_mask.float().mean()), "entropy": ent_sum / max(ent_tokens, 1.0),
         "response_len": gen_tokens / n, "truncated_frac": truncated / n,
         # the work a step does: every distinct (media, prompt) is prefilled and scored once, each response decoded
         # and scored once (mmrl.models.scoring); step cost scales with their sum where compute dominates

@@ -22,7 +22,8 @@ def test_vs_trl_smoke(tiny_model_path, tmp_path):
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     table = (out / "table.md").read_text()
-    for text in ("mmrl (image)", "TRL GRPOTrainer (image)", "mmrl (video, 4 frames)", "steps/s ratio",
+    for text in ("mmrl (image)", "TRL GRPOTrainer (image)", "mmrl (video, 4 frames)", "floor, plain torch (image)",
+                 "floor, plain torch (video)", "steps/s ratio",
                  "peak RSS ratio", "| GRPO |", "| DAPO |", "| GSPO |", "| BPO |", "| T-GRPO |", "view_time_share"):
         assert text in table, text
     assert table.strip() in p.stdout
@@ -31,3 +32,21 @@ def test_vs_trl_smoke(tiny_model_path, tmp_path):
     # equal work: both frameworks generated prompts x n completions in the step
     assert res["trl"][0]["per_step"][0]["samples"] == res["mmrl"][0]["per_step"][0]["samples"] == 4
     assert res["algo_BPO"][0]["per_step"][0]["view_time_share"] > 0
+
+
+def test_vs_trl_lengths_smoke(tiny_model_path, tmp_path):
+    """``--lengths``: every arm at each length in one invocation, one table with a row per length first (at 70
+    new tokens and n = 4 mmrl runs the expand layout, at 2 the packed one)."""
+    out = tmp_path / "vs_trl_lengths"
+    cmd = [sys.executable, str(REPO / "bench" / "vs_trl.py"), "--steps", "1", "--warmup", "0", "--reps", "1",
+           "--prompts", "2", "--n", "4", "--micro-batch", "8", "--n-train", "8", "--no-algos", "--no-trl",
+           "--lengths", "2", "70", "--out", str(out)]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    table = (out / "table.md").read_text()
+    assert table.startswith("mmrl vs TRL and the floor by response length")
+    rows = [l for l in table.splitlines() if l.startswith("| 2 |") or l.startswith("| 70 |")]
+    assert len(rows) == 2 and all(l.count("|") == 14 for l in rows)
+    res = json.loads((out / "results.json").read_text())["results"]
+    assert sorted(res) == ["2", "70"] and {"mmrl", "floor", "mmrl_video", "floor_video"} <= set(res["70"])
+    assert res["70"]["floor"][0]["per_step"][0]["tokens"] == 2 * 4 * 70  # the floor samples every token

@@ -37,7 +37,7 @@ def load(bdef: BenchmarkDef, inputs: EvalInputs, tasks: Sequence[str], limit: in
     if tasks:
         raise ConfigError("mmrl eval synthetic has no tasks (accuracy is reported per question type)")
     samples, skipped = load_samples(inputs.data, None, on_error=bdef.data.on_error)
-    return (samples[:limit] if limit else samples), {"skipped_at_load": len(skipped)}
+    return (samples[:limit] if limit else samples), {"skipped_at_load": skipped}
 
 
 def evaluate(items: List[Any], bdef: BenchmarkDef, inputs: EvalInputs, processor, engine, out_dir: Path,
@@ -50,9 +50,11 @@ def evaluate(items: List[Any], bdef: BenchmarkDef, inputs: EvalInputs, processor
 
         viewset = ViewSet.load(inputs.viewset)
     preds = Path(out_dir) / "predictions.jsonl"
+    # items rejected when the file was read count in n, are scored wrong and listed with their reason, exactly as
+    # those that fail to decode (never left out: that would inflate the accuracy)
     res = evaluate_samples(None, processor, items, data_config(bdef), bdef.generation.max_new_tokens,
-                           viewset=viewset, engine=engine, predictions_path=str(preds))
-    res["errors"] += notes["skipped_at_load"]
+                           viewset=viewset, engine=engine, predictions_path=str(preds),
+                           load_errors=notes["skipped_at_load"])
     notes["_result"] = res
     return read_jsonl(preds), {"samples": len(items), "errors": res["errors"]}
 

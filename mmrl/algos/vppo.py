@@ -1,0 +1,89 @@
+"""VPPO as a registered algorithm (``algorithm: {name: vppo, params: {...}}``); formulas in ``vppo_core.py``.
+
+VPPO is DAPO (GRPO advantage, clip-higher token-mean loss, dynamic sampling on accuracy, no KL) plus one re-scoring
+pass of the same response tokens under the VPPO patch blackening, from which each response's advantage is
+shaped (TAS) and restricted to its most vision-dependent tokens (TGF): a per-token advantage ``[N, T]``.
+
+``logp_old`` is the sampling log-probs of the step's rollout (the behaviour policy; VPPO's ``old_log_probs``
+are recomputed by the same policy, so they agree up to numerics). TAS statistics are taken over the rows that
+dynamic sampling can keep (groups with mixed accuracy) when it is on, as VPPO filters the batch before its
+update; rows of uniform groups have advantage 0 anyway.
+
+Not here: the code's extra loss term ``0.06 · mean(−log π)`` ("entropy penalty"); it belongs to the loss.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict
+
+import torch
+
+from mmrl.algos.base import AdvantageOutput
+from mmrl.algos.dapo import DAPO, DAPOParams, dynamic_sampling_keep
+from mmrl.algos.spec import Intervention, Needs, StepBatch, register_algorithm
+from mmrl.algos.vppo_core import padded, tas_scales, tgf_mask, trajectory_scores, visual_dependency
+
+
+@dataclass
+class VPPOParams(DAPOParams):
+    alpha_min: float = 0.9  # TAS lower scale (7B script; config default 0.8)
+    top_k_ratio: float = 0.4  # TGF: share of each response's tokens that keep their gradient (script; config 0.2)
+    shaping: bool = True  # TAS on/off (ablation)
+    filtering: bool = True  # TGF on/off (ablation)
+    intervention: str = "patch_mask"  # view transform of the re-scoring pass
+    intervention_params: Dict[str, Any] = field(default_factory=lambda: {"patch": 14, "p": 0.5, "value": 0})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0.0 <= self.alpha_min <= 1.0:
+            raise ValueError(f"alpha_min must be in [0, 1], got {self.alpha_min}")
+        if not 0.0 < self.top_k_ratio <= 1.0:
+            raise ValueError(f"top_k_ratio must be in (0, 1], got {self.top_k_ratio}")
+
+
+def intervention_key(transform: str, params: Dict[str, Any]) -> str:
+    """A re-scoring pass's name from its content, so specs asking for the same intervention share one pass."""
+    return transform + "".join(f"|{k}={params[k]}" for k in sorted(params))
+
+
+@register_algorithm("vppo")
+class VPPO(DAPO):
+    Params = VPPOParams
+
+    @property
+    def rescore_key(self) -> str:
+        return intervention_key(self.params.intervention, dict(self.params.intervention_params))
+
+    def needs(self) -> Needs:
+        base = super().needs()
+        rescore = dict(base.rescore)
+        rescore[self.rescore_key] = Intervention(self.params.intervention, dict(self.params.intervention_params))
+        return Needs(old=base.old, ref=base.ref, rescore=rescore)
+
+    def advantages(self, batch: StepBatch) -> AdvantageOutput:
+        out = super().advantages(batch)
+        aug = batch.rescored.get(self.rescore_key)
+        if aug is None or len(aug) != len(batch):
+            raise ValueError(f"VPPO needs the re-scored log-probs '{self.rescore_key}' of every response "
+                             f"(got {0 if aug is None else len(aug)} for {len(batch)})")
+        for i, (a, o) in enumerate(zip(aug, batch.logprobs)):
+            if a.shape != o.shape:
+                raise ValueError(f"response {i}: re-scored log-probs {tuple(a.shape)} vs sampling {tuple(o.shape)}")
+        p = self.params
+        aug_t, mask = padded(list(aug))
+        old_t, _ = padded(list(batch.logprobs))
+        s = visual_dependency(aug_t, old_t, mask)
+        stats_rows = mask.any(1)
+        if p.dynamic_sampling and "accuracy" in batch.components:
+            stats_rows = stats_rows & dynamic_sampling_keep(batch.components["accuracy"], batch.groups["prompt"],
+                                                            p.correct_threshold)
+        sbar = trajectory_scores(s, mask)
+        scale = tas_scales(sbar, stats_rows, p.alpha_min) if p.shaping else torch.ones(len(batch))
+        keep = tgf_mask(s, mask, p.top_k_ratio) if p.filtering else mask
+        adv = out.advantages.float().view(-1, 1) * scale.view(-1, 1) * keep.float()
+        valid = s[mask]
+        metrics = {**out.metrics, "vppo/dependency_mean": float(valid.mean()) if valid.numel() else 0.0,
+                   "vppo/scale_min": float(scale[stats_rows].min()) if bool(stats_rows.any()) else 1.0,
+                   "vppo/scale_max": float(scale[stats_rows].max()) if bool(stats_rows.any()) else 1.0,
+                   "vppo/token_frac": float(keep.sum()) / max(int(mask.sum()), 1)}
+        return AdvantageOutput(advantages=adv, train_mask=out.train_mask, rewards=out.rewards, metrics=metrics)

@@ -1,0 +1,145 @@
+"""Up-front validation of a run ``Config``: everything that can be checked without loading a model.
+
+``validate(cfg, kind)`` (kind ``train`` or ``sft``) raises ``ConfigError`` with one line naming the key for:
+paths (``data.train``, ``data.test`` when set, ``data.media_root``, ``model.path``, ``algorithm.viewset``,
+``train.deepspeed_config``), registry names (``algorithm.name``, ``algorithm.loss``, ``rewards[i].name``, checked
+against the registries with a "did you mean"; ``module:function`` names are imported), numeric ranges, and the
+view set an algorithm needs. ``mmrl train/sft`` run it in ``--dry-run`` and before every real run, so a bad key
+costs a second, not a model load. ``check_yaml(files)`` gives malformed YAML the same one-line treatment.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import List, Sequence
+
+from mmrl.errors import ConfigError
+
+# estimators that train on counterfactual views and cannot run without a view set (algorithm.viewset)
+VIEW_ALGORITHMS = ("bpo", "tgrpo")
+
+
+def check_name(registry, name: str, key: str) -> None:
+    """``name`` is registered in ``registry`` or is an importable ``module:function``."""
+    try:
+        registry.get(name)  # unknown names: the known ones with a "did you mean" (mmrl.registry)
+    except KeyError as e:
+        raise ConfigError(f"config key '{key}': {e.args[0]}") from None
+
+
+def check_yaml(files: Sequence[str]) -> None:
+    import yaml
+
+    for f in files or []:
+        if not os.path.isfile(f):
+            raise ConfigError(f"config file not found: {f}")
+        try:
+            with open(f, encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"config file {f}:{where}: malformed YAML: {problem}") from None
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError(f"config file {f}: expected a mapping of config sections, got {type(data).__name__}")
+
+
+def check_model_path(path: str, key: str = "model.path") -> None:
+    """'tiny' or a local Qwen2-VL / Qwen2.5-VL checkpoint folder (holding config.json)."""
+    if path == "tiny":
+        return
+    where = key if key.startswith("--") else f"config key '{key}'"
+    if not os.path.exists(path):
+        raise ConfigError(f"{where}: checkpoint folder not found: {path} (no hub downloads at run time)")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise ConfigError(f"{where}: {path} is not a model checkpoint (no config.json); give a folder "
+                          "written by mmrl (e.g. <out_dir>/final) or a Hugging Face checkpoint, or 'tiny'")
+
+
+def _file(path, key: str, what: str = "file") -> None:
+    if not path:
+        raise ConfigError(f"config key '{key}' is empty; give the {what}")
+    if not os.path.isfile(path):
+        raise ConfigError(f"config key '{key}': {what} not found: {path}")
+
+
+def _ranges(cfg, kind: str) -> List[tuple]:
+    """(key, value, ok, expectation) for every bounded numeric field."""
+    t, r, d, a, s = cfg.train, cfg.rollout, cfg.data, cfg.algorithm, cfg.sft
+    return [
+        ("train.steps", t.steps, t.steps >= 1, ">= 1"),
+        ("train.lr", t.lr, t.lr > 0, "> 0"),
+        ("train.weight_decay", t.weight_decay, t.weight_decay >= 0, ">= 0"),
+        ("train.warmup_steps", t.warmup_steps, t.warmup_steps >= 0, ">= 0"),
+        ("train.grad_clip", t.grad_clip, t.grad_clip > 0, "> 0"),
+        ("train.save_every", t.save_every, t.save_every >= 0, ">= 0 (0 = only at the end)"),
+        ("train.keep_checkpoints", t.keep_checkpoints, t.keep_checkpoints >= 0, ">= 0 (0 = keep all)"),
+        ("train.eval_every", t.eval_every, t.eval_every >= 0, ">= 0 (0 = never)"),
+        ("train.eval_limit", t.eval_limit, t.eval_limit >= 0, ">= 0 (0 = whole test split)"),
+        ("train.num_threads", t.num_threads, t.num_threads >= 0, ">= 0 (0 = torch's default)"),
+        ("rollout.temperature", r.temperature, r.temperature > 0, "> 0 (rollouts sample; greedy decoding would "
+                                                                  "give every group identical responses)"),
+        ("rollout.top_p", r.top_p, 0 < r.top_p <= 1, "in (0, 1]"),
+        ("rollout.max_batch_sequences", r.max_batch_sequences, r.max_batch_sequences >= 1, ">= 1"),
+        ("rollout.vllm_gpu_memory_utilization", r.vllm_gpu_memory_utilization,
+         0 < r.vllm_gpu_memory_utilization <= 1, "in (0, 1]"),
+        ("data.nframes", d.nframes, d.nframes is None or d.nframes >= 2, ">= 2 (qwen-vl-utils samples frame pairs)"),
+        ("data.fps", d.fps, d.fps is None or d.fps > 0, "> 0"),
+        ("data.min_pixels", d.min_pixels, d.min_pixels >= 1, ">= 1"),
+        ("data.max_pixels", d.max_pixels, d.max_pixels >= d.min_pixels, f">= data.min_pixels ({d.min_pixels})"),
+        ("data.max_prompt_tokens", d.max_prompt_tokens, d.max_prompt_tokens >= 1, ">= 1"),
+        ("data.max_skip_frac", d.max_skip_frac, 0 <= d.max_skip_frac <= 1, "in [0, 1]"),
+        ("algorithm.ppo_epochs", a.ppo_epochs, a.ppo_epochs >= 1, ">= 1"),
+        ("algorithm.kl_coef", a.kl_coef, a.kl_coef >= 0, ">= 0"),
+        ("sft.steps", s.steps, s.steps >= 1, ">= 1"),
+        ("sft.batch_size", s.batch_size, s.batch_size >= 1, ">= 1"),
+        ("sft.lr", s.lr, s.lr > 0, "> 0"),
+    ]
+
+
+def validate(cfg, kind: str = "train", data_paths: bool = True) -> None:
+    """Raise ``ConfigError`` (one line, naming the key) for the first problem found in ``cfg``; see module doc.
+    ``data_paths=False`` (planning a run for another machine) leaves out the existence of the model and data."""
+    for key, value, ok, expect in _ranges(cfg, kind):
+        if isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if not ok:
+            raise ConfigError(f"config key '{key}' must be {expect}, got {value}")
+    if data_paths:
+        check_model_path(cfg.model.path)
+        _file(cfg.data.train, "data.train", "annotation file")
+        if cfg.data.test or (kind == "train" and cfg.train.eval_every):
+            _file(cfg.data.test, "data.test", "annotation file (train.eval_every > 0 evaluates on it)")
+        if cfg.data.media_root is not None and not os.path.isdir(cfg.data.media_root):
+            raise ConfigError(f"config key 'data.media_root': folder not found: {cfg.data.media_root}")
+    if cfg.train.wandb_project:
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            raise ConfigError("config key 'train.wandb_project' needs the wandb package: pip install wandb")
+    if cfg.train.deepspeed_config:
+        _file(cfg.train.deepspeed_config, "train.deepspeed_config", "DeepSpeed config")
+    if kind == "sft":
+        return
+    import mmrl.algos  # noqa: F401  (registers algorithm specs and losses)
+    from mmrl.algos.base import POLICY_LOSSES
+    from mmrl.algos.spec import ALGORITHMS
+    from mmrl.rewards import REWARDS
+
+    check_name(ALGORITHMS, cfg.algorithm.name, "algorithm.name")
+    check_name(POLICY_LOSSES, cfg.algorithm.loss, "algorithm.loss")
+    if not cfg.rewards:
+        raise ConfigError("config key 'rewards' is empty; give at least one reward (e.g. {name: accuracy})")
+    for i, rw in enumerate(cfg.rewards):
+        check_name(REWARDS, rw.name, f"rewards[{i}].name")
+        if not math.isfinite(rw.weight):
+            raise ConfigError(f"config key 'rewards[{i}].weight' must be a finite number, got {rw.weight}")
+    if cfg.algorithm.viewset:
+        _file(cfg.algorithm.viewset, "algorithm.viewset", "view set file")
+    elif cfg.algorithm.name in VIEW_ALGORITHMS:
+        raise ConfigError(f"config key 'algorithm.viewset': algorithm '{cfg.algorithm.name}' trains on counterfactual "
+                          "views and needs a view set (e.g. algorithm.viewset=views/bpo_video.yaml)")
+    from mmrl.train.plan import describe_plan
+
+    describe_plan(cfg)  # the spec's own params, the view set file and the responses per view (ConfigError)

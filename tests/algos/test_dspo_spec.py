@@ -1,0 +1,122 @@
+"""DSPO rewards and spec: R_div from the lexicon prior, the evidence IoU, CVIG's shaping of the reward on a batch
+whose re-scored log-probs are set by hand, and the plan of passes."""
+import math
+
+import pytest
+import torch
+
+from mmrl.algos.base import LossParams
+from mmrl.algos.dspo import token_offsets
+from mmrl.algos.dspo_math import dedr_terms
+from mmrl.algos.spec import StepBatch, build_spec
+from mmrl.data.affect import BUILTIN_VAD, builtin_lexicon, sample_prior
+from mmrl.data.schema import Evidence, Sample, Trajectory
+from mmrl.errors import ConfigError
+from mmrl.rewards.base import RewardContext, RewardSpec, compute_rewards
+
+EMO = ["anger", "disgust", "fear", "joy", "sadness", "surprise"]
+
+
+def resp(cands, choice="sadness", box="0.1, 0.2, 0.5, 0.6"):
+    return (rf"<step1>dark sky \bboxed{{[{box}]}}</step1><step2>low mood</step2>"
+            rf"<step3>\list{{{', '.join(cands)}}}</step3><step4>\boxed{{{choice}}}</step4>")
+
+
+def ctx_of(texts, meta=None):
+    s = Sample(id="m0", question="q", candidates=EMO, answer="sadness", meta=meta or {},
+               evidence=Evidence(boxes=[(0.0, [20.0, 10.0, 60.0, 50.0])], source_size=(100, 100)))
+    out = []
+    for t in texts:
+        tr = Trajectory(sample_id="m0", group_id=0, view="original", role="anchor", prompt_ids=torch.zeros(1),
+                        response_ids=torch.zeros(1), logprobs=torch.zeros(1), loss_mask=torch.ones(1), text=t)
+        out.append(RewardContext(sample=s, trajectory=tr, candidates=EMO, expected="E"))
+    return out
+
+
+def test_rewards_components_and_total():
+    texts = [resp(["sadness", "fear", "gloom"]), resp(["joy", "surprise"], choice="E"), "garbage"]
+    specs = [RewardSpec("dspo_accuracy", 1.0), RewardSpec("dspo_format", 0.1), RewardSpec("dspo_div", 0.3),
+             RewardSpec("dspo_evidence", 0.0)]
+    comps, total = compute_rewards(specs, ctx_of(texts))
+    assert comps["dspo_accuracy"] == [1.0, 1.0, 0.0]  # text match, letter match (E = sadness), malformed
+    assert comps["dspo_format"] == [1.0, 1.0, 0.0] and comps["dspo_format/missing_step"] == [0.0, 0.0, 1.0]
+    lex = builtin_lexicon()
+    prior = sample_prior(lex, {}, "sadness")
+    z = torch.tensor([BUILTIN_VAD[c] for c in ("sadness", "fear", "gloom")], dtype=torch.float64)
+    d_all, delta = dedr_terms(z, prior.mu, prior.sigma)
+    t = torch.exp(-d_all ** 2 / 2) * (1 - torch.exp(-delta.clamp(min=-1.0)))
+    assert comps["dspo_div"][0] == pytest.approx(float(t.mean()), abs=1e-9)
+    assert [comps[f"dspo_div/t{j}"][0] for j in range(3)] == pytest.approx(t.tolist(), abs=1e-9)
+    assert comps["dspo_div/t3"][0] == 0.0 and comps["dspo_div"][2] == 0.0
+    # IoU of (0.1,0.2,0.5,0.6) with the evidence (0.1,0.2,0.5,0.6) (x 20..60, y 10..50 of 100) = 1
+    assert comps["dspo_evidence"][0] == pytest.approx(1.0) and comps["dspo_evidence/mask_area"][0] == pytest.approx(0.16)
+    assert total[0] == pytest.approx(1.0 + 0.1 + 0.3 * comps["dspo_div"][0], abs=1e-9)
+
+
+def test_div_prefers_candidates_around_the_prior():
+    near = resp(["sadness", "gloom", "grief"])
+    far = resp(["joy", "excitement", "delight"], choice="joy")
+    comps, _ = compute_rewards([RewardSpec("dspo_div", 1.0)], ctx_of([near, far]))
+    assert comps["dspo_div"][0] > comps["dspo_div"][1]
+    comps, _ = compute_rewards([RewardSpec("dspo_div", 1.0)], ctx_of([resp(["sadness", "qqqqzzz"])]))
+    assert comps["dspo_div"] == [0.0] and comps["dspo_div/unresolved"] == [1.0]
+    comps, _ = compute_rewards([RewardSpec("dspo_div", 1.0)], ctx_of([resp(["saddest", "fears", "gloom"])]))
+    assert comps["dspo_div/oov_fallback"] == [2.0] and comps["dspo_div"][0] != 0.0
+
+
+def test_spec_config_and_needs(tiny_model_path):
+    with pytest.raises(ConfigError, match="tokenizer"):
+        build_spec("dspo", {}, LossParams())
+    with pytest.raises(ConfigError, match="algorithm.params.bogus"):
+        build_spec("dspo", {"cvig": False, "bogus": 1}, LossParams())
+    assert build_spec("dspo", {"cvig": False}, LossParams()).needs().rescore == {}
+    s = build_spec("dspo", {"tokenizer": tiny_model_path}, LossParams())
+    assert set(s.needs().rescore) == {"cvig", "cvig_orig"}
+    assert s.needs().rescore["cvig"].transform == "occlude_box"
+    s2 = build_spec("dspo", {"tokenizer": tiny_model_path, "p_source": "sampling"}, LossParams())
+    assert set(s2.needs().rescore) == {"cvig"}
+
+
+def test_cvig_shapes_reward(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    texts = [resp(["sadness", "fear", "gloom"]), "garbage"]
+    ids = [torch.tensor(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    assert tok.decode(ids[0].tolist(), skip_special_tokens=True) == texts[0]
+    offs = token_offsets(tok, ids[0].tolist(), len(texts[0]))
+    starts = [texts[0].index(c) for c in ("sadness", "fear", "gloom")]
+    spans = []
+    for c, st in zip(("sadness", "fear", "gloom"), starts):
+        idx = [i for i, (a, b) in enumerate(offs) if a < st + len(c) and b > st]
+        spans.append((idx[0], idx[-1] + 1))
+    # log-probs: every token 0 except the candidates' first tokens, set to make p = [.5, .3, .2], p_cf = [.1, .3, .25]
+    lp, lp_cf = torch.zeros(len(ids[0])), torch.zeros(len(ids[0]))
+    for (lo, _), p, pc in zip(spans, (0.5, 0.3, 0.2), (0.1, 0.3, 0.25)):
+        lp[lo], lp_cf[lo] = math.log(p), math.log(pc)
+    terms = [0.2, -0.1, 0.4]
+    comps = {"dspo_evidence/mask_area": torch.tensor([0.25, 0.0])}
+    for j in range(4):
+        comps[f"dspo_div/t{j}"] = torch.tensor([terms[j] if j < 3 else 0.0, 0.0])
+    batch = StepBatch(rewards=torch.tensor([1.5, 0.0]), components=comps,
+                      groups={"prompt": torch.tensor([0, 0])}, roles=["anchor"] * 2, views=["original"] * 2,
+                      lengths=torch.tensor([len(i) for i in ids]), response_ids=ids, texts=texts,
+                      logprobs=[torch.zeros(len(i)) for i in ids],
+                      rescored={"cvig_orig": [lp, torch.zeros(len(ids[1]))], "cvig": [lp_cf, torch.zeros(len(ids[1]))]})
+    spec = build_spec("dspo", {"tokenizer": tiny_model_path}, LossParams())
+    out = spec.advantages(batch)
+    w = torch.tensor([0.9225, 0.0459, 0.0316])  # spec vector 2
+    want = 1.5 + 0.1 * 0.0875 + 0.3 * (float((w * torch.tensor(terms)).sum()) - sum(terms) / 3)
+    assert float(out.rewards[0]) == pytest.approx(want, abs=1e-4)
+    assert float(out.rewards[1]) == 0.0  # malformed: unchanged
+    assert out.metrics["cvig/scored_frac"] == 0.5
+    assert float(out.advantages[0]) > 0 > float(out.advantages[1])
+    # the ablation without CVIG leaves the reward as the rewards gave it
+    plain = build_spec("dspo", {"cvig": False}, LossParams()).advantages(batch)
+    assert torch.allclose(plain.rewards, batch.rewards)
+    # a response the format reward zeroed (e.g. truncated) gets no CVIG term even when its text parses
+    comps["dspo_format"] = torch.tensor([0.0, 0.0])
+    assert torch.allclose(spec.advantages(batch).rewards, batch.rewards)
+    del comps["dspo_evidence/mask_area"]
+    with pytest.raises(ConfigError, match="dspo_evidence"):
+        spec.advantages(batch)
