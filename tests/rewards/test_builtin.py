@@ -108,7 +108,8 @@ def test_reward_params_reach_the_function():
 def test_non_finite_reward_fails_naming_reward_sample_and_view(bad):
     name = _register(f"t_bad_{bad}", lambda c, bad=bad: [0.0, bad])
     c = [ctx("A", sid="ok-0"), ctx("A", sid="clip-7", view="reverse", role="sensitive")]
-    with pytest.raises(RewardError, match=rf"'{name}' returned {bad} for sample 'clip-7' \(view reverse\)"):
+    said = "None \\(NoneType\\)" if bad is None else str(bad)
+    with pytest.raises(RewardError, match=rf"'{name}' returned {said} for sample 'clip-7' \(view reverse\)"):
         compute_rewards([RewardSpec(name)], c)
 
 
