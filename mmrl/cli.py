@@ -35,6 +35,34 @@ def cmd_make_tiny(args) -> None:
 _SYNTH_FLAGS = {"size": "--size", "n_frames": "--frames", "fps": "--fps"}
 
 
+def _synth_image(args):
+    from mmrl.data.synth_image import make_image_world
+
+    return make_image_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+
+
+def _synth_claims(args):
+    from mmrl.data.synth_claims import make_claims_world
+
+    return make_claims_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+
+
+def _synth_mood(args):
+    from mmrl.data.synth_mood import make_mood_world
+
+    return make_mood_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+
+
+def _synth_seek(args):
+    from mmrl.data.synth_seek import make_seek_world
+
+    return make_seek_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size, fps=args.fps)
+
+
+# the image-like worlds (one builder each); video is built above with its frame checks
+_SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_mood, "seek": _synth_seek}
+
+
 def cmd_synth(args) -> None:
     if args.n_train < 1 or args.n_test < 0:
         raise ConfigError(f"data synth: --n-train must be >= 1 and --n-test >= 0, got {args.n_train} and {args.n_test}")
@@ -46,13 +74,11 @@ def cmd_synth(args) -> None:
             info = make_video_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size,
                                     n_frames=args.frames, fps=args.fps, fixed_options=args.fixed_options)
         else:
-            from mmrl.data.synth_image import make_image_world
-
-            if args.fixed_options:
-                raise ConfigError("data synth: --fixed-options applies to --kind video only")
+            if args.fixed_options and args.kind != "claims":
+                raise ConfigError(f"data synth: --fixed-options applies to --kind video only (claims: always fixed)")
             if args.size < 24 or args.size % 2:
                 raise ValueError(f"size must be an even number >= 24, got {args.size}")
-            info = make_image_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+            info = _SYNTH_KINDS[args.kind](args)
     except ValueError as e:
         msg = str(e)
         for name, flag in _SYNTH_FLAGS.items():
@@ -205,7 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True, metavar="COMMAND")
     s = _sub(d, "synth", "generate a synthetic world (real MP4s / PNGs + annotations)", common)
     s.add_argument("--out", required=True, help="output folder (videos/ or images/, train.json, test.json)")
-    s.add_argument("--kind", choices=["video", "image"], default="video", help="video clips or single images")
+    s.add_argument("--kind", choices=["video", "image", "claims", "mood", "seek"], default="video",
+                   help="video clips; single images; images with checkable visual claims (PACG/VPPO); images with "
+                        "an emotional cue region (DSPO); long clips with a brief event to seek (tools)")
     s.add_argument("--n-train", type=int, default=512, help="training questions")
     s.add_argument("--n-test", type=int, default=128, help="held-out questions")
     s.add_argument("--seed", type=int, default=0, help="world seed")
@@ -250,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--nframes", type=int, help="frames to show (default: every frame of the clip)")
     s.add_argument("--seed", type=int, default=0, help="seed of the random views")
     s.set_defaults(fn=cmd_views_preview)
+
+    from mmrl.diagnose.cli import add_parser as add_diagnose
+
+    add_diagnose(sub)
 
     s = _sub(sub, "demo", "tiny model -> synthetic video world -> SFT -> GRPO -> eval", common)
     s.add_argument("--out", default="runs/demo", help="output folder (replaced on every run)")

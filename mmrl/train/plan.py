@@ -37,6 +37,10 @@ def describe_plan(cfg) -> List[str]:
     passes.append(f"actor forward+backward x {cfg.algorithm.ppo_epochs}")
     lines.append("passes per step: " + ", ".join(passes))
     lines.append(check_rollout_config(cfg.rollout))  # a bad loop name or tool suite is a ConfigError here
+    if cfg.rollout.engine == "hf":
+        from mmrl.models.scoring import strategy_note
+
+        lines.append(strategy_note(per_prompt, cfg.rollout.max_new_tokens))
     rounds = spec.max_resample_rounds()
     if rounds:
         lines.append(f"resampling: up to {rounds} extra rounds per step (the spec's select asks for more prompts)")
