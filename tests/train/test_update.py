@@ -143,11 +143,9 @@ def test_drgrpo_norm_micro_batches_without_an_empty_row(monkeypatch, micro_batch
     assert stats["loss"] == pytest.approx(loss, rel=1e-5, abs=1e-7)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: Dr.GRPO's normaliser N*L_max counts every row, but batch_share "
-                   "weights micro-batches by rows WITH a trained token, so an all-masked row scales the gradient "
-                   "by N / (N - 1) when micro_batch < N (measured 1.2x with 6 rows); share for this mode must be "
-                   "rows_in_micro_batch / N")
 def test_drgrpo_norm_micro_batches_with_an_empty_row(monkeypatch):
+    """Dr.GRPO's normaliser N x L_max counts every row, trained or not: micro-batch shares are rows / N (was a 1.2x
+    gradient with one all-masked row among 6 when micro_batch < N)."""
     model, trajs, inputs, adv, old, ref, cfg = _case("seq-mean-token-sum-norm")
     _, g_ref = reference_grad(model, trajs, inputs, adv, cfg, old, ref)
     _, g = run_update(monkeypatch, model, trajs, inputs, adv, cfg, 1, old=old, ref=ref)
