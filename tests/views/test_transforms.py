@@ -199,6 +199,8 @@ def test_video_only_transform_rejects_image(sample):
 
 
 def test_decorator_registers_custom_transform(clip, sample):
+    VIEW_TRANSFORMS._items.pop("test_invert_frames", None)  # the test may run twice in one process (mutmut)
+
     @view_transform("test_invert_frames", effect=UNCHANGED, needs=("boxes",))
     def invert(media, sample, rng, amount: int = 255):
         return type(media)(media.sample_id, frames=amount - media.frames, timestamps=media.timestamps)
