@@ -129,7 +129,7 @@ def test_occlude_box_scales_width_and_height_separately(h, w, source, box, rows,
     img = make_image(h=h, w=w)
     s = make_sample(boxes=[(0.0, box)], image=True)
     s.evidence.source_size = source
-    zero = (run("occlude_box", img, s).image == 0).all(0)
+    zero = (run("occlude_box", img, s, fill=0).image == 0).all(0)
     expect = torch.zeros(h, w, dtype=torch.bool)
     expect[rows[0]:rows[1], cols[0]:cols[1]] = True
     assert torch.equal(zero, expect)
@@ -142,17 +142,17 @@ def test_occlude_box_falls_back_to_media_source_size_then_frame_size():
     img.source_size = (112, 56)  # scale 1/2 in both
     expect = torch.zeros(28, 56, dtype=torch.bool)
     expect[2:6, 4:8] = True
-    assert torch.equal((run("occlude_box", img, s).image == 0).all(0), expect)
+    assert torch.equal((run("occlude_box", img, s, fill=0).image == 0).all(0), expect)
     img.source_size = None  # boxes already in frame pixels
     expect = torch.zeros(28, 56, dtype=torch.bool)
     expect[4:12, 8:16] = True
-    assert torch.equal((run("occlude_box", img, s).image == 0).all(0), expect)
+    assert torch.equal((run("occlude_box", img, s, fill=0).image == 0).all(0), expect)
 
 
 def test_occlude_box_margin_and_value():
     img = make_image(h=56, w=56)
     s = make_sample(boxes=[(0.0, [40, 40, 60, 60])], image=True)  # -> [20, 20, 30, 30] on 56 px
-    out = run("occlude_box", img, s, margin=2.0, value=9).image
+    out = run("occlude_box", img, s, margin=2.0, fill=9).image
     expect = torch.zeros(56, 56, dtype=torch.bool)
     expect[18:32, 18:32] = True
     assert torch.equal((out == 9).all(0), expect)
@@ -161,7 +161,7 @@ def test_occlude_box_margin_and_value():
 def test_occlude_box_on_video_takes_the_nearest_box_per_frame():
     clip = make_clip(t=4)  # frames at 0, 0.5, 1.0, 1.5
     s = make_sample(boxes=[(0.0, [0, 0, 20, 20]), (1.2, [80, 80, 100, 100])])  # scale 1/2
-    zero = (run("occlude_box", clip, s).frames == 0).all(1)
+    zero = (run("occlude_box", clip, s, fill=0).frames == 0).all(1)
     first = torch.zeros(56, 56, dtype=torch.bool)
     first[0:10, 0:10] = True
     second = torch.zeros(56, 56, dtype=torch.bool)
