@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.mmrl-installed
 PIP     := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test test-fast bench-demo clean
+.PHONY: setup demo test test-fast mutation bench-demo clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,12 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
+
+# Mutation testing of the modules that decide rewards, updates, frames, checkpoints, views and annotations
+# (docs/testing.md): one worker, MUTATION_BUDGET minutes per module group; not part of CI. GROUPS= picks groups.
+MUTATION_BUDGET ?= 20
+mutation: setup
+	OMP_NUM_THREADS=1 $(PY) scripts/mutation.py --budget-min $(MUTATION_BUDGET) $(GROUPS)
 
 bench-demo: setup
 	$(PY) bench/demo_seeds.py --out runs/demo_seeds

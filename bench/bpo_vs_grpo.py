@@ -1,47 +1,45 @@
-"""The miniature of BPO's table (specs/algorithms.md §1, issue 3): GRPO vs T-GRPO vs BPO, budget-matched, from the
-same SFT checkpoint, on the synthetic video world, over seeds.
+"""The miniature of BPO's table (specs/algorithms.md §1, issues 3 and 16): GRPO vs T-GRPO vs BPO, budget-matched,
+from the same SFT checkpoint, on the synthetic video world (optionally with a prior to unlearn), over seeds.
 
-    .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--sft-steps 600] [--rl-steps 300] [--n-train 1024]
-        [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.05] [--jobs 1] [--out runs/bpo_vs_grpo]
+    .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--arms grpo grpo_g2 ...] [--sft-steps 600]
+        [--rl-steps 300] [--n-train 1024] [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.05]
+        [--prior frequent|phrasing] [--prior-strength 0.8] [--cost-tokens 256] [--jobs 1] [--out runs/bpo_vs_grpo]
         [--report FILE] [--arm 'NAME CONFIG... KEY=VALUE...' ...] [--render-only] [overrides ...]
 
 Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
-lr 1e-4, a 1024 / 256 clip world: ~7 min per seed for the three arms on the 2 shared cores; the README's run (5 seeds,
-two extra arms, ``--jobs 2``) took 34.9 min.
+lr 1e-4, a 1024 / 256 clip world.
 
-Per seed: one synthetic video world (``make_video_world``), one SFT warm-up with ``configs/demo.yaml``'s SFT
-settings (steps, batch, lr), then three RL arms from that checkpoint with the same steps, lr,
-prompts per step and prompt format:
+Per seed: one synthetic video world (``make_video_world``; ``--prior``: the train split leans on a prior, the
+held-out split is debiased and ``test_biased.json`` keeps it), one SFT warm-up with ``configs/demo.yaml``'s SFT
+settings, then the RL arms from that checkpoint with the same steps, lr, prompts per step and prompt format:
 
-- ``grpo``  ``configs/demo.yaml``: G = 8 responses on the original clip (8 generations per prompt);
-- ``tgrpo`` ``configs/tgrpo_demo.yaml``: as in Video-R1, 8 ordered + 4 shuffled-frame responses (12 generations
-  per prompt, 1.5x the budget; only the 8 ordered ones are trained);
-- ``bpo``   ``configs/bpo_demo.yaml``: 2 packs x 4 views (original, stable, sensitive, blank) = 8 generations.
+- ``grpo`` / ``grpo_g2`` / ``grpo_g32``: ``configs/demo.yaml`` with G = 8 / 2 / 32 responses on the original clip;
+- ``tgrpo`` ``configs/tgrpo_demo.yaml``: as in Video-R1, 8 ordered + 4 shuffled-frame responses (plain
+  permutation; a shuffle that leaves a static clip as it was is skipped), KL β = 0.04, the length bonus;
+- ``bpo``   ``configs/bpo_demo.yaml``: 2 packs x 4 views (original, stable, sensitive, blank) = 8 generations,
+  budget-matched to ``grpo``;
+- ``bpo_p8``: 8 packs x 4 views = 32, budget-matched to ``grpo_g32`` (and with as many anchors as ``grpo``);
+- ``bpo_anchor``: BPO with the anchor view only (``views/bpo_anchor_only.yaml``), 2 packs = 2, matched to
+  ``grpo_g2``: BPO's estimator, loss and reward without any counterfactual view.
 
-``--arm`` adds an arm of your own (a view set, an anchor mode, a reward weight), e.g.
-``--arm 'bpo_paired configs/bpo_demo.yaml algorithm.params.anchor_mode=paired'``: it trains from the same SFT checkpoint,
-is evaluated the same way and gets its own rows (a BPO arm must match GRPO's budget). ``--jobs 2`` runs two seeds
-at once in child processes; ``--render-only`` prints the table again from an earlier ``--out``.
+``--arms`` picks among them (default: all); ``--arm`` adds an arm of your own (config files and dotted overrides;
+a BPO arm must match the budget of a GRPO-family arm). ``--jobs 2`` runs two seeds at once in child processes;
+``--render-only`` prints the table again from an earlier ``--out``.
 
-The arms are stepped round-robin in one process (each with its own saved RNG state, so an arm's run is the
-one it would have alone), so the step-time ratio BPO/GRPO is measured side by side under the same machine load.
+The arms are stepped round-robin in one process (each with its own saved RNG state, so an arm's run is the one it
+would have alone), so the step-time ratios are measured side by side under the same machine load. After the
+seeds, ``--cost-tokens N`` (default 256; 0 = off) measures the plain BPO / GRPO step ratio when every response is
+N tokens long (the untrained tiny model rarely stops), a few steps from a fresh world.
 
-SFT data. The train split plus ``--sft-null-share`` (default 5%) "nothing to see" items: the world's empty
-background clip with a question of the split, answered with the abstention option. The tiny model has no prior
-for the option (a pretrained VLM reads "cannot be determined"); without them it never samples the option and no
-arm can be rewarded for it (with ``--sft-null-share 0`` every arm's abstention F1 stays 0). The RL arms train on
-the train split only; the eval's null view is a different canvas (uniform gray).
+SFT data: the train split plus ``--sft-null-share`` (5%) "nothing to see" items (the world's empty background clip,
+answered with the abstention option: the tiny model has no prior for the option, and without them no arm ever
+samples it). Prompt format: the abstention option is the last candidate of every question at every stage.
 
-Prompt format. The abstention option ("cannot be determined") is appended as the last candidate of every
-question of the world, for every stage and arm: SFT (the target only on the empty-scene items), GRPO, T-GRPO and BPO training, and the
-eval. GRPO and T-GRPO therefore see the option in training too but are never rewarded for it (accuracy against
-the gold letter), so the comparison differs only in views and rewards, not in the prompt.
-
-Eval: every arm (and the SFT checkpoint, for reference) on the held-out split with the BPO view set
-(``views/bpo_video.yaml``), greedy: macro accuracy and temporal accuracy (direction + order, pooled) on the
-original clips, and over the whole split the abstention F1, stability, sensitivity and answer-without-looking
-rates of ``mmrl.rollout.view_metrics``. Printed as mean +- std over seeds, with the per-step cost: BPO step time /
-GRPO step time (median step, per seed) and the view-construction share of BPO's step time.
+Eval: every arm (and the SFT checkpoint) on the held-out split with ``views/bpo_eval.yaml``, greedy. Its null views
+are canvases no stage trained on (black, light gray, noise, a gradient, a drifting texture); stability counts only
+views that change the pixels; sensitivity is scored against each view's expected answer (the mapped one for
+``reverse``). With ``--prior``, accuracy on the biased split and the share of null answers that give the prior
+answer too. The table (``bench/bpo_table.py``) gives 95% t-intervals and per-seed values for every difference.
 """
 from __future__ import annotations
 
@@ -53,24 +51,27 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "bench")]  # this checkout's mmrl, not an installed one
+from bpo_table import ARM_LABEL, render, work  # noqa: E402
+
 DEMO = REPO / "configs" / "demo.yaml"
+BPO_CFG = str(REPO / "configs" / "bpo_demo.yaml")
 ARMS: Dict[str, List[str]] = {  # name -> config files over configs/demo.yaml, then dotted overrides ("k=v")
     "grpo": [],
+    "grpo_g2": ["rollout.n=2"],
+    "grpo_g32": ["rollout.n=32"],
     "tgrpo": [str(REPO / "configs" / "tgrpo_demo.yaml")],
-    "bpo": [str(REPO / "configs" / "bpo_demo.yaml")],
+    "bpo": [BPO_CFG],
+    "bpo_p8": [BPO_CFG, "rollout.n=32"],  # BPO: packs = rollout.n / views = 8
+    "bpo_anchor": [BPO_CFG, "rollout.n=2", f"algorithm.viewset={REPO / 'views' / 'bpo_anchor_only.yaml'}"],
 }
-ARM_LABEL = {"sft": "SFT (start point)", "grpo": "GRPO (G=8)", "tgrpo": "T-GRPO (8+4)", "bpo": "BPO (2x4)"}
-BUDGET = {"grpo": "8", "tgrpo": "8 ordered + 4 shuffled = 12", "bpo": "2 packs x 4 views = 8"}
-EVAL_VIEWS = REPO / "views" / "bpo_video.yaml"
+MATCH = {"bpo": "grpo", "bpo_p8": "grpo_g32", "bpo_anchor": "grpo_g2"}  # BPO arm -> its budget-matched GRPO arm
+EVAL_VIEWS = REPO / "views" / "bpo_eval.yaml"
 TEMPORAL = ("direction", "order")
-PAPER = {"macro": 4.7, "temporal": 7.8, "abstain_f1": 20.0}
-COLUMNS = [  # key, header
-    ("macro", "macro acc"), ("temporal", "temporal acc (dir+order)"), ("abstain_f1", "abstention F1"),
-    ("stability", "stability"), ("sensitivity", "sensitivity"), ("no_look", "answer w/o looking"),
-]
+SETTINGS = ("n_train", "n_test", "sft_steps", "rl_steps", "prompts_per_step", "sft_null_share", "prior", "prior_strength")
 
 
 def log(msg: str) -> None:
@@ -188,21 +189,28 @@ def step_costs(history: List[Dict[str, float]]) -> Dict[str, float]:
                for k in ("prompts", "prompt_tokens", "response_tokens")}}
 
 
-def work(cost: Dict[str, float]) -> float:
-    """Tokens a step pushes through the model: every distinct (media, prompt) once, every response once."""
-    return cost.get("prompt_tokens", 0.0) + cost.get("response_tokens", 0.0)
-
-
-def summarize(res: Dict, n_per_qtype: Dict[str, int]) -> Dict[str, float]:
+def summarize(res: Dict, n_per_qtype: Dict[str, int], biased: Optional[Dict] = None) -> Dict:
     vm = res.get("view_metrics", {})
     pq = res["per_qtype"]
     n_t = sum(n_per_qtype.get(q, 0) for q in TEMPORAL if q in pq)
     temporal = sum(pq[q] * n_per_qtype[q] for q in TEMPORAL if q in pq) / n_t if n_t else float("nan")
-    return {"macro": res["macro_accuracy"], "accuracy": res["accuracy"], "temporal": temporal,
-            "abstain_f1": vm.get("abstain_f1", float("nan")), "abstain_precision": vm.get("abstain_precision", float("nan")),
-            "abstain_recall": vm.get("abstain_recall", float("nan")), "stability": vm.get("stability_rate", float("nan")),
-            "sensitivity": vm.get("sensitivity_rate", float("nan")), "no_look": vm.get("answer_without_looking", float("nan")),
-            "per_qtype": pq, "view_acc": {k[len("view_acc/"):]: v for k, v in vm.items() if k.startswith("view_acc/")}}
+    nan = float("nan")
+    out = {"macro": res["macro_accuracy"], "accuracy": res["accuracy"], "temporal": temporal,
+           "abstain_f1": vm.get("abstain_f1", nan), "abstain_precision": vm.get("abstain_precision", nan),
+           "abstain_recall": vm.get("abstain_recall", nan), "stability": vm.get("stability_rate", nan),
+           "sensitivity": vm.get("sensitivity_rate", nan), "sens_mapped": vm.get("sensitivity_mapped", nan),
+           "sens_removed": vm.get("sensitivity_removed", nan), "no_look": vm.get("answer_without_looking", nan),
+           "null_prior": vm.get("null_prior_rate", nan), "per_qtype": pq,
+           "null_recall": {k[len("abstain_recall/"):]: v for k, v in vm.items() if k.startswith("abstain_recall/")},
+           "view_acc": {k[len("view_acc/"):]: v for k, v in vm.items() if k.startswith("view_acc/")},
+           "n": {k[2:]: v for k, v in vm.items() if k.startswith("n/") and "/" not in k[2:]}}
+    out["n"]["anchors"] = res["n"]
+    out["n"]["views_skipped"] = vm.get("views_skipped", 0.0)
+    if biased is not None:
+        out["macro_biased"] = biased["macro_accuracy"]
+    else:
+        out.pop("null_prior")
+    return out
 
 
 def run_seed(seed: int, args, out: Path) -> Dict:
@@ -216,13 +224,16 @@ def run_seed(seed: int, args, out: Path) -> Dict:
 
     t_seed = time.time()
     world = out / "world"
-    info = make_video_world(str(world), args.n_train, args.n_test, seed=seed, **WORLD)  # the demo's world
+    info = make_video_world(str(world), args.n_train, args.n_test, seed=seed, prior=args.prior,
+                            prior_strength=args.prior_strength, **WORLD)  # the demo's world
     ensure_tiny_model()
     base = load_config([str(DEMO)], list(args.overrides))
     abst = base.data.prompt.abstain_text
-    train, test = world / "train_abst.json", world / "test_abst.json"
+    train, test, biased = world / "train_abst.json", world / "test_abst.json", world / "test_biased_abst.json"
     add_abstain_option(info["train"], str(train), abst)
     add_abstain_option(info["test"], str(test), abst)
+    if args.prior:
+        add_abstain_option(info["test_biased"], str(biased), abst)
     common = [f"data.train={train}", f"data.test={test}", f"train.seed={seed}",
               f"train.prompts_per_step={args.prompts_per_step}", "train.save_every=0"]
     sft_train = world / "sft_train.json"
@@ -247,11 +258,10 @@ def run_seed(seed: int, args, out: Path) -> Dict:
                                                          f"train.steps={args.rl_steps}"] + list(args.overrides)
                           + [i for i in items if "=" in i])
         arms[name] = Arm(name, cfg)
-    one_per_qtype = list({s.qtype: s for s in arms["grpo"].trainer.samples}.values())
+    first = next(iter(arms.values()))
+    one_per_qtype = list({s.qtype: s for s in first.trainer.samples}.values())
     budgets = {n: rollout_budget(a, one_per_qtype) for n, a in arms.items()}
-    for n, a in arms.items():
-        if a.cfg.algorithm.name == "bpo" and budgets[n] != budgets["grpo"]:
-            raise RuntimeError(f"arm {n} (BPO) and GRPO budgets differ: {budgets}")
+    check_budgets(arms, budgets)
     log(f"[seed {seed}] generations per prompt: " + ", ".join(f"{n} {sorted(set(b.values()))}" for n, b in budgets.items()))
     order = list(arms)
     for step in range(args.rl_steps):
@@ -263,6 +273,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
                 f"{n} {arms[n].history[-1].get('time/step', 0):.1f}s acc {arms[n].history[-1].get('reward/accuracy', float('nan')):.2f}"
                 for n in order))
     costs = {n: step_costs(a.history) for n, a in arms.items()}
+    algos = {n: a.cfg.algorithm.name for n, a in arms.items()}
     paths = {n: a.finish() for n, a in arms.items()}
     rl_min = (time.time() - t) / 60
 
@@ -273,119 +284,75 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     evals = {}
     for name, path in [("sft", sft_path)] + list(paths.items()):
         res = evaluate_checkpoint(path, str(test), data_cfg, out_dir=str(out / f"eval_{name}"), viewset=viewset)
-        evals[name] = summarize(res, n_per_qtype)
+        res_b = evaluate_checkpoint(path, str(biased), data_cfg) if args.prior else None
+        evals[name] = summarize(res, n_per_qtype, res_b)
     eval_min = (time.time() - t) / 60
     minutes = (time.time() - t_seed) / 60
     log(f"[seed {seed}] done in {minutes:.1f} min (SFT {sft_min:.1f}, RL {rl_min:.1f}, eval {eval_min:.1f}): "
         + ", ".join(f"{n} macro {100 * e['macro']:.1f} F1 {100 * e['abstain_f1']:.1f}" for n, e in evals.items()))
-    result = {"seed": seed, "eval": evals, "costs": costs, "budgets": budgets,
-              "algos": {n: a.cfg.algorithm.name for n, a in arms.items()}, "minutes": {"total": minutes, "sft": sft_min, "rl": rl_min,
-                                                                        "eval": eval_min}}
+    result = {"seed": seed, "eval": evals, "costs": costs, "budgets": budgets, "algos": algos,
+              "minutes": {"total": minutes, "sft": sft_min, "rl": rl_min, "eval": eval_min}}
     (out / "seed_result.json").write_text(json.dumps(result, indent=2))
     return result
 
 
-# ---- the table ------------------------------------------------------------------------------------------------
-def _ms(xs: List[float], scale: float = 100.0, signed: bool = False) -> str:
-    xs = [scale * x for x in xs]
-    m = statistics.mean(xs)
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{m:+.1f} ± {sd:.1f}" if signed else f"{m:.1f} ± {sd:.1f}"
-
-
-def _label(arm: str) -> str:
-    return ARM_LABEL.get(arm, arm)
-
-
-def _budget(arm: str, results: List[Dict]) -> str:
-    if arm in BUDGET:
-        return BUDGET[arm]
-    return "/".join(str(v) for v in sorted({v for r in results for v in r["budgets"][arm].values()}))
-
-
-def render(results: List[Dict], args, wall_min: float) -> str:
-    seeds = [r["seed"] for r in results]
-    arms = list(results[0]["costs"])
-    bpo_like = [a for a in arms if results[0].get("algos", {}).get(a, a) == "bpo"]
-    extra = [args.argv[i + 1] for i, x in enumerate(args.argv[:-1]) if x == "--arm"]  # as typed
-    lines = [f"# BPO vs GRPO vs T-GRPO, miniature (seeds {seeds})", "",
-             "Command: `.venv/bin/python bench/bpo_vs_grpo.py " + shlex.join(args.argv) + "`", "",
-             f"World: synthetic video (`make_video_world`), {args.n_train} train / {args.n_test} held-out clips per seed, "
-             f"5 question types. SFT {args.sft_steps} steps (configs/demo.yaml SFT settings) on the train split plus "
-             f"{100 * args.sft_null_share:.0f}% empty-scene clips answered with the abstention option; RL {args.rl_steps} steps x "
-             f"{args.prompts_per_step} prompts, same lr for every arm. Rollouts per prompt: "
-             + "; ".join(f"{_label(a)}: {_budget(a, results)}" for a in arms) + ".",
-             *([f"Extra arms (`--arm`): " + "; ".join(f"`{x}`" for x in extra) + "."] if extra else []),
-             "Eval: greedy, held-out split, BPO view set (views/bpo_video.yaml) for every arm; the abstention option "
-             "is in every prompt of every stage. Percent, mean ± std over seeds.", ""]
-    head = "| arm | " + " | ".join(h for _, h in COLUMNS) + " |"
-    lines += [head, "|" + "---|" * (len(COLUMNS) + 1)]
-    for arm in ["sft"] + arms:
-        cells = [_ms([r["eval"][arm][k] for r in results]) for k, _ in COLUMNS]
-        lines.append(f"| {_label(arm)} | " + " | ".join(cells) + " |")
-    pairs = [(a, "grpo") for a in arms if a != "grpo"]
-    pairs += [(a, ref) for a in bpo_like for ref in arms if ref not in bpo_like and ref != "grpo"]  # BPO vs the rest
-    for arm, ref in pairs:
-        cells = [_ms([r["eval"][arm][k] - r["eval"][ref][k] for r in results], signed=True) for k, _ in COLUMNS]
-        lines.append(f"| {_label(arm).split(' (')[0]} − {_label(ref).split(' (')[0]} (pp) | " + " | ".join(cells) + " |")
-    paper = [f"+{PAPER[k]:.1f}" if k in PAPER else "" for k, _ in COLUMNS]
-    lines.append("| paper: BPO − budget-matched GRPO (pp) | " + " | ".join(paper) + " |")
-    lines.append("")
-    lines.append("Per-seed held-out accuracy per question type (original clips):")
-    lines.append("")
-    qtypes = sorted(results[0]["eval"]["sft"]["per_qtype"])
-    lines += ["| seed | arm | " + " | ".join(qtypes) + " | macro | abst. P | abst. R |", "|" + "---|" * (len(qtypes) + 5)]
-    for r in results:
-        for arm in ["sft"] + arms:
-            e = r["eval"][arm]
-            lines.append(f"| {r['seed']} | {arm} | " + " | ".join(f"{100 * e['per_qtype'].get(q, 0):.1f}" for q in qtypes)
-                         + f" | {100 * e['macro']:.1f} | {100 * e['abstain_precision']:.1f} | {100 * e['abstain_recall']:.1f} |")
-    lines.append("")
-    lines.append("Per-step cost. Arms are stepped round-robin in one process, so each seed's ratios are measured side by "
-                 "side under the same load; s/step is the median step, rollout = decode + views + processor + generation, "
-                 "update = teacher-forced forward/backward + AdamW. Work = tokens pushed through the model per step "
-                 "(mean): every distinct (media, prompt) is prefilled and scored once, every response decoded and scored "
-                 "once; the work ratio (prompt + response tokens vs GRPO) is what the step-time ratio approaches where "
-                 "compute dominates, and step ratio / work ratio below 1 means the arm's extra work costs less per token "
-                 "than GRPO's.")
-    lines.append("")
-    lines.append("| seed | arm | s/step | / GRPO | rollout / GRPO | update / GRPO | view share | prompts | prompt tok "
-                 "| response tok | work ratio | step ratio / work ratio |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    ratio: Dict[str, List[float]] = {a: [] for a in arms}
-    wratio: Dict[str, List[float]] = {a: [] for a in arms}
-    for r in results:
-        g = r["costs"]["grpo"]
-        for arm in arms:
-            c = r["costs"][arm]
-            q, w = c["median_step_s"] / g["median_step_s"], work(c) / max(work(g), 1e-9)
-            ratio[arm].append(q)
-            wratio[arm].append(w)
-            lines.append(f"| {r['seed']} | {arm} | {c['median_step_s']:.3f} | {q:.2f} | {c['rollout_s'] / g['rollout_s']:.2f} | "
-                         f"{c['update_s'] / g['update_s']:.2f} | {100 * c['view_share']:.2f}% | {c.get('prompts', 0):.0f} | "
-                         f"{c.get('prompt_tokens', 0):.0f} | {c.get('response_tokens', 0):.0f} | {w:.2f} | {q / w:.2f} |")
-    lines.append("")
-    sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0  # noqa: E731
-    for arm in arms:
-        if arm == "grpo":
+def check_budgets(arms: Dict[str, "Arm"], budgets: Dict[str, Dict[str, int]]) -> None:
+    """A BPO arm requests as many generations per prompt, on every question type, as its matched GRPO arm
+    (``MATCH``; an extra BPO arm: any GRPO-family arm of the run)."""
+    grpo_like = [n for n, a in arms.items() if a.cfg.algorithm.name == "grpo"]
+    for n, a in arms.items():
+        if a.cfg.algorithm.name != "bpo":
             continue
-        rs, ws = ratio[arm], wratio[arm]
-        line = (f"{_label(arm)} step time / GRPO step time: {statistics.mean(rs):.3f} ± {sd(rs):.3f} "
-                f"(work ratio {statistics.mean(ws):.2f}; step ratio / work ratio {statistics.mean([a / b for a, b in zip(rs, ws)]):.2f})")
-        if arm in bpo_like:
-            line += f"; matched budget, {'within' if statistics.mean(rs) <= 1.1 else 'ABOVE'} the issue's 1.1 bound"
-        lines.append(line)
-    for arm in bpo_like:
-        share = [r["costs"][arm]["view_share"] for r in results]
-        lines.append(f"View construction share of {_label(arm)}'s step time: {100 * statistics.mean(share):.2f}% "
-                     f"(max {100 * max(share):.2f}%; {'below' if max(share) < 0.05 else 'NOT below'} the 5% bound)")
-    lines.append("")
-    mins = [r["minutes"]["total"] for r in results]
-    lines.append(f"Wall time: {wall_min:.1f} min in all ({statistics.mean(mins):.1f} min per seed: "
-                 f"SFT {statistics.mean(r['minutes']['sft'] for r in results):.1f}, "
-                 f"RL {statistics.mean(r['minutes']['rl'] for r in results):.1f} for the {len(arms)} arms, "
-                 f"eval {statistics.mean(r['minutes']['eval'] for r in results):.1f}).")
-    return "\n".join(lines) + "\n"
+        refs = [MATCH[n]] if n in MATCH and MATCH[n] in arms else ([] if n in MATCH else grpo_like)
+        if n in MATCH and not refs:
+            continue  # its matched arm is not in this run
+        if not any(budgets[n] == budgets[r] for r in refs):
+            raise RuntimeError(f"arm {n} (BPO) matches no GRPO arm's budget {refs}: {budgets}")
+
+
+def budgets_text(results: List[Dict]) -> str:
+    arms = list(results[0]["costs"])
+    return "; ".join(f"{ARM_LABEL.get(a, a)}: " + "/".join(str(v) for v in sorted({v for r in results for v in r["budgets"][a].values()}))
+                     for a in arms)
+
+
+def cost_at_length(args, out: Path) -> Dict:
+    """Plain step ratio BPO (2x4) / GRPO (G=8) when responses run to ``args.cost_tokens`` tokens: the untrained tiny
+    model (it rarely emits EOS), a fresh 32-clip world, ``args.cost_prompts`` prompts per step, 1 warm-up step then
+    ``args.cost_steps`` timed steps per arm, round-robin."""
+    from mmrl.config import load_config
+    from mmrl.data.synth_video import make_video_world
+    from mmrl.demo import WORLD
+    from mmrl.models.tiny import ensure_tiny_model
+
+    t0 = time.time()
+    info = make_video_world(str(out / "world"), 32, 0, seed=0, **WORLD)
+    tiny = ensure_tiny_model()
+    base = load_config([str(DEMO)], list(args.overrides))
+    train = out / "world" / "train_abst.json"
+    add_abstain_option(info["train"], str(train), base.data.prompt.abstain_text)
+    arms = {}
+    for name in ("grpo", "bpo"):
+        files = [i for i in ARMS[name] if "=" not in i]
+        cfg = load_config([str(DEMO)] + files, [f"data.train={train}", f"model.path={tiny}", "train.seed=0",
+                                                f"train.out_dir={out / name}", f"train.prompts_per_step={args.cost_prompts}",
+                                                f"rollout.max_new_tokens={args.cost_tokens}", "train.save_every=0"]
+                          + list(args.overrides))
+        arms[name] = Arm(name, cfg)
+    for step in range(1 + args.cost_steps):
+        for name in (list(arms) if step % 2 == 0 else list(arms)[::-1]):
+            arms[name].step()
+    h = {n: a.history[1:] for n, a in arms.items()}
+    med = {n: statistics.median(m["time/step"] for m in hs) for n, hs in h.items()}
+    wk = {n: statistics.mean(m["work/prompt_tokens"] + m["work/response_tokens"] for m in hs) for n, hs in h.items()}
+    resp = {n: statistics.mean(m["response_len"] for m in hs) for n, hs in h.items()}
+    res = {"max_new_tokens": args.cost_tokens, "prompts": args.cost_prompts, "steps": args.cost_steps,
+           "grpo_s": med["grpo"], "bpo_s": med["bpo"], "step_ratio": med["bpo"] / med["grpo"],
+           "work_ratio": wk["bpo"] / wk["grpo"], "grpo_resp": resp["grpo"], "bpo_resp": resp["bpo"],
+           "minutes": (time.time() - t0) / 60}
+    log(f"[cost] {args.cost_tokens}-token responses: BPO/GRPO step {res['step_ratio']:.2f}, work {res['work_ratio']:.2f} "
+        f"({res['minutes']:.1f} min)")
+    return res
 
 
 def run_seeds_in_processes(args, out: Path) -> List[Dict]:
@@ -395,10 +362,13 @@ def run_seeds_in_processes(args, out: Path) -> List[Dict]:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(seed: int) -> Dict:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--seeds", str(seed), "--out", str(out),
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--seeds", str(seed),
+               "--arms", *[a for a in args.arms if a in ARMS], "--out", str(out),
                "--sft-steps", str(args.sft_steps), "--rl-steps", str(args.rl_steps), "--n-train", str(args.n_train),
                "--n-test", str(args.n_test), "--prompts-per-step", str(args.prompts_per_step),
-               "--sft-null-share", str(args.sft_null_share)]
+               "--sft-null-share", str(args.sft_null_share), "--cost-tokens", "0"]
+        if args.prior:
+            cmd += ["--prior", args.prior, "--prior-strength", str(args.prior_strength)]
         for name, items in args.arms.items():
             if name not in ARMS:
                 cmd += ["--arm", shlex.join([name, *items])]
@@ -416,6 +386,7 @@ def run_seeds_in_processes(args, out: Path) -> List[Dict]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="built-in arms to run")
     ap.add_argument("--sft-steps", type=int, default=None, help="default: configs/demo.yaml's sft.steps")
     ap.add_argument("--rl-steps", type=int, default=None, help="default: configs/demo.yaml's train.steps")
     ap.add_argument("--n-train", type=int, default=None, help="default: the demo's world (mmrl.demo.N_TRAIN)")
@@ -423,6 +394,12 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts-per-step", type=int, default=None, help="default: configs/demo.yaml's")
     ap.add_argument("--sft-null-share", type=float, default=0.05,
                     help="empty-scene items answered with the abstention option, as a share of the SFT data")
+    ap.add_argument("--prior", choices=["frequent", "phrasing"], default=None,
+                    help="a world with a prior to unlearn (train biased, held-out split debiased)")
+    ap.add_argument("--prior-strength", type=float, default=0.8)
+    ap.add_argument("--cost-tokens", type=int, default=256, help="response length of the step-ratio check (0: skip)")
+    ap.add_argument("--cost-steps", type=int, default=3)
+    ap.add_argument("--cost-prompts", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=1,
                     help="seeds run at once, each in its own process (one torch thread each: 2 fit the 2-core box)")
     ap.add_argument("--arm", action="append", default=[], metavar="'NAME ITEM ...'",
@@ -436,10 +413,12 @@ def main(argv=None) -> None:
     ap.add_argument("overrides", nargs="*", help="dotted config overrides applied to SFT and every arm")
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    args.arms = dict(ARMS)
+    if "grpo" not in args.arms:
+        ap.error("--arms must include grpo (every ratio and difference is taken against it)")
+    args.arms = {a: ARMS[a] for a in args.arms}
     for spec in args.arm:
         name, *items = shlex.split(spec)
-        if name in args.arms:
+        if name in ARMS:
             ap.error(f"--arm {name}: the name is taken (built-in arms: {', '.join(ARMS)})")
         args.arms[name] = [i if "=" in i or Path(i).is_absolute() else str(Path(i).resolve()) for i in items]
     from mmrl.config import load_config
@@ -455,19 +434,27 @@ def main(argv=None) -> None:
     if args.render_only:  # the table names the command that trained and its wall time, not this one
         results = [json.loads((out / f"seed{s}" / "seed_result.json").read_text()) for s in args.seeds]
         run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
-        args.argv, wall_min = run.get("argv", args.argv), run.get("wall_min", 0.0)
+        args.argv, wall_min, cost_long = run.get("argv", args.argv), run.get("wall_min", 0.0), run.get("cost_long")
+        args.commands = run.get("commands")  # several runs into one --out (e.g. seeds added later)
+        for k, v in (run.get("settings") or {}).items():  # the world and schedule the results were trained with
+            setattr(args, k, v)
     else:
         if args.jobs > 1 and len(args.seeds) > 1:
             results = run_seeds_in_processes(args, out)
         else:
             results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
+        cost_long = cost_at_length(args, out / "cost_long") if args.cost_tokens > 0 else None
         wall_min = (time.time() - t0) / 60
-    table = render(results, args, wall_min)
+    table = render(results, args, wall_min, budgets_text(results), cost_long)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     # after any child process wrote its own: the command that trained and its wall time, for --render-only
-    (out / "run.json").write_text(json.dumps({"argv": args.argv, "wall_min": wall_min}))
+    run = {"argv": args.argv, "wall_min": wall_min, "cost_long": cost_long,
+           "settings": {k: getattr(args, k) for k in SETTINGS}}
+    if getattr(args, "commands", None):
+        run["commands"] = args.commands
+    (out / "run.json").write_text(json.dumps(run))
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(table)

@@ -32,7 +32,7 @@ def cmd_make_tiny(args) -> None:
     print(make_tiny_model(args.out))
 
 
-_SYNTH_FLAGS = {"size": "--size", "n_frames": "--frames", "fps": "--fps"}
+_SYNTH_FLAGS = {"size": "--size", "n_frames": "--frames", "fps": "--fps", "prior_strength": "--prior-strength"}
 
 
 def _synth_image(args):
@@ -72,8 +72,11 @@ def cmd_synth(args) -> None:
 
             check_world_args(args.size, args.frames, args.fps)
             info = make_video_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size,
-                                    n_frames=args.frames, fps=args.fps, fixed_options=args.fixed_options)
+                                    n_frames=args.frames, fps=args.fps, fixed_options=args.fixed_options,
+                                    prior=args.prior, prior_strength=args.prior_strength)
         else:
+            if args.prior is not None:
+                raise ConfigError("data synth: --prior applies to --kind video only")
             if args.fixed_options and args.kind != "claims":
                 raise ConfigError(f"data synth: --fixed-options applies to --kind video only (claims: always fixed)")
             if args.size < 24 or args.size % 2:
@@ -242,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fps", type=float, default=4.0, help="frames per second of the clips (video)")
     s.add_argument("--fixed-options", action="store_true",
                    help="list every question's whole answer pool in a fixed order (the demo's world; video)")
+    s.add_argument("--prior", choices=["frequent", "phrasing"], default=None,
+                   help="video: a prior to unlearn in the train split (test.json debiased, test_biased.json not)")
+    s.add_argument("--prior-strength", type=float, default=0.8, help="P(a train answer follows the prior)")
     s.set_defaults(fn=cmd_synth)
 
     for name, fn, helptext in (("sft", cmd_sft, "supervised warm-up"), ("train", cmd_train, "RL training")):

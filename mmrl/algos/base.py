@@ -53,6 +53,7 @@ class AdvantageInputs:
     accuracy: Optional[torch.Tensor] = None  # [N] accuracy component, where an algorithm needs it apart
     lengths: Optional[torch.Tensor] = None  # [N] response lengths in tokens
     pack_ids: Optional[torch.Tensor] = None  # [N] long: BPO pack within the group (views of one pack share it)
+    view_weights: Optional[torch.Tensor] = None  # [N] the view set's per-view ``weight`` (BPO scales A by it)
 
 
 @dataclass

@@ -20,7 +20,10 @@ Anchor-relative advantage (``anchor_mode="batch_std"``)::
     A   = (r - b_q) / (σ_B + eps),   σ_B = std over the batch of (r - b), ddof=1 by default (``unbiased``)
 
 ``anchor_mode="paired"``: A_{p,v} = r_{p,v} - r_{p,0} (no std), the anchor itself gets 0.
-Joint pack score R_p = Σ_v w_v r_{p,v} / Σ_v w_v (w = 1), for logging and filtering.
+Joint pack score R_p = Σ_v w_v r_{p,v} / Σ_v w_v, for logging and filtering.
+
+View weights w_v (the view set's ``weight``, default 1; ``AdvantageInputs.view_weights``): the estimator
+returns w_v · A_{p,v} (b_q and σ_B are computed unweighted) and weighs R_p with them.
 """
 from __future__ import annotations
 
@@ -234,6 +237,10 @@ def bpo(inp: AdvantageInputs, params: BPOParams) -> AdvantageOutput:
     """BPO: ``params.anchor_mode``, ``eps``, ``unbiased_std``; needs ``inp.roles`` (and ``inp.pack_ids`` for
     ``paired`` and for the pack-score metric)."""
     adv = bpo_advantages(inp.rewards, inp.group_ids, inp.roles, inp.pack_ids, params.anchor_mode, params.eps, params.unbiased_std)
+    w = inp.view_weights
+    if w is not None:
+        _check_1d("view_weights", w, adv.shape[0])
+        adv = (adv.to(torch.float64) * w.to(torch.float64)).to(adv.dtype)
     metrics: Dict[str, float] = {}
     if inp.rewards.numel():
         metrics["reward_mean"] = float(inp.rewards.double().mean())
@@ -244,7 +251,7 @@ def bpo(inp: AdvantageInputs, params: BPOParams) -> AdvantageOutput:
             d = inp.rewards.double() - anchor_baseline(inp.rewards, inp.group_ids, inp.roles)
             metrics["bpo/sigma_B"] = float(d.std(unbiased=params.unbiased_std)) if d.numel() > 1 else 0.0
         if inp.pack_ids is not None:
-            scores = pack_scores(inp.rewards, inp.group_ids, inp.pack_ids).tolist()
+            scores = pack_scores(inp.rewards, inp.group_ids, inp.pack_ids, w).tolist()
             per_pack = dict(zip(zip(inp.group_ids.tolist(), inp.pack_ids.tolist()), scores))
             metrics["bpo/pack_score_mean"] = sum(per_pack.values()) / len(per_pack)
     return AdvantageOutput(advantages=adv, rewards=inp.rewards, metrics=metrics)

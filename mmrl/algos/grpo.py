@@ -167,7 +167,7 @@ def advantage_inputs(batch: StepBatch) -> AdvantageInputs:
     """The pure estimators' view of a step batch: prompt groups, roles, packs, lengths, components."""
     return AdvantageInputs(rewards=batch.rewards, group_ids=batch.groups["prompt"], components=batch.components,
                            roles=list(batch.roles), accuracy=batch.components.get("accuracy"), lengths=batch.lengths,
-                           pack_ids=batch.groups.get("pack"))
+                           pack_ids=batch.groups.get("pack"), view_weights=batch.view_weights)
 
 
 @register_algorithm("grpo")

@@ -66,6 +66,7 @@ class StepBatch:
     roles: List[str]
     views: List[str]
     lengths: torch.Tensor  # [N] response lengths in tokens
+    view_weights: Optional[torch.Tensor] = None  # [N] the view set's per-view ``weight`` (float64); None = all 1
     response_ids: List[torch.Tensor] = field(default_factory=list)
     texts: List[str] = field(default_factory=list)
     logprobs: List[torch.Tensor] = field(default_factory=list)  # sampling log-probs [R_i]

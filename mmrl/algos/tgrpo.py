@@ -13,8 +13,9 @@ without shuffled responses (e.g. an image prompt) gets no bonus, as in Video-R1 
 off for such inputs.
 
 Length bonus (Video-R1 ``len_control``): +0.2 to a correct response (acc > 0.1) whose length is in
-[320, 512] tokens, when at least 2 responses of the group are correct. It is a reward term the trainer adds
-(``tgrpo_length_bonus``); the registered estimator does not apply it.
+[320, 512] tokens, when at least 2 responses of the group are correct. It is a reward term: the ``tgrpo_length``
+reward (``mmrl/rewards/tgrpo_length.py``, in ``configs/tgrpo_demo.yaml``) adds ``tgrpo_length_bonus`` to the
+total reward; the registered estimator does not apply it again.
 """
 from __future__ import annotations
 

@@ -27,7 +27,6 @@ EXTRA = "extra_fields"
 class _ItemError(Exception):
     def __init__(self, field: str, message: str):
         super().__init__(f"field '{field}': {message}")
-        self.field = field
 
 
 class _BadLine:

@@ -117,6 +117,8 @@ class View:
     media: Media
     expected: Optional[str]
     transform: str = "identity"
+    weight: float = 1.0  # scales the advantage of this view's responses (the view set's ``weight``)
+    pixels_differ: Optional[bool] = None  # False: the transform left the anchor's pixels as they were
 
 
 @dataclass
@@ -165,6 +167,7 @@ class Trajectory:
     expected: Optional[str] = None
     inputs_key: int = 0  # index into the rollout batch's multimodal inputs (one per prompt/view)
     pack_id: int = 0  # j-th response of every view of a sample forms pack j (BPO)
+    view_weight: float = 1.0  # the view's ``weight`` (scales its advantage)
     rescored: Dict[str, torch.Tensor] = field(default_factory=dict)  # intervention -> [R] log-probs (fixed rollout)
     segments: List[Segment] = field(default_factory=list)  # multi-turn: model turns and observations, in order
     sequence: Optional[Any] = field(default=None, repr=False)  # multi-turn: SequenceInputs of prompt + response

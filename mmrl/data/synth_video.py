@@ -1,12 +1,22 @@
 """Synthetic video world: coloured squares on a dark background, written as real MP4 files.
 
 Each clip has ``n_frames`` frames at ``fps`` (frame ``i`` is shown at ``t = i / fps`` and covers
-``[i / fps, (i + 1) / fps)``). Static question types (``color``, ``count``, ``location``) show the same
-scene in every frame; their evidence is the whole clip. Temporal types (``direction``, ``order``) show
-the squares only in a contiguous run of ``n_frames // 2`` frames; the frames before and after are empty
-background, so masking the evidence segment leaves nothing to answer from and masking the rest changes
-nothing. Boxes are ``[x0, y0, x1, y1]`` in source pixels with exclusive ``x1``/``y1``.
+``[i / fps, (i + 1) / fps)``). Static question types (``color``, ``location``) show the same scene in every
+frame; their evidence is the whole clip. Event and temporal types (``count``, ``direction``, ``order``) show
+the squares only in a contiguous run of ``n_frames // 2`` frames (the evidence segment); the frames before and
+after are empty background, so masking the evidence segment leaves nothing to answer from (and the masked clip
+is the clip with the squares removed), masking the rest changes nothing, and reordering the frames changes
+the pixels. Boxes are ``[x0, y0, x1, y1]`` in source pixels with exclusive ``x1``/``y1``.
 Everything is deterministic given ``seed``.
+
+A world with a prior to unlearn (``prior``): in the train split (and ``test_biased.json``) the answer
+correlates with something other than the pixels, while ``test.json`` is debiased (balanced answers, phrasing
+drawn independently of the answer):
+
+- ``frequent``: with probability ``prior_strength`` the gold is the question type's prior answer (the first
+  value of its pool: red, left, 1, ...); otherwise a balanced draw among the other values;
+- ``phrasing``: each answer value has its own wording of the question (``QUESTION_VARIANTS``); with probability
+  ``prior_strength`` the question uses the gold's wording, otherwise a uniformly drawn one.
 """
 from __future__ import annotations
 
@@ -35,8 +45,21 @@ QUESTIONS = {
     "count": "How many squares are there?",
     "location": "Where is the square?",
 }
+QUESTION_VARIANTS = {  # prior="phrasing": wording i goes with the i-th value of the question type's pool
+    "color": ["What colour is the square?", "Which colour is the square?", "What is the colour of the square?",
+              "Name the colour of the square."],
+    "direction": ["Which way does the square move?", "In which direction does the square move?",
+                  "Where does the square go?", "Which direction is the square moving in?"],
+    "order": ["Which colour appears first?", "Which colour is shown first?", "What colour comes first?",
+              "Which colour is seen first?"],
+    "count": ["How many squares are there?", "How many squares are shown?", "What is the number of squares?"],
+    "location": ["Where is the square?", "In which part of the frame is the square?", "Where is the square placed?",
+                 "Which side of the frame is the square on?"],
+}
 VIDEO_QTYPES = ("color", "direction", "order", "count", "location")
 TEMPORAL_QTYPES = ("direction", "order")
+EVENT_QTYPES = ("count",)  # shown in an evidence segment, like the temporal types, but order-free
+PRIORS = ("frequent", "phrasing")
 MARGIN = 2  # pixels kept free at the frame border
 
 Obj = Tuple[List[int], str]  # (box, colour name)
@@ -102,13 +125,18 @@ def place_region(rng: np.random.Generator, size: int, s: int, where: str) -> Lis
 class Balancer:
     """Balances gold values (shuffled cycles per question type) and gold letter positions (per candidate count)."""
 
-    def __init__(self, rng: np.random.Generator, fixed_options: bool = False):
+    def __init__(self, rng: np.random.Generator, fixed_options: bool = False, frequent: float = 0.0):
         self.rng = rng
         self.fixed_options = fixed_options
+        self.frequent = float(frequent)  # prior="frequent": P(gold = the pool's first value)
         self.cycles: Dict[str, List[str]] = {}
         self.pos_counts: Dict[int, List[int]] = {}
 
     def value(self, key: str, values: Sequence[str]) -> str:
+        if self.frequent > 0:
+            if float(self.rng.random()) < self.frequent:
+                return values[0]
+            key, values = key + "/rest", list(values[1:])
         cyc = self.cycles.setdefault(key, [])
         if not cyc:
             cyc.extend(values[i] for i in self.rng.permutation(len(values)))
@@ -167,12 +195,20 @@ def static_scene(qtype: str, rng: np.random.Generator, bal: Balancer, size: int)
 
 
 def _temporal_scene(qtype: str, rng: np.random.Generator, bal: Balancer, size: int, n: int):
-    """Per-frame objects for ``direction`` / ``order``; squares visible only in frames ``[lead, lead + L)``."""
+    """Per-frame objects for ``direction`` / ``order`` / ``count``; squares visible only in frames
+    ``[lead, lead + L)``."""
     s = square_side(size)
     L = n // 2
     lead = int(rng.integers(1, n - L))  # at least one empty frame before and after
     frames: List[List[Obj]] = [[] for _ in range(n)]
     colours = list(PALETTE)
+    if qtype == "count":
+        sc = static_scene("count", rng, bal, size)
+        for k in range(L):
+            frames[lead + k] = list(sc["objs"])
+        meta = dict(sc["meta"], reversed_answer=sc["answer"])
+        meta.update({"temporal": False, "event": True})
+        return frames, sc["answer"], sc["candidates"], meta, (lead, lead + L - 1)
     if qtype == "direction":
         gold = bal.value(qtype, DIRECTIONS)
         colour = colours[int(rng.integers(len(colours)))]
@@ -207,7 +243,7 @@ def _temporal_scene(qtype: str, rng: np.random.Generator, bal: Balancer, size: i
 
 def video_scene(qtype: str, rng: np.random.Generator, bal: Balancer, size: int, n: int, fps: float) -> dict:
     """Frames ``uint8 [T, H, W, 3]`` plus the annotation fields of one clip."""
-    if qtype in TEMPORAL_QTYPES:
+    if qtype in TEMPORAL_QTYPES or qtype in EVENT_QTYPES:
         frames, gold, cands, meta, (f0, f1) = _temporal_scene(qtype, rng, bal, size, n)
     else:
         sc = static_scene(qtype, rng, bal, size)
@@ -223,7 +259,8 @@ def video_scene(qtype: str, rng: np.random.Generator, bal: Balancer, size: int, 
         "source_size": [size, size],
     }
     pixels = np.stack([render(objs, size) for objs in frames])
-    return {"pixels": pixels, "answer": gold, "candidates": cands, "meta": meta, "evidence": evidence}
+    return {"pixels": pixels, "answer": gold, "candidates": cands, "meta": meta, "evidence": evidence,
+            "frame_objs": frames}  # the scene itself: tests re-render it without the target
 
 
 def _t(i: int, fps: float) -> float:
@@ -288,7 +325,23 @@ def resolve_qtypes(qtypes: Optional[Sequence[str]], known: Sequence[str]) -> Lis
 
 
 def split_rng(seed: int, split: str) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(seed), {"train": 0, "test": 1}[split]]))
+    return np.random.default_rng(np.random.SeedSequence([int(seed), {"train": 0, "test": 1, "test_biased": 2}[split]]))
+
+
+def _pool(qtype: str) -> List[str]:
+    return {"color": list(PALETTE), "direction": DIRECTIONS, "order": list(PALETTE), "count": COUNTS,
+            "location": LOCATIONS}[qtype]
+
+
+def phrase(qtype: str, gold: str, rng: np.random.Generator, strength: float) -> Tuple[str, int]:
+    """prior="phrasing": the question's wording and its index; the gold's own wording with probability
+    ``strength``, else a uniform draw over the wordings (``strength=0``: independent of the answer)."""
+    variants = QUESTION_VARIANTS[qtype]
+    if float(rng.random()) < strength:
+        k = _pool(qtype).index(gold) % len(variants)
+    else:
+        k = int(rng.integers(len(variants)))
+    return variants[k], k
 
 
 def write_json(items: List[dict], path: str) -> None:
@@ -308,21 +361,31 @@ def make_video_world(
     qtypes: Optional[Sequence[str]] = None,
     codec: Optional[str] = None,
     fixed_options: bool = False,
+    prior: Optional[str] = None,
+    prior_strength: float = 0.8,
 ) -> dict:
     """Write ``out_dir/videos/*.mp4``, ``out_dir/train.json`` and ``out_dir/test.json``.
 
     Question types cycle over ``qtypes`` (default: all of ``VIDEO_QTYPES``). ``fixed_options``: every
-    question lists its whole answer pool in a fixed order (see ``Balancer.candidates``). Returns the paths,
-    the codec and per-split question-type counts.
+    question lists its whole answer pool in a fixed order (see ``Balancer.candidates``). ``prior``
+    (``frequent`` | ``phrasing``, module docstring): the train split leans on it with ``prior_strength``,
+    ``test.json`` is debiased and ``test_biased.json`` (as many clips as the test split) keeps the train
+    split's prior. Returns the paths, the codec and per-split question-type counts.
     """
     check_world_args(size, n_frames, fps)
     qs = resolve_qtypes(qtypes, VIDEO_QTYPES)
+    if prior is not None and prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}; known: {', '.join(PRIORS)}")
+    if prior is not None and not 0.0 < prior_strength <= 1.0:
+        raise ValueError(f"prior_strength must be in (0, 1], got {prior_strength}")
     codec = codec or available_codec()
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
-    result = {"out_dir": out_dir, "codec": codec, "qtypes": qs, "counts": {}}
-    for split, n in (("train", n_train), ("test", n_test)):
+    result = {"out_dir": out_dir, "codec": codec, "qtypes": qs, "counts": {}, "prior": prior}
+    splits = [("train", n_train, True), ("test", n_test, False)] + ([("test_biased", n_test, True)] if prior else [])
+    for split, n, biased in splits:
         rng = split_rng(seed, split)
-        bal = Balancer(rng, fixed_options)
+        strength = prior_strength if (prior and biased) else 0.0
+        bal = Balancer(rng, fixed_options, frequent=strength if prior == "frequent" else 0.0)
         items = []
         for i in range(n):
             qtype = qs[i % len(qs)]
@@ -330,8 +393,13 @@ def make_video_world(
             rel = f"videos/{split}_{i:05d}.mp4"
             write_mp4(os.path.join(out_dir, rel), sc["pixels"], fps, codec)
             meta = dict(sc["meta"], seed=int(seed), size=size, n_frames=n_frames, fps=fps)
+            question = QUESTIONS[qtype]
+            if prior == "phrasing":
+                question, meta["phrasing"] = phrase(qtype, sc["answer"], rng, strength)
+            if prior:
+                meta["prior_answer"] = _pool(qtype)[0] if prior == "frequent" else None
             items.append({
-                "id": f"{split}-{i:05d}", "video": rel, "question": QUESTIONS[qtype],
+                "id": f"{split}-{i:05d}", "video": rel, "question": question,
                 "candidates": sc["candidates"], "answer": sc["answer"], "qtype": qtype,
                 "evidence": sc["evidence"], "meta": meta,
             })

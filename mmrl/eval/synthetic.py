@@ -1,5 +1,9 @@
 """Held-out evaluation on a synthetic (or any MVBench-format) split: greedy decoding, accuracy per question type,
-predictions JSONL; with a view set, the per-view metrics of ``mmrl.rollout.view_metrics`` too."""
+predictions JSONL; with a view set, the per-view metrics of ``mmrl.rollout.view_metrics`` too, each rate with the
+number of responses behind it (``n/<metric>``). For the held-out contract metrics use ``views/bpo_eval.yaml``:
+its null views are canvases no training stage shows (``mmrl.views`` ``canvas`` / ``gray`` values other than
+training's), stability counts only views that change the pixels and sensitivity is scored against each view's
+expected (mapped) answer."""
 from __future__ import annotations
 
 import json
@@ -27,7 +31,7 @@ def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 
     rows, skipped = [], list(load_errors)
     # view metrics are ratios (and F1 is not even a ratio of sums): pool every trajectory of the split and
     # compute them once, never as a weighted mean of per-chunk values
-    all_trajs, seen = [], SimpleNamespace(candidates={}, samples={})
+    all_trajs, seen = [], SimpleNamespace(candidates={}, samples={}, views={}, skipped_views=[])
     params = SamplingParams(max_new_tokens=max_new_tokens, greedy=True)
     for s in range(0, len(samples), batch_prompts):
         chunk = samples[s : s + batch_prompts]
@@ -46,10 +50,13 @@ def evaluate_samples(model, processor, samples, data_cfg, max_new_tokens: int = 
                 per_type[sample.qtype].append(float(correct))
             rows.append({"id": t.sample_id, "qtype": sample.qtype, "view": t.view, "role": t.role, "response": t.text,
                          "pred": pred, "expected": t.expected, "correct": bool(correct)})
+        if viewset is not None:
+            seen.skipped_views.extend(si.skipped_views)
         if viewset is not None and trajs:
             all_trajs.extend(trajs)
             seen.candidates.update(si.candidates)
             seen.samples.update(si.samples)
+            seen.views.update(si.views)
     for sid, why in skipped:  # never silently dropped: listed and scored wrong
         rows.append({"id": sid, "error": why, "correct": False})
     n = sum(len(v) for v in per_type.values()) + len(skipped)

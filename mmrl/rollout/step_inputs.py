@@ -24,6 +24,7 @@ class StepInputs:
     media: Dict[str, Media] = field(default_factory=dict)
     views: Dict[tuple, View] = field(default_factory=dict)
     skipped: List[tuple] = field(default_factory=list)  # (sample id, reason)
+    skipped_views: List[tuple] = field(default_factory=list)  # (sample id, view, reason): ``if_unchanged: skip``
     time_decode: float = 0.0
     time_views: float = 0.0
     time_processor: float = 0.0
@@ -53,7 +54,9 @@ def build_step_inputs(samples: List[Sample], processor, data_cfg, plan: Callable
             media = load_media(sample, budget)
             t1 = time.perf_counter()
             if viewset is not None:
-                views = viewset.expand(sample, media, seed)
+                dropped: List[tuple] = []
+                views = viewset.expand(sample, media, seed, skipped=dropped)
+                out.skipped_views.extend((sample.id, v, why) for v, why in dropped)
                 cands = viewset.candidates_for(sample)
             else:
                 views = [View(name="original", role="anchor", media=media, expected=sample.expected_letter)]
@@ -74,8 +77,11 @@ def build_step_inputs(samples: List[Sample], processor, data_cfg, plan: Callable
         if err is not None:
             _skip_or_raise(out, data_cfg, sample, err)
             continue
+        # BPO's packs = rollout.n / views: count the views the set declares, so a view skipped on this sample
+        # (``if_unchanged: skip``) lowers its budget instead of changing the pack count
+        n_declared = len(viewset.views_for(sample)) if viewset is not None else 1
         for view, pi in zip(views, inputs):
-            req = RolloutRequest(inputs=pi, n=plan(view.role, len(views)), sample_id=sample.id, group_id=group_offset + gi,
+            req = RolloutRequest(inputs=pi, n=plan(view.role, n_declared), sample_id=sample.id, group_id=group_offset + gi,
                                  view=view.name, role=view.role, expected=view.expected)
             req.sample = sample  # for the environments of multi-turn episodes
             out.views[(sample.id, view.name)] = view

@@ -129,6 +129,7 @@ class RLTrainer:
             return {}, torch.zeros(0)
         ctx = []
         for t in trajs:
+            t.view_weight = si.views[(t.sample_id, t.view)].weight  # the view set's weight travels with the trajectory
             media = si.media[t.sample_id]
             info = {"num_frames": int(media.frames.shape[0]) if media.is_video else 0}
             ctx.append(RewardContext(sample=si.samples[t.sample_id], trajectory=t,

@@ -56,6 +56,7 @@ def gather_batch(tr, trajs, comps, total):
     """The global ``StepBatch`` (ranks in order) and this rank's row range ``(lo, hi)`` in it."""
     local = {"total": total.tolist(), "comps": {k: v.tolist() for k, v in comps.items()},
              "gids": [t.group_id for t in trajs], "packs": [t.pack_id for t in trajs], "roles": [t.role for t in trajs],
+             "weights": [t.view_weight for t in trajs],
              "views": [t.view for t in trajs], "ids": [t.response_ids for t in trajs], "texts": [t.text for t in trajs],
              "lps": [t.logprobs for t in trajs], "rescored": [dict(t.rescored) for t in trajs]}
     parts = tr.backend.gather(local)
@@ -69,6 +70,7 @@ def gather_batch(tr, trajs, comps, total):
         components={k: torch.tensor([x for p in parts for x in p["comps"].get(k, [])]) for k in names},
         groups={"prompt": torch.tensor(cat("gids"), dtype=torch.long), "pack": torch.tensor(cat("packs"), dtype=torch.long)},
         roles=cat("roles"), views=cat("views"), lengths=torch.tensor([int(x.numel()) for x in ids], dtype=torch.long),
+        view_weights=torch.tensor(cat("weights"), dtype=torch.float64),
         response_ids=ids, texts=cat("texts"), logprobs=cat("lps"),
         rescored={k: [r[k] for r in rescored] for k in (rescored[0] if rescored else {})},
         step=tr.step, epoch=tr.stream.epoch, world_size=tr.backend.world_size,

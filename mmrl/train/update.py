@@ -25,8 +25,7 @@ def _pad(rows: List[torch.Tensor], value=0.0) -> torch.Tensor:
 
 def is_seq_mode(cfg_algo) -> bool:
     """Whether the loss averages over sequences (shares by rows) rather than over tokens."""
-    agg = cfg_algo.gspo_loss_agg if cfg_algo.loss.startswith("gspo") else cfg_algo.loss_agg
-    return agg != "token-mean"
+    return loss_agg(cfg_algo) != "token-mean"
 
 
 def micro_batch_loss(loss_fn, logp, mask, adv, old=None, ref=None, cfg_algo=None):
@@ -48,8 +47,18 @@ def micro_batch_loss(loss_fn, logp, mask, adv, old=None, ref=None, cfg_algo=None
     return loss, kl_val, m
 
 
-def batch_share(mask, seq_mode: bool, total_rows: int, total_tokens: int) -> float:
-    """The micro-batch's share of the whole batch: trained rows (seq-mean modes) or trained tokens (token-mean)."""
+def loss_agg(cfg_algo) -> str:
+    """The aggregation the configured loss uses (GSPO losses have their own)."""
+    return cfg_algo.gspo_loss_agg if cfg_algo.loss.startswith("gspo") else cfg_algo.loss_agg
+
+
+def batch_share(mask, seq_mode: bool, total_rows: int, total_tokens: int, all_rows: Optional[int] = None) -> float:
+    """The micro-batch's share of the whole batch: trained rows (seq-mean modes) or trained tokens (token-mean).
+
+    ``all_rows`` (Dr.GRPO's ``seq-mean-token-sum-norm``, whose normaliser N x L_max counts every row, trained or
+    not): the share is the micro-batch's row count over all rows."""
+    if all_rows is not None:
+        return mask.shape[0] / max(all_rows, 1)
     rows = int((mask.sum(dim=1) > 0).sum())
     return (rows / max(total_rows, 1)) if seq_mode else (float(mask.sum()) / max(total_tokens, 1))
 
@@ -75,8 +84,9 @@ def policy_update(backend, trajs: List[Trajectory], inputs: List[PromptInputs], 
     n = len(trajs)
     seq_mode = is_seq_mode(cfg_algo)
     W = backend.world_size
-    total_tokens, total_rows = backend.all_reduce([sum(int(t.loss_mask.sum()) for t in trajs),
-                                                   sum(1 for t in trajs if bool(t.loss_mask.any()))])
+    total_tokens, total_rows, all_rows = backend.all_reduce([sum(int(t.loss_mask.sum()) for t in trajs),
+                                                             sum(1 for t in trajs if bool(t.loss_mask.any())), n])
+    by_all_rows = int(all_rows) if loss_agg(cfg_algo) == "seq-mean-token-sum-norm" else None
     n_mb = int(backend.all_reduce([math.ceil(n / micro_batch)], "max")[0])
     stats = new_stats()
     backend.zero_grad()
@@ -91,7 +101,7 @@ def policy_update(backend, trajs: List[Trajectory], inputs: List[PromptInputs], 
         ref = _pad([ref_logps[i] for i in idx]) if (ref_logps is not None and not dummy) else None
         adv = advantages[idx] if not dummy else torch.zeros(1)
         loss, kl_val, m = micro_batch_loss(loss_fn, logp, mask, adv, old, ref, cfg_algo)
-        share = 0.0 if dummy else batch_share(mask, seq_mode, total_rows, total_tokens)
+        share = 0.0 if dummy else batch_share(mask, seq_mode, total_rows, total_tokens, by_all_rows)
         backend.backward(loss * (share * W), last=(k == n_mb - 1))
         accumulate(stats, loss, kl_val, m, share)
     grad_norm = backend.step()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from mmrl.data.schema import Media, Sample
 from mmrl.views.transforms import DESTROYED, UNKNOWN, gaussian_blur, pixels, view_transform, with_pixels
@@ -64,11 +65,84 @@ def box_mask(media: Media, sample: Sample, margin: float = 0.0) -> torch.Tensor:
     return m.to(x.device)
 
 
+def local_background(x: torch.Tensor, mask: torch.Tensor, ring: int = 3) -> torch.Tensor:
+    """Per frame and channel, the median of the pixels in a ``ring``-pixel band around ``mask`` (outside it).
+
+    ``x`` uint8 ``[T, C, H, W]``, ``mask`` bool ``[T, H, W]``; returns uint8 ``[T, C]``. A frame whose band is
+    empty (the mask reaches every border) uses every pixel outside the mask; a frame with no pixel outside the
+    mask is an error (there is no background to fill from).
+    """
+    t, c = x.shape[:2]
+    m = mask.float()[:, None]
+    grown = F.max_pool2d(m, 2 * ring + 1, stride=1, padding=ring)[:, 0] > 0
+    band = grown & ~mask
+    out = torch.zeros(t, c, dtype=torch.uint8, device=x.device)
+    for i in range(t):
+        if not bool(mask[i].any()):
+            continue
+        sel = band[i] if bool(band[i].any()) else ~mask[i]
+        if not bool(sel.any()):
+            raise ValueError("occlusion covers the whole frame: no background left to fill it with")
+        out[i] = x[i][:, sel].median(dim=1).values
+    return out
+
+
 @view_transform("occlude_box", effect=DESTROYED, needs=("boxes",))
-def occlude_box(media: Media, sample: Sample, rng: torch.Generator, value: int = 0, margin: float = 0.0) -> Media:
-    """Fill the target box on every frame (BPO ``occlude_obj``) with ``value``."""
+def occlude_box(media: Media, sample: Sample, rng: torch.Generator, fill="local", margin: float = 0.0,
+                ring: int = 3) -> Media:
+    """Hide the target box(es) on every frame (BPO ``occlude_obj``).
+
+    ``fill="local"`` (default) paints each frame's box with the median of a ``ring``-pixel band of background
+    around it (``local_background``): on a uniform background the object is gone without a trace, where a
+    constant (BPO's "filled with 0") would leave a dark square exactly where the object was. An int fills that
+    value. ``margin`` widens the box by decoded pixels (codec ringing around the object's edge).
+    """
     x = pixels(media)
-    return with_pixels(media, x.masked_fill(box_mask(media, sample, margin)[:, None], int(value)))
+    mask = box_mask(media, sample, margin)
+    if isinstance(fill, str):
+        if fill != "local":
+            raise ValueError(f"occlude_box fill must be 'local' or an int 0..255, got {fill!r}")
+        bg = local_background(x, mask, int(ring))
+        out = torch.where(mask[:, None], bg[:, :, None, None], x)
+    else:
+        out = x.masked_fill(mask[:, None], int(fill))
+    return with_pixels(media, out)
+
+
+@view_transform("canvas", effect=DESTROYED)
+def canvas(media: Media, sample: Sample, rng: torch.Generator, kind: str = "noise", value: int = 128) -> Media:
+    """A content-free canvas of the media's shape (null views held out for evaluation; seeded).
+
+    ``kind``: ``uniform`` (every pixel ``value``; what ``gray`` does), ``noise`` (i.i.d. uniform 0..255 per pixel
+    and frame), ``gradient`` (a still linear ramp between two random colours: a blank clip unlike the gray
+    one), ``texture`` (smooth random blobs that drift from frame to frame: an unrelated moving clip with no
+    object of the world in it).
+    """
+    x = pixels(media)
+    t, c, h, w = x.shape
+    if kind == "uniform":
+        return with_pixels(media, torch.full_like(x, int(value)))
+    if kind == "noise":
+        y = torch.randint(0, 256, (t, c, h, w), generator=rng, dtype=torch.int64)
+    elif kind == "gradient":
+        a, b = torch.rand(2, c, generator=rng) * 255
+        ang = float(torch.rand(1, generator=rng)) * 2 * torch.pi
+        yy, xx = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
+        r = ((xx * torch.cos(torch.tensor(ang)) + yy * torch.sin(torch.tensor(ang))) + 1.5) / 3.0  # 0..1
+        y = (a[:, None, None] + (b - a)[:, None, None] * r[None]).round().long().expand(t, c, h, w)
+    elif kind == "texture":
+        g = 4
+        base = torch.rand(1, c, g + 2, g + 2, generator=rng) * 255
+        steps = torch.rand(t, 2, generator=rng) * 0.5
+        k = F.interpolate(base, size=(h + h // 2, w + w // 2), mode="bicubic", align_corners=False)[0]
+        frames = []
+        for i in range(t):
+            oy, ox = int(steps[: i + 1, 0].sum() * h / 4) % (h // 2), int(steps[: i + 1, 1].sum() * w / 4) % (w // 2)
+            frames.append(k[:, oy:oy + h, ox:ox + w])
+        y = torch.stack(frames).round().long()
+    else:
+        raise ValueError(f"canvas kind must be uniform, noise, gradient or texture, got {kind!r}")
+    return with_pixels(media, y.clamp(0, 255).to(torch.uint8).to(x.device).contiguous())
 
 
 @view_transform("blur", effect=UNKNOWN)

@@ -151,19 +151,36 @@ def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
     return y.round().clamp(0, 255).to(torch.uint8).reshape(n, c, h, w)
 
 
-FILLS = ("black", "gray", "mean", "blur")
+FILLS = ("nearest", "black", "gray", "mean", "blur")
+
+
+def nearest_unmasked(mask: torch.Tensor) -> torch.Tensor:
+    """Long ``[T]``: for each frame, the index of the nearest frame where ``mask`` is false (ties: the earlier one).
+
+    Raises ``ValueError`` when every frame is masked (there is nothing outside the mask to fill from).
+    """
+    keep = (~mask.cpu()).nonzero().flatten()
+    if keep.numel() == 0:
+        raise ValueError("fill 'nearest' needs at least one frame outside the masked span (the mask covers the "
+                         "whole clip, so the view would be a blank clip, not a masked segment)")
+    t = torch.arange(mask.shape[0])
+    return keep[(t[:, None] - keep[None]).abs().argmin(dim=1)]
 
 
 def fill_frames(x: torch.Tensor, mask: torch.Tensor, fill: Union[str, int] = "black",
                 blur_sigma: float = 6.0) -> torch.Tensor:
     """Copy of ``x`` [T,C,H,W] with frames where ``mask`` [T] is true replaced.
 
-    ``fill``: ``black`` (0), ``gray`` (128), an int value, ``mean`` (mean frame of the whole clip) or ``blur``.
+    ``fill``: ``nearest`` (each masked frame becomes the nearest frame outside the mask: the clip holds still
+    over the span, with no constant that marks where the span was; an error when every frame is masked),
+    ``black`` (0), ``gray`` (128), an int value, ``mean`` (mean frame of the whole clip) or ``blur``.
     """
     out = x.clone()
     if not bool(mask.any()):
         return out
     mask = mask.to(x.device)
+    if fill == "nearest":
+        return x[nearest_unmasked(mask).to(x.device)]
     if isinstance(fill, (int, float)) and not isinstance(fill, bool):
         out[mask] = int(fill)
     elif fill == "black":

@@ -24,12 +24,24 @@ def identity(media: Media, sample: Sample, rng: torch.Generator) -> Media:
 
 @view_transform("shuffle", effect=UNKNOWN, kinds=VIDEO)
 def shuffle(media: Media, sample: Sample, rng: torch.Generator, derange: bool = True) -> Media:
-    """Frames in a seeded random order; with ``derange`` the identity order is never returned (T > 1)."""
-    t = media.frames.shape[0]
+    """Frames in a seeded random order.
+
+    ``derange=False``: a plain uniform permutation (Video-R1's ``torch.randperm``; it may return the clip as it
+    was). ``derange=True``: the permutation is redrawn (up to 64 times, then rolled) until the *pixels* differ
+    from the original, not just the indices, so a clip with repeated frames is really reordered; a clip whose
+    frames are all identical cannot change (the view set decides what that means, ``if_unchanged``).
+    """
+    x = media.frames
+    t = x.shape[0]
     perm = torch.randperm(t, generator=rng)
-    if derange and t > 1 and bool((perm == torch.arange(t)).all()):
-        perm = perm.roll(1)
-    return with_pixels(media, media.frames[perm.to(media.frames.device)])
+    if derange and t > 1 and not bool((x == x[:1]).all()):
+        for _ in range(64):
+            if not torch.equal(x[perm.to(x.device)], x):
+                break
+            perm = torch.randperm(t, generator=rng)
+        else:
+            perm = torch.arange(t).roll(1)
+    return with_pixels(media, x[perm.to(x.device)])
 
 
 @view_transform("reverse", effect=MAPPED, kinds=VIDEO)
@@ -69,9 +81,14 @@ def _evidence_mask(media: Media, sample: Sample) -> torch.Tensor:
 
 
 @view_transform("mask_evidence", effect=DESTROYED, needs=("segments",), kinds=VIDEO)
-def mask_evidence(media: Media, sample: Sample, rng: torch.Generator, fill="black",
+def mask_evidence(media: Media, sample: Sample, rng: torch.Generator, fill="nearest",
                   blur_sigma: float = 6.0) -> Media:
-    """Mask every frame inside the sample's evidence segments (BPO ``mask_support``)."""
+    """Mask every frame inside the sample's evidence segments, and only those (BPO ``mask_support``).
+
+    The default fill holds the nearest frame outside the evidence (``fill_frames``), so no constant marks the
+    masked span; a sample whose evidence covers the whole clip has no such frame and is an error (masking it
+    all would be a second blank view, not a masked support span).
+    """
     return with_pixels(media, fill_frames(media.frames, _evidence_mask(media, sample), fill, blur_sigma))
 
 

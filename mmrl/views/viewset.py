@@ -14,10 +14,18 @@ File format::
       default: [...]                      # for question types without their own entry
 
 A view: ``name``, ``role``, ``transform`` (registered name or ``module:function``), optional ``params``,
-``effect`` (overrides the transform's declared effect on the answer), ``weight``, and for ``mapped`` views
+``effect`` (overrides the transform's declared effect on the answer), ``weight`` (>= 0, scales the advantage of
+the view's responses; BPO also weighs its pack score with it), ``if_unchanged`` (see below), and for ``mapped`` views
 ``answer_meta`` (a key of ``sample.meta`` holding the answer text under the view, used when the sample has it)
 and/or ``answer_map`` (candidate text -> candidate text). A qtype without an anchor gets ``original`` (identity) prepended. Everything
 is checked when loading; the evidence a view needs is checked per sample (``views_for``, ``check``).
+
+A view whose transform leaves a sample's pixels exactly as they were (``shuffle`` or ``reverse`` on a static clip)
+cannot have a declared effect that needs a change: effect ``destroyed``, role ``sensitive`` or ``abstain``, or a
+``mapped`` answer that differs from the original one. ``if_unchanged`` says what happens on such a sample:
+``error`` (the default for those declarations: a ``DataError`` naming sample and view), ``skip`` (the view is left
+out for that sample and counted in ``skipped``), or ``keep`` (the default otherwise, e.g. a ``stable`` view: kept,
+with ``View.pixels_differ = False`` so that metrics can leave it out).
 """
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ from mmrl.views.transforms import (DESTROYED, EFFECTS, MAPPED, UNCHANGED, Transf
 
 ROLES = {"anchor", "stable", "sensitive", "abstain", "shuffled"}
 DEFAULT_ABSTAIN = "cannot be determined"
-_VIEW_KEYS = {"name", "role", "transform", "params", "effect", "answer_map", "answer_meta", "weight"}
+_VIEW_KEYS = {"name", "role", "transform", "params", "effect", "answer_map", "answer_meta", "weight", "if_unchanged"}
+IF_UNCHANGED = ("error", "skip", "keep")
 _QTYPE_KEYS = {"views", "answer_map", "answer_meta"}
 _TOP_KEYS = {"name", "abstain_text", "roles", "qtypes"}
 
@@ -60,6 +69,7 @@ class ViewSpec:
     answer_meta: Optional[str] = None
     weight: float = 1.0
     needs: tuple = ()
+    if_unchanged: Optional[str] = None  # error | skip | keep; None = by the declaration (module docstring)
     info: Optional[TransformInfo] = field(default=None, repr=False, compare=False)
 
 
@@ -88,6 +98,13 @@ def map_answer(answer: str, answer_map: Dict[str, str], candidates: List[str]) -
         if _norm(c) == target:
             return LETTERS[i]
     return None
+
+
+def _same_pixels(a: Media, b: Media) -> bool:
+    """True when two media hold the same frames (or image) and timestamps."""
+    x = a.frames if a.frames is not None else a.image
+    y = b.frames if b.frames is not None else b.image
+    return x.shape == y.shape and bool(torch.equal(x, y)) and a.timestamps == b.timestamps
 
 
 def view_seed(seed: int, sample_id: str, view_name: str) -> int:
@@ -212,8 +229,15 @@ class ViewSet:
             weight = float(v.get("weight", 1.0))
         except (TypeError, ValueError):
             fail(f"{at}: 'weight' must be a number")
+        if not weight >= 0:
+            fail(f"{at}: 'weight' must be >= 0, got {weight}")
+        if role == "anchor" and weight != 1.0:
+            fail(f"{at}: the anchor's weight is fixed at 1 (weigh the other views)")
+        iu = v.get("if_unchanged")
+        if iu is not None and iu not in IF_UNCHANGED:
+            fail(f"{at}: 'if_unchanged' must be one of {list(IF_UNCHANGED)}, got {iu!r}")
         return ViewSpec(name, role, str(tname), dict(params), effect, amap, ameta, weight,
-                        info.needs_for(params), info)
+                        info.needs_for(params), iu, info)
 
     # ---- per sample ---------------------------------------------------------------------------------------
 
@@ -274,17 +298,20 @@ class ViewSet:
             return map_answer(sample.answer, spec.answer_map or {}, cands)
         return None
 
-    def expand(self, sample: Sample, media: Media, seed: int = 0) -> List[View]:
+    def expand(self, sample: Sample, media: Media, seed: int = 0, skipped: Optional[list] = None) -> List[View]:
         """All views of the sample, the anchor first (its media is ``media`` itself, not a copy).
 
-        Deterministic for (seed, sample id, view name).
+        Deterministic for (seed, sample id, view name). A view that leaves the pixels unchanged is handled by its
+        ``if_unchanged`` (module docstring); a skipped one is appended to ``skipped`` as ``(view name, reason)``.
         """
         specs = self.views_for(sample)
         self._check_kind(specs, sample, media)
         views = []
+        anchor_expected = None
         for s in specs:
             if s.role == "anchor":
-                views.append(View(s.name, s.role, media, self.expected_for(s, sample), s.transform))
+                anchor_expected = self.expected_for(s, sample)
+                views.append(View(s.name, s.role, media, anchor_expected, s.transform, s.weight, False))
                 continue
             rng = torch.Generator().manual_seed(view_seed(seed, sample.id, s.name))
             try:
@@ -295,8 +322,34 @@ class ViewSet:
             if not isinstance(out, Media):
                 raise DataError(f"view set '{self.name}', view '{s.name}': transform '{s.transform}' returned "
                                 f"{type(out).__name__}, not Media", sample_id=sample.id)
-            views.append(View(s.name, s.role, out, self.expected_for(s, sample), s.transform))
+            expected = self.expected_for(s, sample)
+            differ = not _same_pixels(out, media)
+            if not differ and not self._keep_unchanged(s, sample, expected, anchor_expected, skipped):
+                continue
+            views.append(View(s.name, s.role, out, expected, s.transform, s.weight, differ))
         return views
+
+    def _keep_unchanged(self, s: ViewSpec, sample: Sample, expected, anchor_expected, skipped) -> bool:
+        """A view left the pixels as they were: keep it, skip it (counted) or raise (module docstring)."""
+        needs_change = []
+        if s.effect == DESTROYED:
+            needs_change.append("effect 'destroyed'")
+        if s.role in ("sensitive", "abstain"):
+            needs_change.append(f"role '{s.role}'")
+        if s.effect == MAPPED and expected != anchor_expected:
+            needs_change.append(f"a mapped answer ({expected} instead of {anchor_expected})")
+        mode = s.if_unchanged or ("error" if needs_change else "keep")
+        why = (f"view set '{self.name}', view '{s.name}': transform '{s.transform}' leaves this sample's pixels "
+               f"unchanged (e.g. a static clip)")
+        if mode == "skip":
+            if skipped is not None:
+                skipped.append((s.name, why))
+            return False
+        if mode == "error" or needs_change:
+            what = ", ".join(needs_change) if needs_change else "if_unchanged: error"
+            raise DataError(f"{why}, but the view declares {what}; set 'if_unchanged: skip' to leave it out on "
+                            f"such samples, or choose a transform that changes them", sample_id=sample.id)
+        return True
 
     def _check_kind(self, specs, sample, media) -> None:
         kind = "video" if media.is_video else "image"

@@ -24,23 +24,26 @@ def _load():
 def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
     bench = _load()
     out = tmp_path / "bench"
-    common = ["--seeds", "0", "1", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "10", "--n-test", "5",
-              "--prompts-per-step", "2", "--out", str(out),
+    common = ["--seeds", "0", "1", "--arms", "grpo", "grpo_g2", "tgrpo", "bpo", "bpo_anchor", "--sft-steps", "2",
+              "--rl-steps", "2", "--n-train", "10", "--n-test", "5", "--prompts-per-step", "2", "--out", str(out),
+              "--cost-tokens", "12", "--cost-steps", "1", "--cost-prompts", "1",
               "--arm", f"bpo_paired {SCRIPT.parents[1] / 'configs' / 'bpo_demo.yaml'} algorithm.params.anchor_mode=paired "
                        "rewards.0.params.fmt_weight=0.0"]
     bench.main(common + ["--jobs", "2", "--report", str(tmp_path / "report.md"), "sft.batch_size=4", "train.micro_batch=32"])
     table = capsys.readouterr().out
     # the extra arm: trained from the same SFT checkpoint with its overrides, evaluated, and in the table
-    assert "| bpo_paired |" in table and "bpo_paired − GRPO (pp)" in table
+    assert "| bpo_paired |" in table and "| bpo_paired − GRPO |" in table
     paired_cfg = (out / "seed1" / "bpo_paired" / "config.yaml").read_text()
     assert "anchor_mode: paired" in paired_cfg and "fmt_weight: 0.0" in paired_cfg
     # --render-only prints the same table from the saved seed results, without training
     bench.main(common + ["--render-only", "sft.batch_size=4", "train.micro_batch=32"])
     again = capsys.readouterr().out
     assert again.split("Wall time")[0] == table.split("Wall time")[0]
-    for text in ("GRPO (G=8)", "T-GRPO (8+4)", "BPO (2x4)", "abstention F1", "stability", "sensitivity",
-                 "answer w/o looking", "temporal acc", "BPO (2x4) step time / GRPO step time", "View construction share",
-                 "work ratio", "step ratio / work ratio"):
+    for text in ("GRPO (G=8)", "T-GRPO (8+4)", "BPO (2x4)", "abstention F1 (held-out nulls)", "stability (changed pixels)",
+                 "sensitivity (vs expected)", "answer w/o looking", "temporal acc", "BPO (2x4) vs GRPO (G=8) (same budget)",
+                 "BPO anchor-only (2x1) vs GRPO (G=2) (same budget)", "| BPO − BPO anchor-only |", "View construction share",
+                 "work ratio", "step ratio / work ratio", "per token of work", "At up to 12 response tokens", "learned",
+                 "null_texture", "Per-seed differences"):
         assert text in table, text
     assert (tmp_path / "report.md").read_text().split("Wall time")[0] == table.split("Wall time")[0]
     res, res1 = json.loads((out / "results.json").read_text())  # seeds 0 and 1, each in its own process
@@ -51,15 +54,19 @@ def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
     # budgets: GRPO 8, BPO 2 packs x 4 views = 8 on every question type, T-GRPO 8 ordered + 4 shuffled
     assert set(res["budgets"]["grpo"].values()) == {8}
     assert res["budgets"]["bpo"] == res["budgets"]["grpo"]
-    assert set(res["budgets"]["tgrpo"].values()) == {12}
-    # every arm (and the SFT start point) evaluated with the BPO view set
-    assert set(res["eval"]) == {"sft", "grpo", "tgrpo", "bpo", "bpo_paired"}
+    assert set(res["budgets"]["grpo_g2"].values()) == set(res["budgets"]["bpo_anchor"].values()) == {2}
+    # T-GRPO: 8 ordered + 4 shuffled, the shuffle skipped on static clips (color, location)
+    assert res["budgets"]["tgrpo"]["color"] == res["budgets"]["tgrpo"]["location"] == 8
+    assert max(res["budgets"]["tgrpo"].values()) == 12
+    # every arm (and the SFT start point) evaluated with the held-out view set
+    assert set(res["eval"]) == {"sft", "grpo", "grpo_g2", "tgrpo", "bpo", "bpo_anchor", "bpo_paired"}
     for arm, e in res["eval"].items():
-        assert {"blank", "original", "reverse", "mask_irrelevant"} <= set(e["view_acc"]), arm
+        assert {"null_black", "null_texture", "original", "reverse", "mask_irrelevant"} <= set(e["view_acc"]), arm
+        assert "blank" not in e["view_acc"]  # training's null view is not an eval view
         assert 0.0 <= e["no_look"] <= 1.0 and 0.0 <= e["stability"] <= 1.0, arm
     # the eval's view metrics cover the whole test split: one blank view per test clip, all in the predictions
     rows = [json.loads(x) for x in (out / "seed0" / "eval_bpo" / "predictions.jsonl").read_text().splitlines()]
-    assert sum(r["view"] == "blank" for r in rows) == 5
+    assert sum(r["view"] == "null_noise" for r in rows) == 5 and sum(r["role"] == "abstain" for r in rows) == 25
     # the abstention option is in every prompt the SFT and RL stages saw
     train = json.loads((out / "seed0" / "world" / "train_abst.json").read_text())
     assert all(it["candidates"][-1] == "cannot be determined" for it in train)

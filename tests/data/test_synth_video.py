@@ -134,13 +134,15 @@ def test_evidence_segments_inside_clip(world):
         times = [t for t, _ in it["evidence"]["boxes"]]
         assert times and all(any(s <= t < e for s, e in segs) for t in times)
         covered = sum(e - s for s, e in segs)
-        if it["meta"]["temporal"]:
+        if it["meta"]["temporal"] or it["qtype"] == "count":
             # a non-evidence span exists before and after, and it holds no squares
             assert segs[0][0] > 0 and segs[-1][1] < dur
             assert covered < dur
+            if it["qtype"] == "count":  # an event: every square on screen in each evidence frame
+                assert it["meta"]["event"] and len(times) == (N_FRAMES // 2) * int(it["answer"])
         else:
             assert segs == [[0.0, dur]]
-            assert len(times) == N_FRAMES * (int(it["answer"]) if it["qtype"] == "count" else 1)
+            assert len(times) == N_FRAMES
 
 
 def test_temporal_semantics(world):

@@ -151,7 +151,7 @@ def test_dry_run_plan_lists_roles_and_passes():
     cfg = load_config([str(REPO / "configs" / "demo.yaml"), str(REPO / "configs" / "bpo_demo.yaml")], [])
     cfg.algorithm.viewset = str(REPO / cfg.algorithm.viewset)
     text = "\n".join(describe_plan(cfg))
-    assert "[color]: original (anchor) 2, shuffle (stable) 2, occlude_obj (sensitive) 2, blank (abstain) 2 = 8" in text
+    assert "[color]: original (anchor) 2, noise_mild (stable) 2, occlude_obj (sensitive) 2, blank (abstain) 2 = 8" in text
     assert "[default]: original (anchor) 4, blank (abstain) 4 = 8" in text
     assert "passes per step: generate, actor forward+backward x 1" in text
     cfg.rollout.n = 6

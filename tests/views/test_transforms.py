@@ -92,8 +92,11 @@ def test_mask_segment_by_fraction(clip, sample):
 
 def test_mask_evidence_and_its_complement(clip):
     s = make_sample(segments=[(0.4, 1.0), (3.0, 3.2)])  # half-open: frames at 0.5 and 3.0, not 1.0
-    ev = run("mask_evidence", clip, s)
-    assert _masked(ev, clip) == [1, 6] and (ev.frames[[1, 6]] == 0).all()
+    ev = run("mask_evidence", clip, s)  # default fill: the nearest frame outside the evidence (ties: earlier)
+    assert _masked(ev, clip) == [1, 6]
+    assert torch.equal(ev.frames[1], clip.frames[0]) and torch.equal(ev.frames[6], clip.frames[5])
+    black = run("mask_evidence", clip, s, fill="black")
+    assert _masked(black, clip) == [1, 6] and (black.frames[[1, 6]] == 0).all()
     out = run("mask_outside", clip, s)
     assert _masked(out, clip) == [0, 2, 3, 4, 5, 7]
     span = run("mask_outside", clip, s, span=[0.5, 3.0])
@@ -106,20 +109,22 @@ def test_evidence_segment_in_frame_units_with_rounded_times():
     clip.timestamps = [i / 3 for i in range(9)]
     s = make_sample(segments=[(round(2 / 3, 6), round(5 / 3, 6))])  # frames 2, 3, 4
     assert _masked(run("mask_evidence", clip, s), clip) == [2, 3, 4]
-    whole = make_sample(segments=[(0.0, 3.0)])  # the whole clip
-    assert _masked(run("mask_evidence", clip, whole), clip) == list(range(9))
+    whole = make_sample(segments=[(0.0, 3.0)])  # the whole clip: nothing outside it to hold
+    with pytest.raises(ValueError, match="whole clip"):
+        run("mask_evidence", clip, whole)
+    assert _masked(run("mask_evidence", clip, whole, fill="black"), clip) == list(range(9))
     assert _masked(run("mask_outside", clip, whole), clip) == []
 
 
 def test_mask_evidence_segment_between_frames_masks_nearest(clip):
-    out = run("mask_evidence", clip, make_sample(segments=[(1.1, 1.2)]))
+    out = run("mask_evidence", clip, make_sample(segments=[(1.1, 1.2)]), fill="black")
     assert _masked(out, clip) == [2]
 
 
 def test_occlude_box_zeroes_exactly_the_mapped_box(clip, sample):
     # source 112x112 -> frames 56x56 (scale 0.5). Box at t=0.2: [20,40,60,80] -> cols 10:30, rows 20:40 on frames
     # 0..3 (t <= 1.5 are nearer 0.2); box at t=3.1: [40,40,80,80] -> cols 20:40, rows 20:40 on frames 4..7.
-    out = run("occlude_box", clip, sample)
+    out = run("occlude_box", clip, sample, fill=0)
     expect = torch.zeros(8, 56, 56, dtype=torch.bool)
     expect[:4, 20:40, 10:30] = True
     expect[4:, 20:40, 20:40] = True
@@ -133,7 +138,7 @@ def test_occlude_box_zeroes_exactly_the_mapped_box(clip, sample):
 def test_occlude_box_covers_fractional_edges_and_images():
     s = make_sample(boxes=[(0.0, [21, 41, 61, 81])], image=True)  # -> [10.5, 20.5, 30.5, 40.5]
     img = make_image()
-    out = run("occlude_box", img, s)
+    out = run("occlude_box", img, s, fill=0)
     zero = (out.image == 0).all(0)
     expect = torch.zeros(56, 56, dtype=torch.bool)
     expect[20:41, 10:31] = True
@@ -194,6 +199,8 @@ def test_video_only_transform_rejects_image(sample):
 
 
 def test_decorator_registers_custom_transform(clip, sample):
+    VIEW_TRANSFORMS._items.pop("test_invert_frames", None)  # the test may run twice in one process (mutmut)
+
     @view_transform("test_invert_frames", effect=UNCHANGED, needs=("boxes",))
     def invert(media, sample, rng, amount: int = 255):
         return type(media)(media.sample_id, frames=amount - media.frames, timestamps=media.timestamps)

@@ -1,0 +1,234 @@
+"""Mutation testing of the modules that decide rewards, updates, frames, checkpoints, views and annotations.
+
+Runs mutmut (``pip install -e ".[dev]"``) once per module group, each in its own scratch copy of the project
+(``runs/mutation/<group>/``) so that every group mutates only its files and runs only its fast tests
+(``-m "not slow"``), with one worker (this machine has 2 shared cores) and a wall-clock budget per group.
+A mutant is *caught* when a test fails (or times out) on it; the score is caught / (caught + survived), with
+the mutants listed in ``EQUIVALENT`` (argued in docs/testing.md, matched by their changed line) left out.
+
+    python scripts/mutation.py                       # every group
+    python scripts/mutation.py rewards update        # some groups
+    python scripts/mutation.py --budget-min 10 views # another time budget per group (minutes)
+
+Prints one line per group and the surviving mutants (``mutmut show NAME`` in the group's folder prints a diff),
+and writes ``runs/mutation/summary.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# group -> (files mutated, test files run on each mutant)
+GROUPS = {
+    "rewards": (["mmrl/rewards/base.py", "mmrl/rewards/builtin.py", "mmrl/rewards/parsing.py",
+                 "mmrl/rewards/bpo_contract.py"], ["tests/rewards", "tests/data/test_open_answers.py"]),
+    "update": (["mmrl/train/update.py", "mmrl/train/backend.py"], ["tests/train/test_update.py"]),
+    "decode": (["mmrl/media/decode.py"], ["tests/media/test_decode.py"]),
+    "checkpoint": (["mmrl/train/checkpoint.py", "mmrl/train/optim.py"], ["tests/train/test_checkpoint.py"]),
+    "views": (["mmrl/views/transforms.py", "mmrl/views/video_transforms.py", "mmrl/views/image_transforms.py",
+               "mmrl/views/viewset.py"], ["tests/views/test_transforms.py", "tests/views/test_viewset.py",
+                                          "tests/views/test_view_cases.py"]),
+    "annotations": (["mmrl/data/annotations.py"], ["tests/data/test_annotations.py",
+                                                   "tests/data/test_annotation_validation.py"]),
+    "ovobench_score": (["mmrl/eval/ovobench_score.py"], ["tests/eval/test_eval_ovobench.py"]),
+}
+
+DATA_DIRS = ("views", "configs", "eval")
+
+# Mutants argued equivalent in docs/testing.md, as (file, original line, mutated line) with the lines stripped, so
+# that the list survives renumbering. They are left out of the score (and still listed).
+EQUIVALENT = {
+    # checkpoint: keep=0 already slices [:-0] == [], so "keep >= 0" prunes nothing either
+    ("mmrl/train/checkpoint.py", "for old in sorted(root.glob(\"step_*\"))[:-keep] if keep > 0 else []:",
+     "for old in sorted(root.glob(\"step_*\"))[:-keep] if keep >= 0 else []:"),
+    # checkpoint: model.pt holds a plain state dict of tensors, which every weights_only setting loads alike
+    ("mmrl/train/checkpoint.py", "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=False))",
+     "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=None))"),
+    ("mmrl/train/checkpoint.py", "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=False))",
+     "model.load_state_dict(torch.load(path / \"model.pt\", ))"),
+    ("mmrl/train/checkpoint.py", "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=False))",
+     "model.load_state_dict(torch.load(path / \"model.pt\", weights_only=True))"),
+    # optim: warm-up 0 and warm-up 1 both give factor min(1, (s+1)/1) = 1 from step 0
+    ("mmrl/train/optim.py", "warm = max(0, int(train_cfg.warmup_steps))", "warm = max(1, int(train_cfg.warmup_steps))"),
+    # decode: frames are always 4-D [T, C, H, W], so shape[2] is shape[-2] and shape[2:] is shape[-2:]
+    ("mmrl/media/decode.py", "h, w = frames.shape[-2:]", "h, w = frames.shape[+2:]"),
+    ("mmrl/media/decode.py", "source_size = (int(frames.shape[-1]), int(frames.shape[-2]))",
+     "source_size = (int(frames.shape[-1]), int(frames.shape[+2]))"),
+    # decode: smart_nframes returns >= 2 distinct indices (FRAME_FACTOR 2, n <= available), so len(idx) > 1 always
+    # and the last and first timestamps differ by >= 1/fps, far above both floors
+    ("mmrl/media/decode.py", "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) > 1 else fps",
+     "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if (len(idx) > 1) or True else fps"),
+    ("mmrl/media/decode.py", "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) > 1 else fps",
+     "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) >= 1 else fps"),
+    ("mmrl/media/decode.py", "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) > 1 else fps",
+     "sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1.000001) if len(idx) > 1 else fps"),
+    # update: the registered losses cast the advantages to logp's dtype themselves (losses._broadcast_adv)
+    ("mmrl/train/update.py", "adv = adv.to(device=device, dtype=logp.dtype)", "adv = adv.to(device=device, dtype=None)"),
+    ("mmrl/train/update.py", "adv = adv.to(device=device, dtype=logp.dtype)", "adv = adv.to(device=device, )"),
+    # update: inside "adv.shape[1] != width", ">" and ">=" agree
+    ("mmrl/train/update.py",
+     "adv = adv[:, :width] if adv.shape[1] > width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))",
+     "adv = adv[:, :width] if adv.shape[1] >= width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))"),
+    # update: F.pad with a negative width crops, so padding by (width - T') when T' > width is the same cut
+    ("mmrl/train/update.py",
+     "adv = adv[:, :width] if adv.shape[1] > width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))",
+     "adv = adv[:, :width] if (adv.shape[1] > width) and False else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))"),
+    # backend: the one-process all_reduce returns its values whatever the op
+    ("mmrl/train/backend.py", "def all_reduce(self, values: Sequence[float], op: str = \"sum\") -> List[float]:",
+     "def all_reduce(self, values: Sequence[float], op: str = \"XXsumXX\") -> List[float]:"),
+    ("mmrl/train/backend.py", "def all_reduce(self, values: Sequence[float], op: str = \"sum\") -> List[float]:",
+     "def all_reduce(self, values: Sequence[float], op: str = \"SUM\") -> List[float]:"),
+    # decode: torchvision's resize defaults to antialias=True
+    ("mmrl/media/decode.py",
+     "return resize(frames, [rh, rw], interpolation=InterpolationMode.BICUBIC, antialias=True).contiguous()",
+     "return resize(frames, [rh, rw], interpolation=InterpolationMode.BICUBIC, ).contiguous()"),
+    # views: "< min + 1e-9" still holds the minimum; a float "ones" selection is cast by .float() anyway; an integer
+    # arange compares exactly with float64 edges
+    ("mmrl/views/image_transforms.py", "sel = d <= d.min(dim=1, keepdim=True).values + 1e-9  # [T, B]",
+     "sel = d < d.min(dim=1, keepdim=True).values + 1e-9  # [T, B]"),
+    ("mmrl/views/image_transforms.py", "sel = torch.ones(t, len(boxes), dtype=torch.bool)", "sel = torch.ones(t, len(boxes), dtype=None)"),
+    ("mmrl/views/image_transforms.py", "sel = torch.ones(t, len(boxes), dtype=torch.bool)", "sel = torch.ones(t, len(boxes), )"),
+    ("mmrl/views/image_transforms.py",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=torch.float64)",
+     "cols, rows = torch.arange(w, dtype=None), torch.arange(h, dtype=torch.float64)"),
+    ("mmrl/views/image_transforms.py",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=torch.float64)",
+     "cols, rows = torch.arange(w, ), torch.arange(h, dtype=torch.float64)"),
+    ("mmrl/views/image_transforms.py",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=torch.float64)",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=None)"),
+    ("mmrl/views/image_transforms.py",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, dtype=torch.float64)",
+     "cols, rows = torch.arange(w, dtype=torch.float64), torch.arange(h, )"),
+    # backend: zeroed gradients and absent ones give the same step (only memory differs); float("INF") is inf
+    ("mmrl/train/backend.py", "self.optimizer.zero_grad(set_to_none=True)", "self.optimizer.zero_grad(set_to_none=None)"),
+    ("mmrl/train/backend.py", "self.optimizer.zero_grad(set_to_none=True)", "self.optimizer.zero_grad(set_to_none=False)"),
+    ("mmrl/train/backend.py", "clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else float(\"inf\")",
+     "clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else float(\"INF\")"),
+    # annotations: _num tests "v is None and allow_none", so allow_none=None behaves as False
+    ("mmrl/data/annotations.py", "s, e = _num(seg[0], f, False), _num(seg[1], f, False)",
+     "s, e = _num(seg[0], f, None), _num(seg[1], f, False)"),
+    ("mmrl/data/annotations.py", "s, e = _num(seg[0], f, False), _num(seg[1], f, False)",
+     "s, e = _num(seg[0], f, False), _num(seg[1], f, None)"),
+    ("mmrl/data/annotations.py", "t, box = _num(entry[0], f, False), [_num(c, f, False) for c in entry[1]]",
+     "t, box = _num(entry[0], f, None), [_num(c, f, False) for c in entry[1]]"),
+    ("mmrl/data/annotations.py", "t, box = _num(entry[0], f, False), [_num(c, f, False) for c in entry[1]]",
+     "t, box = _num(entry[0], f, False), [_num(c, f, None) for c in entry[1]]"),
+    # annotations: the JSON indentation of a written file changes no value that load_samples reads
+    ("mmrl/data/annotations.py", "json.dump(items, f, indent=1)", "json.dump(items, f, indent=None)"),
+    ("mmrl/data/annotations.py", "json.dump(items, f, indent=1)", "json.dump(items, f, )"),
+    ("mmrl/data/annotations.py", "json.dump(items, f, indent=1)", "json.dump(items, f, indent=2)"),
+    # views: keys that match at the same position are prefixes of each other, and reverse lexicographic order
+    # puts the longer one first just as key=len does; group(1) is group(0) (the \b anchors are zero-width)
+    ("mmrl/views/viewset.py", "keys = sorted(m, key=len, reverse=True)", "keys = sorted(m, key=None, reverse=True)"),
+    ("mmrl/views/viewset.py", "keys = sorted(m, key=len, reverse=True)", "keys = sorted(m, reverse=True)"),
+    ("mmrl/views/viewset.py", "target = pattern.sub(lambda mo: m[mo.group(0)], a)",
+     "target = pattern.sub(lambda mo: m[mo.group(1)], a)"),
+    # views: _norm is only ever compared with _norm (answers, candidates, map keys, the abstention text)
+    ("mmrl/views/viewset.py", "return \" \".join(str(s).lower().split())", "return \" \".join(str(s).upper().split())"),
+    # annotations / decode: "UTF-8" is "utf-8"
+    ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
+    ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),
+}
+
+CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash
+
+
+def _prepare(group: str, work: Path) -> None:
+    files, tests = GROUPS[group]
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "mmrl", work / "mmrl", ignore=ignore)
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
+    for data in DATA_DIRS:  # files the tests read (view sets, configs, benchmark YAMLs)
+        shutil.copytree(ROOT / data, work / data, ignore=ignore)
+    tests = [t for t in tests if (ROOT / t).exists()]
+    lines = ["[tool.mutmut]", 'source_paths = ["mmrl"]', f"only_mutate = {json.dumps(files)}",
+             f"pytest_add_cli_args_test_selection = {json.dumps(tests)}",
+             'pytest_add_cli_args = ["-m", "not slow", "-p", "no:cacheprovider", "-q", "-x"]',
+             f"also_copy = {json.dumps(list(DATA_DIRS))}",
+             "use_git_change_detection = false", "",
+             "[tool.pytest.ini_options]", 'testpaths = ["tests"]',
+             'markers = ["slow: end-to-end tests (still run in CI)"]',
+             'filterwarnings = ["ignore::DeprecationWarning", "ignore::FutureWarning"]', ""]
+    (work / "pyproject.toml").write_text("\n".join(lines))
+
+
+def _diffs(work: Path, names: list) -> dict:
+    """name -> (file, original line, mutated line) of each mutant, through mutmut's own diff."""
+    if not names:
+        return {}
+    code = ("import json, sys\nfrom mutmut.mutation.diff_apply import get_diff_for_mutant\nout = {}\n"
+            "for n in sys.argv[1:]:\n    d = get_diff_for_mutant(n).splitlines()\n"
+            "    out[n] = [d[0][4:]] + [l[1:].strip() for l in d if l[:1] in '+-' and l[:3] not in ('---', '+++')]\n"
+            "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", code, *names], cwd=work, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {n: (n, "?", "?") for n in names}
+    return {n: (d[0], d[1] if len(d) > 1 else "", d[2] if len(d) > 2 else "") for n, d in json.loads(proc.stdout).items()}
+
+
+def _collect(work: Path) -> dict:
+    caught, survived, other = [], [], []
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        for name, code in json.loads(meta.read_text()).get("exit_code_by_key", {}).items():
+            (caught if code in CAUGHT else survived if code == 0 else other).append(name)
+    diffs = _diffs(work, survived)
+    equivalent = [n for n in survived if diffs.get(n) in EQUIVALENT]
+    left = [n for n in survived if n not in equivalent]
+    denom = len(caught) + len(left)
+    return {"caught": len(caught), "survived": {n: list(diffs.get(n, ())) for n in left},
+            "equivalent": {n: list(diffs[n]) for n in equivalent}, "not_run": len(other),
+            "score": round(100.0 * len(caught) / denom, 1) if denom else None}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("groups", nargs="*", help=f"groups to run (default all): {', '.join(GROUPS)}")
+    ap.add_argument("--budget-min", type=float, default=15.0, help="wall-clock budget per group, minutes")
+    ap.add_argument("--out", default=str(ROOT / "runs" / "mutation"))
+    args = ap.parse_args(argv)
+    unknown = [g for g in args.groups if g not in GROUPS]
+    if unknown:
+        ap.error(f"unknown group(s) {unknown}; known: {', '.join(GROUPS)}")
+    out = Path(args.out)
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    for group in args.groups or list(GROUPS):
+        work = out / group
+        _prepare(group, work)
+        t0 = time.time()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1"], cwd=work, env=env,
+                                  timeout=args.budget_min * 60, capture_output=True, text=True)
+            (work / "mutmut.log").write_text(proc.stdout + proc.stderr)
+            finished = proc.returncode == 0
+        except subprocess.TimeoutExpired as e:
+            (work / "mutmut.log").write_text(str(e.stdout or "") + str(e.stderr or ""))
+            finished = False
+        res = _collect(work)
+        res.update(seconds=round(time.time() - t0), finished=finished)
+        summary[group] = res
+        print(f"{group:15s} caught {res['caught']:3d}, survived {len(res['survived']):3d} (+{len(res['equivalent'])}"
+              f" equivalent), not run {res['not_run']:3d} -> score {res['score']}%"
+              f"{'' if finished else ' (budget hit or error: see mutmut.log)'} in {res['seconds']} s", flush=True)
+        for name, (_, old, new) in res["survived"].items():
+            print(f"    survived: {name}\n        - {old}\n        + {new}")
+        out.mkdir(parents=True, exist_ok=True)
+        summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
