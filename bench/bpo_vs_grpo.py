@@ -118,19 +118,15 @@ def add_null_sft_items(train: str, dst: str, share: float, text: str, world: Pat
 
 # ---- RL arms stepped side by side ------------------------------------------------------------------------------
 def _rng_state():
-    import numpy as np
-    import torch
+    from mmrl.train.checkpoint import rng_state
 
-    return torch.get_rng_state(), random.getstate(), np.random.get_state()
+    return rng_state()
 
 
 def _set_rng(state) -> None:
-    import numpy as np
-    import torch
+    from mmrl.train.checkpoint import set_rng_state
 
-    torch.set_rng_state(state[0])
-    random.setstate(state[1])
-    np.random.set_state(state[2])
+    set_rng_state(state)
 
 
 class Arm:

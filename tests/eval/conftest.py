@@ -12,7 +12,10 @@ OVO_DIR = next((p / "shared" / "fixtures" / "ovo_bench" for p in REPO_ROOT.paren
 @pytest.fixture
 def ovo_dir() -> Path:
     if not (OVO_DIR / "ovo_bench_new.json").is_file():
-        pytest.skip(f"OVO-Bench fixture not found at {OVO_DIR} (licensed data is not in the repo)")
+        pytest.skip(f"OVO-Bench fixture folder {OVO_DIR} is missing (licensed data is not in the repo): put the "
+                    f"official ovo_bench_new.json and the published Gemini-1.5-Pro offline result files from the "
+                    f"OVO-Bench repository (JoeLeelyf/OVO-Bench) there, or check out the project's shared/ folder beside "
+                    f"this clone; tests/eval/test_eval_ovo_small.py covers the scorer without it")
     return OVO_DIR
 
 
