@@ -38,7 +38,7 @@ GROUPS = {
                                           "tests/views/test_view_cases.py"]),
     "annotations": (["mmrl/data/annotations.py"], ["tests/data/test_annotations.py",
                                                    "tests/data/test_annotation_validation.py"]),
-    "ovobench_score": (["mmrl/eval/ovobench_score.py"], ["tests/eval/test_eval_ovobench.py"]),
+    "ovobench_score": (["mmrl/eval/ovobench_score.py"], ["tests/eval/test_eval_ovobench.py", "tests/eval/test_eval_ovo_small.py"]),
 }
 
 DATA_DIRS = ("views", "configs", "eval")

@@ -53,3 +53,44 @@ def test_response_section_reaches_the_final_score(tmp_path):
     assert score(records, items, plain, tmp_path, {})["tasks"]["EPM"]["acc"] == 0.0     # [" A\nbecause"] != "A"
     assert score(records, items, cleaned, tmp_path, {})["tasks"]["EPM"]["acc"] == 100.0  # ["A"]
     assert (tmp_path / "results.json").is_file()
+
+
+# per task, from the file (see the comment above): (mode, correct, n, unit, items, none, weight, weight unit)
+TASKS = {"EPM": ("backward", 2, 3, "items", 3, 1, 3, "items"), "ASI": ("backward", 0, 1, "items", 1, 0, 1, "items"),
+         "OCR": ("realtime", 2, 2, "items", 2, 0, 2, "items"), "STU": ("realtime", 0, 1, "items", 1, 0, 1, "items"),
+         "REC": ("forward", 2, 3, "probes", 1, 1, 1, "items"), "SSR": ("forward", 3, 4, "probes", 1, 0, 4, "probes"),
+         "CRR": ("forward", 1, 2, "probes", 1, 0, 1, "items")}
+
+
+def test_small_results_per_task_counts_and_weighted_modes():
+    s = score_result_files(RESULTS)
+    for t, (mode, correct, n, unit, items, none, weight, wunit) in TASKS.items():
+        got = s["tasks"][t]
+        assert (got["mode"], got["correct"], got["n"], got["unit"], got["items"], got["none"], got["weight"],
+                got["weight_unit"]) == (mode, correct, n, unit, items, none, weight, wunit), t
+    m = s["modes"]
+    assert [m[k]["tasks"] for k in ("backward", "realtime", "forward")] == [["EPM", "ASI"], ["OCR", "STU"], ["REC", "SSR", "CRR"]]
+    assert [m[k]["weight"] for k in ("backward", "realtime", "forward")] == [4, 3, 6]
+    # weighted mode accuracies: BT (66.67*3 + 0)/4, RT (100*2 + 0)/3, FT (66.67*1 + 75*4 + 50*1)/6
+    assert [m[k]["weighted_acc"] for k in ("backward", "realtime", "forward")] == pytest.approx(
+        [50.0, 200 / 3, (200 / 3 + 300 + 50) / 6])
+    assert s["partial_mean"] is None and s["parsers"]["SSR"] == "ovo_yes_no" and s["parsers"]["REC"] == "ovo_rec"
+
+
+def test_partial_run_has_no_official_total(tmp_path):
+    import json
+
+    data = json.loads(Path(RESULTS).read_text())
+    data["forward"] = []  # a run of the backward and real-time modes only
+    part = tmp_path / "partial.json"
+    part.write_text(json.dumps(data))
+    s = score_result_files(str(part))
+    assert s["total"] is None and s["partial_mean"] == pytest.approx((BT + RT) / 2)
+    from mmrl.eval.ovobench_score import format_table, summary_line
+
+    line = summary_line(s)
+    assert line.endswith(f"partial mean {(BT + RT) / 2:.2f} (not the official total)") and "FT" not in line
+    table = format_table(s)
+    assert "**Total (official)**" not in table and "Total (official): not computed" in table
+    assert "mean of the present modes 41.67" in table and "**Weighted overall** (N=7): 57.14" in table  # (200+0+200)/7
+    assert "| BT | **BT mean** | 33.33 |" in table
