@@ -98,14 +98,24 @@ def _run_mode(args) -> tuple:
     return resume, args.overwrite
 
 
-def cmd_sft(args) -> None:
-    cfg = _cfg(args, "sft")
+def _prepare_run(args, kind: str):
+    """Config, resume mode and run-directory rules of ``mmrl sft`` / ``mmrl train``; ``None`` after a dry run's plan."""
+    cfg = _cfg(args, kind)
     resume, overwrite = _run_mode(args)
-    run_note = _run_dir_note(cfg, "sft", resume, overwrite, args.dry_run)
+    run_note = _run_dir_note(cfg, kind, resume, overwrite, args.dry_run)
     if args.dry_run:
-        return _plan(cfg, "sft", run_note)
+        _plan(cfg, kind, run_note)
+        return None
     if args.no_data_check:
         raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
+    return cfg, resume, overwrite
+
+
+def cmd_sft(args) -> None:
+    prepared = _prepare_run(args, "sft")
+    if prepared is None:
+        return
+    cfg, resume, overwrite = prepared
     from mmrl.train.sft import run_sft
 
     run_sft(cfg, quiet=args.quiet, resume=resume, overwrite=overwrite)
@@ -168,13 +178,10 @@ def _summary(out_dir: str) -> None:
 
 
 def cmd_train(args) -> None:
-    cfg = _cfg(args, "train")
-    resume, overwrite = _run_mode(args)
-    run_note = _run_dir_note(cfg, "train", resume, overwrite, args.dry_run)
-    if args.dry_run:
-        return _plan(cfg, "train", run_note)
-    if args.no_data_check:
-        raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
+    prepared = _prepare_run(args, "train")
+    if prepared is None:
+        return
+    cfg, resume, overwrite = prepared
     from mmrl.train.rl_trainer import RLTrainer
 
     RLTrainer(cfg, quiet=args.quiet).run(resume=resume, overwrite=overwrite)

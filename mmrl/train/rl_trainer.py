@@ -45,7 +45,7 @@ class RLTrainer:
         from mmrl.train.plan import describe_plan
 
         self.cfg = cfg
-        self.plan_lines = describe_plan(cfg)  # the algorithm's plan rejects a bad config before anything loads
+        describe_plan(cfg)  # the algorithm's plan rejects a bad config (e.g. rollout.n) before anything loads
         self.spec = build_algorithm(cfg.algorithm)
         deepspeed = cfg.train.backend == "deepspeed"
         ds_config = hf_ds = None

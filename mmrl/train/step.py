@@ -15,6 +15,7 @@ from typing import Dict, List
 import torch
 
 from mmrl.algos.spec import StepBatch
+from mmrl.rollout.step_inputs import intervened_inputs
 from mmrl.rollout.view_metrics import view_metrics
 from mmrl.train.metrics import entropy_sums
 from mmrl.train.skips import record_step_skips
@@ -42,8 +43,6 @@ def rescore(tr, si, trajs) -> None:
     for name, iv in tr.spec.needs().rescore.items():
         todo = [t for t in trajs if name not in t.rescored]
         keys = sorted({(t.sample_id, t.view) for t in todo})
-        from mmrl.rollout.step_inputs import intervened_inputs
-
         built = intervened_inputs(si, keys, tr.processor, tr.cfg.data, iv.transform, dict(iv.params),
                                   seed=tr.cfg.train.seed * 1000003 + tr.step) if keys else {}
         items = [(built[(t.sample_id, t.view)], t.response_ids) for t in todo]
