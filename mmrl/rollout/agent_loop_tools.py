@@ -57,6 +57,13 @@ def check_rollout_config(rollout_cfg) -> str:
     if name not in known and ":" not in name:
         raise ConfigError(f"config key 'rollout.agent_loop' = {name!r}; expected one of {', '.join(known)} "
                           f"(or module:Class)")
+    if name == "stream":
+        from mmrl.stream.config import DEFAULT_PATH, load_stream_config
+
+        c = load_stream_config(rollout_cfg.tools or DEFAULT_PATH)
+        return (f"rollout loop: stream with {rollout_cfg.tools or DEFAULT_PATH}: blocks of {c.block_chunks} x "
+                f"{c.chunk_seconds:g} s chunks at {c.fps:g} fps, window {c.window_chunks} chunks, memory <= "
+                f"{c.memory_budget} tokens, <= {c.max_turns} turns per episode")
     if not rollout_cfg.tools:
         return f"rollout loop: {name}"
     suite = load_suite(rollout_cfg.tools)
@@ -69,4 +76,8 @@ def agent_loop_from_config(rollout_cfg, processor) -> AgentLoop:
     """``rollout.agent_loop`` with what it needs: ``multi_turn`` runs tool episodes of the ``rollout.tools`` suite."""
     if rollout_cfg.agent_loop == "multi_turn":
         return tool_loop(processor, load_suite(rollout_cfg.tools))
+    if rollout_cfg.agent_loop == "stream":
+        from mmrl.stream.loop import stream_loop_from_config
+
+        return stream_loop_from_config(rollout_cfg, processor)
     return build_agent_loop(rollout_cfg.agent_loop)
