@@ -18,7 +18,8 @@ in one process for each (turns, per-turn tokens, seed):
 
 Turn overhead = 1 - t(single) / t(multi): the share of the multi-turn step that a single-turn step of equal
 generated tokens does not spend (observations included); against ``single+obs`` it is the cost of the turns alone.
-Times are the best of ``--repeats`` runs; the table gives mean [95% t-interval] over seeds and the per-seed values.
+Times are CPU seconds of this process (one torch thread; on a shared box wall times scatter with the load), the
+best of ``--repeats`` runs; the table gives mean [95% t-interval] over seeds and the per-seed values.
 """
 from __future__ import annotations
 
@@ -104,9 +105,9 @@ def main(argv=None) -> None:
         times, out = [], None
         for _ in range(a.repeats):
             torch.manual_seed(0)
-            t0 = time.perf_counter()
+            t0 = time.process_time()  # CPU seconds of this process (1 thread): robust to a shared, loaded box
             out = fn()
-            times.append(time.perf_counter() - t0)
+            times.append(time.process_time() - t0)
         return min(times), out
 
     def measure(loop, reqs, params):
@@ -161,12 +162,12 @@ def render(results, a, fmt_ci, ci95) -> str:
          f"--seeds {' '.join(map(str, a.seeds))}", f"--n {a.n}", f"--repeats {a.repeats}"])
     lines = [f"Command: `{cmd}`", "",
              f"Tiny Qwen2.5-VL on CPU (1 thread), 3 prompts x {a.n} episodes, greedy; step = rollout + scoring "
-             f"forward+backward; best of {a.repeats} runs; mean [95% t-interval] over {len(a.seeds)} seeds.", "",
+             f"forward+backward, in CPU seconds; best of {a.repeats} runs; mean [95% t-interval] over {len(a.seeds)} seeds.", "",
              "| turns | tokens/turn | step s: single | single+obs | multi reuse | multi full | "
              "step turn overhead: reuse (%) | full re-prefill (%) | rollout turn overhead: reuse (%) | "
              "full re-prefill (%) | step: reuse vs single+obs (%) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    per_seed = ["", "Per seed (turn overhead with reuse, %; step seconds single / multi reuse / multi full):", "",
+    per_seed = ["", "Per seed (turn overhead with reuse, %; step CPU seconds single / multi reuse / multi full):", "",
                 "| turns | tokens/turn | " + " | ".join(f"seed {s}" for s in a.seeds) + " |",
                 "|---|---|" + "---|" * len(a.seeds)]
     for (turns, per_turn), arms in results.items():

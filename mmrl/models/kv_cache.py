@@ -7,6 +7,10 @@ per row and layer (quadratic in ``T``). ``StaticLayer`` writes in place but hand
 in a preallocated buffer (capacity doubled when full, so total copying stays linear), each step writes its
 column in place, and attention gets a view of the filled columns only. Used by the HF rollout engine under
 ``torch.no_grad`` (the in-place writes are not meant for autograd).
+
+Multi-turn episodes (``mmrl.rollout.hf_turns``) keep each episode's real keys/values between turns (``EpisodeKV``),
+gather the active ones into one batched ``GrowingLayer`` cache per turn (``gather_episodes``) and take each row's
+real columns back out after it (``episode_rows``).
 """
 from __future__ import annotations
 

@@ -162,3 +162,28 @@ def test_gather_pads_with_zeros_and_rows_round_trip():
     assert torch.equal(layer.keys[0, :, 3:], torch.zeros(2, 2, 4))  # padding: zeros, never garbage
     rows = episode_rows(cache, torch.tensor([1, 0]), torch.stack([mask[1], mask[0]]))
     assert torch.equal(rows[0][0][0], kb) and torch.equal(rows[1][0][0], ka)
+
+
+def test_shared_prompt_scoring_equals_whole_sequence_forwards(tiny):
+    """The scorer prefills each request's prompt once for its episodes (``score_shared``): the log-probs and the
+    gradients equal one forward over each whole sequence (``score_sequences``)."""
+    from mmrl.models.sequence_scoring import score_sequences, score_shared
+
+    proc, model = tiny
+    reqs, trajs = _run(proc, model, True, SamplingParams(max_new_tokens=4, greedy=True))
+    items = [t.scoring_item([r.inputs for r in reqs]) for t in trajs]
+    assert len({id(s.prompt) for s, _ in items}) == 3 and {len(t.segments) for t in trajs} == {1, 3, 5}
+    core, head = backbone(model)
+    out = {}
+    for name, scorer in (("shared", score_shared), ("whole", score_sequences)):
+        model.zero_grad()
+        lps = scorer(core, head, items, 1.0, 0, "cpu")
+        sum(lp.sum() for lp in lps).backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        out[name] = (lps, grads)
+    model.zero_grad()
+    for a, b in zip(out["shared"][0], out["whole"][0]):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-4)
+    assert len(out["shared"][1]) == len(out["whole"][1])
+    for a, b in zip(out["shared"][1], out["whole"][1]):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
