@@ -17,12 +17,14 @@ from support import mixed_requests
 
 
 def _media(seed: int) -> Media:
-    """An image (56x84) for odd seeds, a 4-frame 56x56 video at 2 fps for even ones."""
+    """An image (56x84) for odd seeds; for even ones a 4-frame 56x56 video at 2 fps, or (every fourth seed) a sparse
+    one: 8 frames over 32 s, whose temporal M-RoPE positions run past the text after it."""
     g = torch.Generator().manual_seed(seed)
     if seed % 2:
         return Media("obs", image=torch.randint(0, 255, (3, 56, 84), dtype=torch.uint8, generator=g))
-    return Media("obs", frames=torch.randint(0, 255, (4, 3, 56, 56), dtype=torch.uint8, generator=g),
-                 timestamps=[0, .5, 1, 1.5], fps=2.0)
+    n, fps = (8, 0.25) if seed % 4 == 0 else (4, 2.0)
+    return Media("obs", frames=torch.randint(0, 255, (n, 3, 56, 56), dtype=torch.uint8, generator=g),
+                 timestamps=[i / fps for i in range(n)], fps=fps)
 
 
 class Varied(Environment):
@@ -187,3 +189,21 @@ def test_shared_prompt_scoring_equals_whole_sequence_forwards(tiny):
     assert len(out["shared"][1]) == len(out["whole"][1])
     for a, b in zip(out["shared"][1], out["whole"][1]):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_sampling_logprobs_equal_the_scorers_after_sparse_videos(tiny):
+    """Decoding continues at the position a forward over the whole sequence gives the next token (the last
+    position + 1, not ``max position + 1``, which a sparse video's temporal positions push further), so the sampling
+    log-probs are the scorer's, with and without reuse."""
+    from mmrl.models.scoring import response_logprobs
+
+    proc, model = tiny
+    for reuse in (True, False):
+        reqs, trajs = _run(proc, model, reuse, SamplingParams(max_new_tokens=4))
+        sparse = [t for t in trajs if any(s.media is not None and s.media.is_video and s.media.fps < 1
+                                          for s in t.segments)]
+        assert sparse
+        with torch.no_grad():
+            lps = response_logprobs(model, [t.scoring_item([r.inputs for r in reqs]) for t in trajs], pad_id=0)
+        for t, lp in zip(trajs, lps):
+            assert torch.allclose(lp[t.loss_mask], t.logprobs[t.loss_mask], atol=1e-4)
