@@ -270,3 +270,27 @@ def test_engine_options_size_vllm_for_the_tool_suite():
     opts = engine_options(cfg)
     assert opts["max_model_len"] == c.max_total_tokens and opts["max_media_per_prompt"] == c.budget.max_calls + 1
     assert "max_media_per_prompt" not in engine_options(load_config([], ["rollout.engine=vllm"]))
+
+
+def test_multi_turn_contexts_travel_to_a_server(tiny):
+    """Lists of images and (frames, metadata) videos survive the HTTP transport: the same trajectories as in-process."""
+    from mmrl.rollout.vllm_engine import VLLMEngine
+    from mmrl.rollout.vllm_server import serve
+
+    proc, model = tiny
+    local = FakeVLLM(proc)
+    loop = build_agent_loop("multi_turn", processor=proc, env_factory=Looks, max_turns=3)
+    direct = loop.run(VLLMEngine(model, proc, backend=local), requests_for(proc), SamplingParams(max_new_tokens=3))
+    remote = FakeVLLM(proc)
+    server = serve(remote, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        engine = VLLMEngine(model, proc, mode="server", server_url=f"http://127.0.0.1:{server.server_address[1]}")
+        served = loop.run(engine, requests_for(proc), SamplingParams(max_new_tokens=3))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [c[0] for c in remote.calls] == ["generate"] * 3  # a server never sleeps
+    assert [p["prompt_token_ids"] for p in remote.prompts[2]] == [p["prompt_token_ids"] for p in local.prompts[2]]
+    for a, b in zip(direct, served):
+        assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.sequence.input_ids, b.sequence.input_ids)
