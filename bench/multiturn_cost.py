@@ -34,7 +34,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 ARMS = ("single", "single+obs", "multi reuse", "multi full")
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, nargs="+", default=[2, 3, 4])
     ap.add_argument("--per-turn", type=int, nargs="+", default=[8, 32, 64])
@@ -150,6 +150,7 @@ def main(argv=None) -> None:
     print(table)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(table + "\n")
+    return table
 
 
 def render(results, a, fmt_ci, ci95) -> str:
