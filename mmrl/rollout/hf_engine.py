@@ -15,6 +15,9 @@ trade-off as the scorer's):
   every token, is the same as without dropping).
 
 ``shared_prefill=False`` uses ``model.generate`` (kept as the reference the tests compare against).
+
+Multi-turn episodes (``start_episodes`` / ``continue_episodes``, ``mmrl.rollout.hf_turns``) decode in the ``expand``
+layout and keep each row's cache for the episode's next turn (``_decode_rows(keep=...)``).
 """
 from __future__ import annotations
 
