@@ -174,9 +174,11 @@ def _check_agent_loop(cfg: Config) -> None:
                           "rollout.agent_loop is 'multi_turn'")
     if r.tools and not multi:
         raise ConfigError(f"config key 'rollout.tools' = {r.tools!r} needs rollout.agent_loop=multi_turn or stream")
-    if multi and (r.engine != "hf" or cfg.train.backend != "torch" or r.seed_per_group):
-        raise ConfigError(f"config key 'rollout.agent_loop' = {r.agent_loop!r} runs with rollout.engine=hf, "
-                          "train.backend=torch and rollout.seed_per_group off only (so far)")
+    if multi and (cfg.train.backend != "torch" or r.seed_per_group):
+        raise ConfigError(f"config key 'rollout.agent_loop' = {r.agent_loop!r} runs with train.backend=torch and "
+                          "rollout.seed_per_group off only (so far)")
+    if r.agent_loop == "stream" and r.engine != "hf":
+        raise ConfigError("config key 'rollout.engine' must be 'hf' with rollout.agent_loop=stream (so far)")
 
 
 def load_config(files: List[str] | None = None, overrides: List[str] | None = None) -> Config:

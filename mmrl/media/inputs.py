@@ -37,10 +37,12 @@ class SequenceInputs(PromptInputs):
 
     ``input_ids[:prompt_len]`` is the prompt, the rest is the trajectory's ``response_ids``. Passed as the first
     element of a scorer item, it selects the full-sequence path (``mmrl.models.sequence_scoring``); passed to an
-    engine as a prompt, generation continues the sequence.
+    engine as a prompt, generation continues the sequence. ``prompt`` is the prompt's own ``PromptInputs`` (the same
+    object for every episode of a request): the scorer prefills it once for all of them.
     """
 
     prompt_len: int = 0
+    prompt: Optional[PromptInputs] = field(default=None, repr=False, compare=False)
 
 
 def chat_text(processor, messages: list, prefill: str = "") -> str:

@@ -7,6 +7,10 @@ per row and layer (quadratic in ``T``). ``StaticLayer`` writes in place but hand
 in a preallocated buffer (capacity doubled when full, so total copying stays linear), each step writes its
 column in place, and attention gets a view of the filled columns only. Used by the HF rollout engine under
 ``torch.no_grad`` (the in-place writes are not meant for autograd).
+
+Multi-turn episodes (``mmrl.rollout.hf_turns``) keep each episode's real keys/values between turns (``EpisodeKV``),
+gather the active ones into one batched ``GrowingLayer`` cache per turn (``gather_episodes``) and take each row's
+real columns back out after it (``episode_rows``).
 """
 from __future__ import annotations
 
@@ -27,6 +31,15 @@ class GrowingLayer(DynamicLayer):
         self._v[:, :, :L] = values
         self.length, self.device, self.is_initialized = L, keys.device, True
         self._views()
+
+    @classmethod
+    def wrap(cls, keys: torch.Tensor, values: torch.Tensor, length: int) -> "GrowingLayer":
+        """A layer over preallocated buffers ``[B, H, capacity, D]`` (no copy) whose first ``length`` columns are filled."""
+        layer = cls.__new__(cls)
+        DynamicLayer.__init__(layer)
+        layer._k, layer._v, layer.length, layer.device, layer.is_initialized = keys, values, length, keys.device, True
+        layer._views()
+        return layer
 
     def _views(self) -> None:
         self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
@@ -55,3 +68,53 @@ def growing_cache(prefix: Cache, rows: torch.Tensor, capacity: int) -> Cache:
     layers = [GrowingLayer(layer.keys.index_select(0, rows), layer.values.index_select(0, rows), capacity)
               for layer in prefix.layers]
     return Cache(layers=layers)
+
+
+# ---- keys/values kept across the turns of multi-turn episodes -----------------------------------------------------
+class EpisodeKV:
+    """One episode's keys/values between its turns: per layer ``[H, L, D]`` holding only the real tokens of its
+    sequence so far, in order (padding and tokens after a turn's end dropped: rotary positions are already applied
+    to the keys, so the columns need not be contiguous positions), ``next_pos``, the M-RoPE position of the next
+    token, and ``seen``, how many tokens of the episode's sequence (prompt, model turns, observations) it holds."""
+
+    def __init__(self, keys, values, next_pos: int, seen: int):
+        self.keys, self.values, self.next_pos, self.seen = keys, values, int(next_pos), int(seen)
+
+    @property
+    def length(self) -> int:
+        return int(self.keys[0].shape[1])
+
+
+def gather_episodes(states, capacity: int):
+    """A batched cache whose row ``i`` holds ``states[i]`` (right-padded with zeros to the longest; zeros, never
+    uninitialised memory, since attention multiplies masked columns' values by 0) and the boolean mask ``[B, C]`` of
+    its real columns; room for ``capacity`` columns. The states' tensors are released (the cache owns the copy)."""
+    B, C = len(states), max(s.length for s in states)
+    ref = states[0].keys
+    device = ref[0].device
+    mask = torch.zeros((B, C), dtype=torch.bool, device=device)
+    for i, s in enumerate(states):
+        mask[i, : s.length] = True
+    layers = []
+    for li in range(len(ref)):
+        H, _, D = ref[li].shape
+        k = ref[li].new_zeros((B, H, max(capacity, C), D))
+        v = states[0].values[li].new_zeros((B, H, max(capacity, C), states[0].values[li].shape[-1]))
+        for i, s in enumerate(states):
+            k[i, :, : s.length] = s.keys[li]
+            v[i, :, : s.length] = s.values[li]
+        layers.append(GrowingLayer.wrap(k, v, C))
+    for s in states:
+        s.keys = s.values = None
+    return Cache(layers=layers), mask
+
+
+def episode_rows(cache: Cache, rows: torch.Tensor, valid: torch.Tensor):
+    """For each row ``rows[i]`` of ``cache``, its keys and values (per layer ``[H, L_i, D]``, a copy) at the columns
+    where ``valid[i]`` (a boolean ``[len(rows), C]`` over the first ``C`` filled columns)."""
+    out = []
+    for i, b in enumerate(rows.tolist()):
+        cols = valid[i].nonzero().squeeze(1)
+        out.append(([layer.keys[b].index_select(1, cols) for layer in cache.layers],
+                    [layer.values[b].index_select(1, cols) for layer in cache.layers]))
+    return out

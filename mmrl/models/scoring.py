@@ -52,7 +52,7 @@ def token_types(prompts: Sequence[PromptInputs], width: int) -> torch.Tensor:
 def prompt_positions(core, prompts: Sequence[PromptInputs], ids: torch.Tensor, mask: torch.Tensor,
                      vision: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     """M-RoPE positions ``[3, U, P]`` of right-padded prompts (3-D for vision tokens, via the model's own
-    ``get_rope_index``) and the position of each prompt's first response token ``[U]``.
+    ``get_rope_index``) and the position of each prompt's first response token ``[U]`` (``next_positions``).
 
     Positions depend only on a prompt's tokens and grids, so they are computed once per ``PromptInputs`` and kept
     on it (``rope``): the rollout's prefill and every scoring pass of the step reuse them.
@@ -77,7 +77,22 @@ def prompt_positions(core, prompts: Sequence[PromptInputs], ids: torch.Tensor, m
     for u, p in enumerate(prompts):
         out[:, u, : p.num_tokens] = p.rope[0].to(ids.device)
     deltas = torch.tensor([p.rope[1] for p in prompts], dtype=lengths.dtype, device=lengths.device)
-    return out, lengths + deltas
+    return out, next_positions(prompts, out, lengths + deltas)
+
+
+def next_positions(prompts: Sequence[PromptInputs], pos: torch.Tensor, by_delta: torch.Tensor) -> torch.Tensor:
+    """The M-RoPE position of the token after each prompt, as ``get_rope_index`` numbers a text token appended to it:
+    the last position + 1 when the prompt ends in text (every templated prompt does), so that decoding continues
+    exactly where a forward over the whole ``prompt + response`` puts the response (the scorer's positions). This
+    differs from ``len + rope_delta`` (``max position + 1``, what ``transformers``' ``generate`` uses) when a
+    video's temporal positions (``t * tokens_per_second * seconds per grid``, large for sparse frames) run past the
+    text after it: ``get_rope_index`` continues that text from the spatial extent, not the temporal one."""
+    out = by_delta.clone()
+    for u, p in enumerate(prompts):
+        last = p.num_tokens - 1
+        if p.mm_token_type_ids is None or int(p.mm_token_type_ids[last]) == 0:
+            out[u] = pos[0, u, last] + 1
+    return out
 
 
 def unique_prompts(prompts: Sequence[PromptInputs]) -> Tuple[List[PromptInputs], torch.Tensor]:

@@ -9,7 +9,11 @@ and caches the result on the ``SequenceInputs``)::
     log pi(x_t | x_<t, media)   for t = prompt_len .. L-1,   read from the hidden state at t-1
 
 Observation tokens get log-probs too; the trajectory's ``loss_mask`` drops them from the loss. Only response
-positions go through the LM head. The shared-prefix path (``mmrl.models.scoring``) stays the path for single-turn
+positions go through the LM head. The episodes of one request share their prompt (``SequenceInputs.prompt``, the
+same object): ``score_shared`` prefills each distinct prompt once (vision tower included) and forwards only each
+sequence's part after it over a gathered copy of the prompt's cache, at the whole sequence's positions (the same
+result as one forward over each whole sequence; ``score_sequences`` does that, under gradient checkpointing, which
+keeps no cache, or without ``prompt``). The shared-prefix path (``mmrl.models.scoring``) stays the path for single-turn
 items; ``response_logprobs`` sends items whose inputs are a ``SequenceInputs`` here.
 """
 from __future__ import annotations
@@ -19,7 +23,9 @@ from typing import List, Sequence, Tuple
 import torch
 
 from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision
-from mmrl.models.scoring import backbone, prompt_positions, response_logprobs, right_padded
+from mmrl.models.scoring import (_GRID_KEYS, _can_share, _head_logprobs, backbone, prefill_prompts, prompt_positions,
+                                 response_logprobs, right_padded, unique_prompts)
+from mmrl.media.inputs import pad_right
 
 
 def check_item(seq: SequenceInputs, response: torch.Tensor) -> None:
@@ -49,10 +55,58 @@ def score_sequences(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tens
     return list(lp.split([int(lengths[i]) - s.prompt_len for i, s in enumerate(seqs)]))
 
 
+def tail_vision(seq: SequenceInputs) -> dict:
+    """The vision tensors of the media after a sequence's prompt (the prompt's come first in ``seq.vision``)."""
+    out, pv = {}, seq.prompt.vision
+    for pix, grid in (("pixel_values", "image_grid_thw"), ("pixel_values_videos", "video_grid_thw")):
+        n = int(pv[grid].shape[0]) if grid in pv else 0
+        if grid not in seq.vision or seq.vision[grid].shape[0] == n:
+            continue
+        out[grid] = seq.vision[grid][n:]
+        out[pix] = seq.vision[pix][int(pv[grid].prod(-1).sum()) if n else 0:]
+        if grid == "video_grid_thw" and "second_per_grid_ts" in seq.vision:
+            out["second_per_grid_ts"] = seq.vision["second_per_grid_ts"][n:]
+    return out
+
+
+def score_shared(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]], temperature: float,
+                 pad_id: int, device) -> List[torch.Tensor]:
+    """Like ``score_sequences``, with each distinct prompt prefilled once: every sequence's response (model turns
+    and observations, with their media) is forwarded over its prompt's cache (``index_select`` on the batch axis,
+    so gradients reach the prompt's keys/values), at the positions ``get_rope_index`` gives the whole sequence."""
+    seqs = [s for s, _ in chunk]
+    for s, r in chunk:
+        check_item(s, r)
+    ids, lengths, mask = right_padded(seqs, pad_id, device)
+    pos, _ = prompt_positions(core, seqs, ids, mask, {k: v.to(device) for k, v in
+                                                      collate_vision(seqs, keys=_GRID_KEYS).items()})
+    uniq, owner = unique_prompts([s.prompt for s in seqs])
+    owner = owner.to(device)
+    last, cache, pmask, _ = prefill_prompts(core, uniq, pad_id, device)
+    resp = [r.to(device=device, dtype=torch.long) for _, r in chunk]
+    rlen = torch.tensor([int(r.numel()) for r in resp], dtype=torch.long, device=device)
+    N, P, W = len(seqs), pmask.shape[1], max(int(rlen.max()) - 1, 1)  # a dummy column when every response is 1 token
+    cols = pad_right([r[:W] for r in resp] + [resp[0].new_full((W,), pad_id)], pad_id)[:-1]  # [N, W]
+    tail_pos = torch.zeros((3, N, W), dtype=torch.long, device=device)
+    for i, s in enumerate(seqs):
+        k = min(W, int(rlen[i]))
+        tail_pos[:, i, :k] = pos[:, i, s.prompt_len : s.prompt_len + k]
+    cache.batch_select_indices(owner)
+    causal = torch.ones(W, W, dtype=torch.bool, device=device).tril()
+    attn = torch.cat([pmask.bool()[owner][:, None, None, :].expand(N, 1, W, P), causal.expand(N, 1, W, W)], dim=-1)
+    vision = {k: v.to(device) for k, v in collate_vision([PromptInputs(s.input_ids, vision=tail_vision(s))
+                                                          for s in seqs]).items()}
+    hid = core(input_ids=cols, attention_mask=attn, position_ids=tail_pos, cache=cache, use_cache=True,
+               **vision).last_hidden_state
+    hidden = torch.cat([last[owner].unsqueeze(1), hid], dim=1)[:, : int(rlen.max())]
+    return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
+
+
 def mixed_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
                    micro_batch: int = 16, pad_id: int = 0) -> List[torch.Tensor]:
     """``response_logprobs`` over a mix of single-turn items (shared-prefix path) and ``SequenceInputs`` items
-    (one full forward each, ``micro_batch`` sequences per forward); results in the items' order."""
+    (``micro_batch`` sequences per forward: ``score_shared``, or ``score_sequences`` under gradient checkpointing);
+    results in the items' order."""
     seq_idx = [i for i, (p, _) in enumerate(items) if isinstance(p, SequenceInputs)]
     other_idx = [i for i, (p, _) in enumerate(items) if not isinstance(p, SequenceInputs)]
     out: List[torch.Tensor] = [torch.empty(0)] * len(items)
@@ -62,8 +116,11 @@ def mixed_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], te
             out[i] = lp
     core, head = backbone(model)
     device = next(model.parameters()).device
+    share = _can_share(model)
     for s in range(0, len(seq_idx), micro_batch):
         idx = seq_idx[s : s + micro_batch]
-        for i, lp in zip(idx, score_sequences(core, head, [items[i] for i in idx], temperature, pad_id, device)):
+        chunk = [items[i] for i in idx]
+        scorer = score_shared if share and all(p.prompt is not None for p, _ in chunk) else score_sequences
+        for i, lp in zip(idx, scorer(core, head, chunk, temperature, pad_id, device)):
             out[i] = lp
     return out

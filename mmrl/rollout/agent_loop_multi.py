@@ -12,11 +12,19 @@ goes on; the trajectory is then ``truncated``. The ``max_turns``-th model turn e
 
 Each episode becomes one ``Trajectory`` whose ``segments`` alternate model turns (trained, ``loss_mask`` true)
 and observations (masked), and whose ``sequence`` is the ``SequenceInputs`` of the whole interleaved sequence:
-the scorer computes its log-probs in one forward with M-RoPE positions over all of it. Generation re-prefills
-each episode's whole sequence every turn (no KV cache kept across turns).
+the scorer computes its log-probs in one forward with M-RoPE positions over all of it.
+
+Generation: with an engine that keeps KV caches (``supports_kv_reuse``: the HF engine, ``mmrl.rollout.hf_turns``)
+each episode keeps its cache across turns and a turn prefills only the episode's new tokens (``Episode.tail``: the
+observation, with its media, and a closing token sampled but not yet fed), all active episodes in one batch;
+``reuse_cache=False`` re-prefills each episode's whole sequence every turn instead (the reference the tests
+compare against). Other engines (vLLM) get the whole sequence so far with every medium in order
+(``ContextInputs``) and reuse its prefix through their own prefix cache; an engine with an ``awake()`` context
+(vLLM colocated) stays awake for all the turns of the step.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
@@ -56,16 +64,31 @@ def _types(p: PromptInputs) -> torch.Tensor:
     return p.mm_token_type_ids if p.mm_token_type_ids is not None else torch.zeros_like(p.input_ids)
 
 
+@dataclass
+class ContextInputs(PromptInputs):
+    """An episode's sequence so far as a prompt for an engine to continue: ``medias`` holds every image or video of
+    it in order (the prompt's, then those observations inserted), for engines that process media themselves (vLLM)."""
+
+    medias: List[Media] = field(default_factory=list)
+
+
+def _has_media(m: Optional[Media]) -> bool:
+    return m is not None and (m.is_video or m.image is not None)
+
+
 def sequence_inputs(prompt: PromptInputs, segments: List[Segment], for_scoring: bool = True) -> PromptInputs:
     """``prompt`` followed by ``segments`` (tokens, token types and vision, in order): a ``SequenceInputs`` for the
-    scorer, or (``for_scoring=False``) a plain ``PromptInputs`` for the engine to continue, so that a scorer never
+    scorer, or (``for_scoring=False``) a ``ContextInputs`` for the engine to continue, so that a scorer never
     mistakes an episode's context for a scored sequence."""
     ids = torch.cat([prompt.input_ids] + [s.ids.to(prompt.input_ids.dtype) for s in segments])
     mm = torch.cat([_types(prompt)] + [s.mm_token_type_ids if s.mm_token_type_ids is not None
                                        else torch.zeros_like(s.ids) for s in segments])
     fields = dict(input_ids=ids, mm_token_type_ids=mm, vision=collate_vision([prompt, *segments]), text=prompt.text,
                   media=None)
-    return SequenceInputs(**fields, prompt_len=prompt.num_tokens) if for_scoring else PromptInputs(**fields)
+    if for_scoring:
+        return SequenceInputs(**fields, prompt_len=prompt.num_tokens, prompt=prompt)
+    medias = [m for m in [prompt.media] + [s.media for s in segments if s.vision] if _has_media(m)]
+    return ContextInputs(**fields, medias=medias)
 
 
 @dataclass
@@ -80,6 +103,30 @@ class Episode:
     done: bool = False
     truncated: bool = False
     end: str = ""
+    kv: Any = None  # the engine's kept cache of this episode (``EpisodeKV``) while it runs
+
+    def tail(self) -> PromptInputs:
+        """The tokens of the sequence after the ``kv.seen`` the cache holds, with the media of the segments among
+        them (a segment with media is never split: its tokens come after the last token the cache holds)."""
+        ids, types, vis, at = [], [], [], self.prompt.num_tokens
+        if self.kv.seen < at:
+            raise ValueError(f"multi_turn: episode of sample {self.sample_id}: the kept cache ({self.kv.seen} tokens) "
+                             f"ends inside the prompt ({at} tokens)")
+        for s in self.segments:
+            n = int(s.ids.numel())
+            if at + n > self.kv.seen:
+                cut = max(self.kv.seen - at, 0)
+                if cut and s.vision:
+                    raise ValueError(f"multi_turn: episode of sample {self.sample_id}: the kept cache ends inside an "
+                                     f"observation with media")
+                ids.append(s.ids[cut:])
+                types.append(s.mm_token_type_ids[cut:] if s.mm_token_type_ids is not None else torch.zeros_like(s.ids[cut:]))
+                vis += [s] if s.vision else []
+            at += n
+        if not ids:
+            raise ValueError(f"multi_turn: episode of sample {self.sample_id} has no new tokens to continue from")
+        return PromptInputs(input_ids=torch.cat(ids).to(self.prompt.input_ids.dtype), mm_token_type_ids=torch.cat(types),
+                            vision=collate_vision(vis))
 
     @property
     def num_tokens(self) -> int:
@@ -92,7 +139,7 @@ class Episode:
 
     def finish(self, reason: str) -> None:
         """End the episode; ``turns[-1]["end"]`` says why (``done``, ``max_turns``, ``max_total_tokens``)."""
-        self.done, self.end = True, reason
+        self.done, self.end, self.kv = True, reason, None
         self.turns[-1]["end"] = reason
 
 
@@ -100,14 +147,15 @@ class Episode:
 class MultiTurnLoop(AgentLoop):
     """``env_factory()`` makes one episode's environment; ``max_turns`` model turns at most; ``system_suffix`` is
     appended to every prompt's system turn (a tool suite's descriptions); an episode stops before a turn whose
-    prompt plus ``max_new_tokens`` would pass ``max_total_tokens``."""
+    prompt plus ``max_new_tokens`` would pass ``max_total_tokens``; ``reuse_cache`` keeps each episode's KV cache
+    across turns when the engine can (``supports_kv_reuse``)."""
 
     def __init__(self, processor, env_factory: Callable[[], Environment], max_turns: int = 4, system_suffix: str = "",
-                 max_total_tokens: Optional[int] = None):
+                 max_total_tokens: Optional[int] = None, reuse_cache: bool = True):
         if max_turns < 1:
             raise ValueError(f"multi_turn: max_turns must be >= 1, got {max_turns}")
         self.processor, self.env_factory, self.max_turns = processor, env_factory, max_turns
-        self.system_suffix, self.max_total_tokens = system_suffix, max_total_tokens
+        self.system_suffix, self.max_total_tokens, self.reuse_cache = system_suffix, max_total_tokens, reuse_cache
         self.im_end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def run(self, engine: RolloutEngine, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
@@ -115,35 +163,55 @@ class MultiTurnLoop(AgentLoop):
             raise ValueError(f"rollout.agent_loop=multi_turn: the {type(engine).__name__} cannot continue a sequence "
                              f"with media inserted mid-trajectory; use rollout.engine=hf")
         episodes = self._reset(requests)
-        for turn in range(self.max_turns):
-            if turn > 0 and self.max_total_tokens is not None:
-                for e in episodes:
-                    if not e.done and e.num_tokens + params.max_new_tokens > self.max_total_tokens:
-                        e.finish("max_total_tokens")
-            active = [e for e in episodes if not e.done]
-            if not active:
-                break
-            reqs, order = self._turn_requests(active, requests)
-            trajs = engine.generate(reqs, params)
-            pending = []
-            for e, t in zip(order, trajs):
-                e.segments.append(Segment("model", t.response_ids, logprobs=t.logprobs,
-                                          mm_token_type_ids=torch.zeros_like(t.response_ids), text=t.text))
-                e.turns.append({"turn": turn, "model_text": t.text, "model_tokens": int(t.response_ids.numel())})
-                if t.truncated:
-                    e.truncated = e.turns[-1]["truncated"] = True
-                if turn == self.max_turns - 1:
-                    e.finish("max_turns")
-                else:
-                    t0 = time.perf_counter()
-                    obs = e.env.step(t.text)
-                    e.turns[-1]["env_s"] = time.perf_counter() - t0
-                    if obs is None:
-                        e.finish("done")
-                    else:
-                        pending.append((e, obs, t.truncated))
-            self._observe(pending)
+        reuse = self.reuse_cache and getattr(engine, "supports_kv_reuse", False)
+        with getattr(engine, "awake", contextlib.nullcontext)():
+            for turn in range(self.max_turns):
+                if turn > 0 and self.max_total_tokens is not None:
+                    for e in episodes:
+                        if not e.done and e.num_tokens + params.max_new_tokens > self.max_total_tokens:
+                            e.finish("max_total_tokens")
+                active = [e for e in episodes if not e.done]
+                if not active:
+                    break
+                order, trajs = self._generate(engine, active, requests, params, reuse)
+                self._record(order, trajs, turn)
         return [self._trajectory(e, requests[e.request]) for e in episodes]
+
+    def _generate(self, engine, active: List[Episode], requests: List[RolloutRequest], params: SamplingParams,
+                  reuse: bool):
+        """One model turn of every active episode, in one engine call: from their kept caches (``reuse``; the first
+        turn starts them), or from their whole sequences."""
+        if reuse and active[0].kv is not None:
+            return active, engine.continue_episodes([e.kv for e in active], [e.tail() for e in active], params,
+                                                    [requests[e.request] for e in active])
+        reqs, order = self._turn_requests(active, requests)
+        if not reuse:
+            return order, engine.generate(reqs, params)
+        trajs, states = engine.start_episodes(reqs, params)
+        for e, st in zip(order, states):
+            e.kv = st
+        return order, trajs
+
+    def _record(self, order: List[Episode], trajs: List[Trajectory], turn: int) -> None:
+        """Append each episode's model turn, ask its environment, append the observations."""
+        pending = []
+        for e, t in zip(order, trajs):
+            e.segments.append(Segment("model", t.response_ids, logprobs=t.logprobs,
+                                      mm_token_type_ids=torch.zeros_like(t.response_ids), text=t.text))
+            e.turns.append({"turn": turn, "model_text": t.text, "model_tokens": int(t.response_ids.numel())})
+            if t.truncated:
+                e.truncated = e.turns[-1]["truncated"] = True
+            if turn == self.max_turns - 1:
+                e.finish("max_turns")
+            else:
+                t0 = time.perf_counter()
+                obs = e.env.step(t.text)
+                e.turns[-1]["env_s"] = time.perf_counter() - t0
+                if obs is None:
+                    e.finish("done")
+                else:
+                    pending.append((e, obs, t.truncated))
+        self._observe(pending)
 
     # ---- stages -------------------------------------------------------------------------------------------------
     def _reset(self, requests: List[RolloutRequest]) -> List[Episode]:

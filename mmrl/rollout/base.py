@@ -5,8 +5,9 @@ number of samples) and receive one ``Trajectory`` per sample, in request order. 
 (``transformers.generate`` semantics, batched with a shared prompt prefill) and ``vllm`` (GPU, optional).
 An engine generates ONE model turn per sample. Multi-turn episodes (``mmrl.rollout.agent_loop_multi``) call
 ``generate`` once per turn with each episode's whole sequence so far (a ``PromptInputs`` holding every medium,
-those inserted mid-trajectory included) as the prompt; only engines with ``supports_sequences`` (today the HF engine) accept
-that, and the multi-turn loop refuses the others.
+those inserted mid-trajectory included) as the prompt; only engines with ``supports_sequences`` (the HF and vLLM
+engines) accept that, and the multi-turn loop refuses the others. The HF engine keeps each episode's KV cache across
+turns instead (``supports_kv_reuse``, ``mmrl.rollout.hf_turns``).
 """
 from __future__ import annotations
 

@@ -15,9 +15,13 @@ trade-off as the scorer's):
   every token, is the same as without dropping).
 
 ``shared_prefill=False`` uses ``model.generate`` (kept as the reference the tests compare against).
+
+Multi-turn episodes (``start_episodes`` / ``continue_episodes``, ``mmrl.rollout.hf_turns``) decode in the ``expand``
+layout and keep each row's cache for the episode's next turn (``_decode_rows(keep=...)``).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import List
 
 import torch
@@ -25,7 +29,7 @@ import torch
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
-from mmrl.models.kv_cache import growing_cache
+from mmrl.models.kv_cache import episode_rows, growing_cache
 from mmrl.models.scoring import backbone, positions, prefill_prompts, scoring_strategy
 
 
@@ -72,18 +76,42 @@ class HFEngine(RolloutEngine):
 
     supports_sequences = True  # prompts are any PromptInputs: several images/videos, positions by get_rope_index
 
-    @torch.no_grad()
-    def generate(self, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
-        out: List[Trajectory] = []
+    @property
+    def supports_kv_reuse(self) -> bool:
+        """Multi-turn episodes keep their KV cache across turns (``mmrl.rollout.hf_turns``); not with the
+        ``model.generate`` reference path."""
+        return self.shared_prefill
+
+    @contextlib.contextmanager
+    def inference(self):
+        """No gradients, eval mode; the model's mode restored after."""
         was_training = self.model.training
         self.model.eval()
         try:
+            with torch.no_grad():
+                yield
+        finally:
+            self.model.train(was_training)
+
+    def generate(self, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
+        out: List[Trajectory] = []
+        with self.inference():
             gen = self._generate_chunk if self.shared_prefill else self._generate_chunk_hf
             for chunk in self._chunks(requests):
                 out.extend(gen([requests[i] for i in chunk], [i for i in chunk], params))
-        finally:
-            self.model.train(was_training)
         return out
+
+    def start_episodes(self, requests: List[RolloutRequest], params: SamplingParams):
+        """First turn of multi-turn episodes, keeping each episode's cache (``hf_turns.start_episodes``)."""
+        from mmrl.rollout.hf_turns import start_episodes
+
+        return start_episodes(self, requests, params)
+
+    def continue_episodes(self, states, tails, params: SamplingParams, requests: List[RolloutRequest]):
+        """A later turn from the kept caches plus each episode's new tokens (``hf_turns.continue_episodes``)."""
+        from mmrl.rollout.hf_turns import continue_episodes
+
+        return continue_episodes(self, states, tails, params, requests)
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         """One token per row from raw logits ``[N, V]``, as ``transformers`` samples (processors, then warpers)."""
@@ -148,32 +176,52 @@ class HFEngine(RolloutEngine):
         return toks, lps
 
     def _decode_expand(self, core, head, logits, cache, mask, start, owner, slot, params: SamplingParams):
-        """One row per sample over a growing copy of its prompt's cache; finished rows leave the forward in
-        batches (when they are ``drop_fraction`` of the live rows: each drop copies the live cache once, so the
-        copies add up to at most ``1 / drop_fraction`` caches), the sampler keeps drawing for all rows."""
-        N, P, T = len(owner), mask.shape[1], params.max_new_tokens
-        device = mask.device
+        """One row per sample over a growing copy of its prompt's cache (gathered once)."""
+        rows = growing_cache(cache, owner, mask.shape[1] + params.max_new_tokens)
+        return self._decode_rows(core, head, logits, rows, mask.bool()[owner], start[owner], params)
+
+    def _decode_rows(self, core, head, logits, cache, keymask, pos, params: SamplingParams, keep=None):
+        """Decode one row per sample: row ``i`` continues ``cache`` row ``i`` (real columns ``keymask [N, C]``)
+        from M-RoPE position ``pos[i]``, ``logits [N, V]`` predicting its first token. Finished rows leave the
+        forward in batches (when they are ``drop_fraction`` of the live rows: each drop copies the live cache once,
+        so the copies add up to at most ``1 / drop_fraction`` caches); the sampler keeps drawing for all rows, so
+        the RNG stream, and hence every token, is the same as without dropping. A decode column is real for a row
+        while its turn lasts (its closing token included), padding after. ``keep`` (a dict): each row's real
+        keys/values as it leaves the forward, ``keep[i] = (keys, values, tokens of the turn in the cache)``
+        (``mmrl.models.kv_cache.episode_rows``), for the row's next turn."""
+        N, C, T = keymask.shape[0], keymask.shape[1], params.max_new_tokens
+        device = keymask.device
         live = torch.arange(N, device=device)  # original row of each row still in the forward
-        cache = growing_cache(cache, owner, P + T)
-        keys = torch.ones((N, 1, 1, P + T), dtype=torch.bool, device=device)
-        keys[:, 0, 0, :P] = mask.bool()[owner]
-        pos = start[owner]
+        keys = torch.zeros((N, 1, 1, C + T), dtype=torch.bool, device=device)
+        keys[:, 0, 0, :C] = keymask
         done = torch.zeros(N, dtype=torch.bool, device=device)
         toks, lps = [], []
+
+        def stash(local, fed):
+            valid = keys[local, 0, 0, : C + fed]
+            for r, kv, n in zip(live[local].tolist(), episode_rows(cache, local, valid), valid[:, C:].sum(1).tolist()):
+                keep[r] = (*kv, int(n))
+
         for t in range(T):
+            before = done
             nxt, done = self._step(logits, done, params, toks, lps)
             if bool(done.all()) or t == T - 1:
                 break
             finished = done[live]
             if bool(finished.any()) and int(finished.sum()) >= self.drop_fraction * len(live):
-                keep = (~finished).nonzero().squeeze(1)
-                live = live[keep]
-                cache.batch_select_indices(keep)
-                keys, pos = keys[keep], pos[keep]
-            hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : P + t + 1],
+                if keep is not None:
+                    stash(finished.nonzero().squeeze(1), t)
+                kept = (~finished).nonzero().squeeze(1)
+                live = live[kept]
+                cache.batch_select_indices(kept)
+                keys, pos = keys[kept], pos[kept]
+            keys[:, 0, 0, C + t] = ~before[live]  # the token fed now belongs to the row's turn
+            hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : C + t + 1],
                        position_ids=positions(pos + t, 1), cache=cache, use_cache=True).last_hidden_state
             logits = logits.new_zeros((N, logits.shape[-1]))
             logits[live] = head(hid[:, 0]).float()
+        if keep is not None:
+            stash(torch.arange(len(live), device=device), len(toks) - 1)
         return toks, lps
 
     def _generate_chunk_hf(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:

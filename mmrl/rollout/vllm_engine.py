@@ -3,7 +3,10 @@
 Inputs come from ``build_prompt_inputs`` like every other engine: the prompt's token ids with each run of
 ``<|video_pad|>`` / ``<|image_pad|>`` collapsed to ONE placeholder (vLLM expands it itself; passing the expanded
 ids would expand them twice) and, as ``multi_modal_data``, the very frames the HF processor got (already resized,
-so ``do_resize=False``) with their fps. vLLM returns the prompt it expanded; it must equal ours token for token,
+so ``do_resize=False``) with their fps (``mmrl.rollout.vllm_inputs``). Multi-turn episodes
+(``rollout.agent_loop: multi_turn``) send each turn the episode's whole context with every image and video in order
+(the tool results included); vLLM's prefix cache reuses what the last turn computed, and the colocated engine stays
+awake for all the turns of a step (``awake()``). vLLM returns the prompt it expanded; it must equal ours token for token,
 else the image/video token counts (and so the M-RoPE positions) disagree and ``generate`` raises naming the
 sample. Sampling log-probs come back with ``logprobs=0`` (the sampled token's log-prob after temperature,
 ``logprobs_mode="processed_logprobs"``); ``mmrl.rollout.parity`` compares them with the trainer's scorer.
@@ -20,6 +23,7 @@ Nothing is imported from vLLM before an engine is built; without vLLM or a GPU t
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from typing import Any, Dict, List, Optional, Tuple
@@ -28,47 +32,24 @@ import torch
 
 from mmrl.data.schema import Trajectory
 from mmrl.errors import ConfigError, MMRLError
-from mmrl.media.inputs import PromptInputs
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
-
-PLACEHOLDERS = ("<|image_pad|>", "<|video_pad|>")
+from mmrl.rollout.vllm_inputs import PLACEHOLDERS, vllm_prompt
 
 
 def engine_options(cfg) -> Dict[str, Any]:
-    """The vLLM engine's keyword arguments from an mmrl ``Config`` (for ``build_engine(..., **engine_options(cfg))``)."""
-    return {"mode": cfg.rollout.vllm_mode, "gpu_memory_utilization": cfg.rollout.vllm_gpu_memory_utilization,
+    """The vLLM engine's keyword arguments from an mmrl ``Config`` (for ``build_engine(..., **engine_options(cfg))``).
+    Multi-turn tool episodes: the context may grow to the suite's ``max_total_tokens`` (vLLM's own limit when the
+    suite sets none) and hold up to ``budget.max_calls + 1`` images and as many videos."""
+    opts = {"mode": cfg.rollout.vllm_mode, "gpu_memory_utilization": cfg.rollout.vllm_gpu_memory_utilization,
             "dtype": cfg.model.dtype, "seed": cfg.train.seed,
             "max_model_len": cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens}
+    if cfg.rollout.agent_loop == "multi_turn" and cfg.rollout.tools:
+        from mmrl.tools.suite import load_suite
 
-
-def collapse_placeholders(ids: torch.Tensor, placeholder_ids) -> List[int]:
-    """Each run of one placeholder token becomes a single token (what vLLM expects before it expands)."""
-    out: List[int] = []
-    for t in ids.tolist():
-        if t in placeholder_ids and out and out[-1] == t:
-            continue
-        out.append(t)
-    return out
-
-
-def vllm_prompt(inputs: PromptInputs, placeholder_ids) -> Dict[str, Any]:
-    """``TokensPrompt`` for one request: collapsed ids + the processor's own frames / image."""
-    prompt: Dict[str, Any] = {"prompt_token_ids": collapse_placeholders(inputs.input_ids, placeholder_ids)}
-    m = inputs.media
-    if m is not None and m.is_video:
-        frames = m.frames.permute(0, 2, 3, 1).contiguous().numpy()  # [T, H, W, C] uint8
-        fps = float(m.fps or 2.0)
-        n = int(frames.shape[0])
-        meta = {"fps": fps, "total_num_frames": n, "frames_indices": list(range(n)), "duration": n / fps,
-                "video_backend": "mmrl", "do_sample_frames": False}
-        prompt["multi_modal_data"] = {"video": (frames, meta)}
-        prompt["mm_processor_kwargs"] = {"do_resize": False, "do_sample_frames": False, "fps": fps}
-    elif m is not None and m.image is not None:
-        prompt["multi_modal_data"] = {"image": m.image.permute(1, 2, 0).contiguous().numpy()}
-        prompt["mm_processor_kwargs"] = {"do_resize": False}
-    elif inputs.vision:
-        raise MMRLError("vLLM engine: PromptInputs carry vision tensors but no media; build them with build_prompt_inputs")
-    return prompt
+        suite = load_suite(cfg.rollout.tools).config
+        opts["max_model_len"] = suite.max_total_tokens
+        opts["max_media_per_prompt"] = suite.budget.max_calls + 1
+    return opts
 
 
 def hf_weights(model, only_changed: bool = True) -> List[Tuple[str, torch.Tensor]]:
@@ -96,11 +77,12 @@ def hf_weights(model, only_changed: bool = True) -> List[Tuple[str, torch.Tensor
 @ENGINES.register("vllm")
 class VLLMEngine(RolloutEngine):
     supports_request_seeds = True  # per-request seeds: rank-count-invariant sampling (mmrl.dist)
+    supports_sequences = True  # multi-turn contexts: every medium of the episode, in order (vllm_prompt)
 
     def __init__(self, model, processor, max_batch_sequences: int = 256, mode: str = "colocate",
                  gpu_memory_utilization: float = 0.4, dtype: Optional[str] = None, seed: int = 0,
                  model_path: Optional[str] = None, server_url: Optional[str] = None, max_model_len: Optional[int] = None,
-                 sleep_level: int = 1, backend=None):
+                 sleep_level: int = 1, backend=None, max_media_per_prompt: int = 1):
         if mode not in ("colocate", "server"):
             raise ConfigError(f"config key 'rollout.vllm_mode' = {mode!r}; expected colocate or server")
         if backend is None and mode == "colocate":
@@ -114,6 +96,7 @@ class VLLMEngine(RolloutEngine):
         self.suppress = vision_token_ids(tok)
         self.sleep_level = sleep_level
         self.asleep = False
+        self.held = 0  # open awake() contexts: no sleep after generate while > 0
         if backend is not None:  # injected (tests, custom transports)
             self.backend = backend
         elif mode == "server":
@@ -125,7 +108,7 @@ class VLLMEngine(RolloutEngine):
             path = model_path or _model_path(model)
             dtype = dtype or str(next(model.parameters()).dtype).removeprefix("torch.")  # sample what is trained
             self.backend = LocalBackend(path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, seed=seed,
-                                        max_model_len=max_model_len)
+                                        max_model_len=max_model_len, max_media_per_prompt=max_media_per_prompt)
         self.max_batch_sequences = max_batch_sequences
 
     # ---- generation ---------------------------------------------------------------------------------------------
@@ -161,9 +144,22 @@ class VLLMEngine(RolloutEngine):
                     loss_mask=torch.ones(ids.numel(), dtype=torch.bool),
                     text=self.processor.tokenizer.decode(ids, skip_special_tokens=True),
                     truncated=not stopped, expected=req.expected, inputs_key=key, pack_id=pack))
-        if self.mode == "colocate":
+        if self.mode == "colocate" and not self.held:
             self._sleep()
         return trajs
+
+    @contextlib.contextmanager
+    def awake(self):
+        """Keep a colocated engine awake across several ``generate`` calls (the turns of a step's multi-turn
+        episodes: each turn's context shares its prefix with the last, which vLLM's prefix cache then reuses):
+        one wake, one sleep at the end instead of one of each per turn."""
+        self.held += 1
+        try:
+            yield self
+        finally:
+            self.held -= 1
+            if not self.held and self.mode == "colocate" and not self.asleep:
+                self._sleep()
 
     # ---- weights ------------------------------------------------------------------------------------------------
     def sync_weights(self, model, everything: bool = False) -> None:
@@ -210,7 +206,8 @@ def _model_path(model) -> str:
 class LocalBackend:
     """A ``vllm.LLM`` in this process (colocate mode). Prompts and sampling are plain dicts (see ``VLLMEngine``)."""
 
-    def __init__(self, path: str, gpu_memory_utilization: float, dtype: str, seed: int, max_model_len: Optional[int]):
+    def __init__(self, path: str, gpu_memory_utilization: float, dtype: str, seed: int, max_model_len: Optional[int],
+                 max_media_per_prompt: int = 1):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the model in this process: load_weights
         from vllm import LLM
 
@@ -221,7 +218,7 @@ class LocalBackend:
             kwargs["distributed_executor_backend"] = "external_launcher"
         self.llm = LLM(model=path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed + rank(),
                        max_model_len=max_model_len, enable_sleep_mode=True, enable_prefix_caching=True,
-                       limit_mm_per_prompt={"image": 1, "video": 1}, logprobs_mode="processed_logprobs", **kwargs)
+                       limit_mm_per_prompt={"image": max_media_per_prompt, "video": max_media_per_prompt}, logprobs_mode="processed_logprobs", **kwargs)
 
     def generate(self, prompts: List[Dict[str, Any]], sampling: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         from vllm import SamplingParams as VSP

@@ -148,11 +148,13 @@ def main(argv=None) -> None:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-media-per-prompt", type=int, default=1,
+                   help="images (and videos) one prompt may hold: multi-turn tool runs need the suite's max_calls + 1")
     a = p.parse_args(argv)
     from mmrl.rollout.vllm_engine import LocalBackend, _check_colocate
 
     _check_colocate()
-    backend = LocalBackend(a.model, a.gpu_memory_utilization, a.dtype, a.seed, a.max_model_len)
+    backend = LocalBackend(a.model, a.gpu_memory_utilization, a.dtype, a.seed, a.max_model_len, a.max_media_per_prompt)
     print(f"[mmrl] vLLM server for {a.model} on http://{a.host}:{a.port}", flush=True)
     serve(backend, a.host, a.port).serve_forever()
 

@@ -1,6 +1,7 @@
 """The vLLM engine without vLLM: the clear error, and everything around ``vllm.LLM`` (prompt building, the
-expanded-prompt check, trajectories, weight names, sleep / wake / cache resets, the server transport) against a
-stand-in backend that expands placeholders the way vLLM's Qwen2-VL processor does."""
+expanded-prompt check, trajectories, weight names, sleep / wake / cache resets, the server transport, multi-turn
+contexts with the media of every turn) against a stand-in backend that expands placeholders the way vLLM's Qwen2-VL
+processor does."""
 from __future__ import annotations
 
 import copy
@@ -11,8 +12,10 @@ import threading
 import pytest
 import torch
 
+from mmrl.data.schema import Media
 from mmrl.errors import ConfigError, MMRLError
 from mmrl.models.loading import load_model, load_processor
+from mmrl.rollout.agent_loop import Environment, Observation, build_agent_loop
 from mmrl.rollout.base import SamplingParams, build_engine
 from support import mixed_requests
 
@@ -30,26 +33,34 @@ class FakeVLLM:
         tok = proc.tokenizer
         self.video, self.image = tok.convert_tokens_to_ids("<|video_pad|>"), tok.convert_tokens_to_ids("<|image_pad|>")
         self.eos = tok.convert_tokens_to_ids("<|im_end|>")
-        self.extra, self.calls, self.weights = extra_tokens, [], {}
+        self.extra, self.calls, self.weights, self.prompts = extra_tokens, [], {}, []
 
-    def _count(self, mm):
-        if "video" in mm:
-            frames, meta = mm["video"]
+    def _count(self, kind, item):
+        if kind == "video":
+            frames, meta = item
             t, h, w, _ = frames.shape
             assert meta["fps"] == 2.0 and meta["total_num_frames"] == t
             return math.ceil(t / 2) * (h // 14) * (w // 14) // 4
-        h, w, _ = mm["image"].shape
+        h, w, _ = item.shape
         return (h // 14) * (w // 14) // 4
 
     def generate(self, prompts, sampling):
         self.calls.append(("generate", [s["seed"] for s in sampling]))
+        self.prompts.append(prompts)
         outs = []
         for p, s in zip(prompts, sampling):
-            ids = p["prompt_token_ids"]
-            assert sum(t in (self.video, self.image) for t in ids) == 1  # collapsed: one placeholder per item
-            ph = [t for t in ids if t in (self.video, self.image)][0]
-            i = ids.index(ph)
-            expanded = ids[:i] + [ph] * (self._count(p["multi_modal_data"]) + self.extra) + ids[i + 1:]
+            mm = p.get("multi_modal_data", {})
+            items = {k: list(v) if isinstance(v, list) else [v] for k, v in mm.items()}
+            expanded = []
+            for t in p["prompt_token_ids"]:  # collapsed: each placeholder stands for the next item of its kind
+                kind = {self.video: "video", self.image: "image"}.get(t)
+                if kind is None:
+                    expanded.append(t)
+                elif expanded and expanded[-1] == t:
+                    raise AssertionError("placeholder runs must arrive collapsed")
+                else:
+                    expanded += [t] * (self._count(kind, items[kind].pop(0)) + self.extra)
+            assert not any(items.values()), "every medium has its placeholder"
             comps = [{"token_ids": [5, 6, self.eos] if j % 2 == 0 else [7, 8, 9], "logprobs": [-0.5, -0.25, -0.125],
                       "finish_reason": "stop" if j % 2 == 0 else "length"} for j in range(s["n"])]
             outs.append({"prompt_token_ids": expanded, "completions": comps})
@@ -163,3 +174,123 @@ def test_server_transport_round_trip(tiny):
     finally:
         server.shutdown()
         server.server_close()
+
+
+class Looks(Environment):
+    """Answers the first model turn with an image, the second with a 4-frame video (2 fps), then ends."""
+
+    def reset(self, sample, media):
+        self.k = 0
+
+    def step(self, model_text):
+        self.k += 1
+        g = torch.Generator().manual_seed(self.k)
+        if self.k == 1:
+            return Observation("Look.", media=Media("obs", image=torch.randint(0, 255, (3, 56, 84), dtype=torch.uint8,
+                                                                              generator=g)))
+        if self.k == 2:
+            return Observation("Clip.", media=Media("obs", frames=torch.randint(0, 255, (4, 3, 56, 56), dtype=torch.uint8,
+                                                                               generator=g),
+                                                    timestamps=[0, .5, 1, 1.5], fps=2.0))
+        return None
+
+
+def test_multi_turn_episodes_send_every_medium_of_the_context(tiny):
+    """The multi_turn loop on the vLLM engine: turn k sends each episode's whole context (collapsed placeholders)
+    with the prompt's medium and every observation's image/video in order; the stand-in expands them as vLLM does
+    and the engine checks the expansion against the HF processor's token for token; one wake/sleep per step."""
+    from mmrl.models.scoring import response_logprobs
+    from mmrl.rollout.vllm_engine import VLLMEngine
+
+    proc, model = tiny
+    fake = FakeVLLM(proc)
+    engine = VLLMEngine(model, proc, backend=fake)
+    reqs = requests_for(proc)
+    loop = build_agent_loop("multi_turn", processor=proc, env_factory=Looks, max_turns=3)
+    trajs = loop.run(engine, reqs, SamplingParams(max_new_tokens=3))
+    assert len(trajs) == 7 and [c[0] for c in fake.calls] == ["generate"] * 3 + ["sleep"]
+    first, second, third = fake.prompts
+    assert len(first) == 3 and len(second) == len(third) == 7  # shared prompts once, then one context per episode
+    for t, p2, p3 in zip(trajs, second, third):
+        assert [s.kind for s in t.segments] == ["model", "env", "model", "env", "model"]
+        assert torch.equal(t.response_ids, torch.cat([s.ids for s in t.segments]))
+        assert torch.equal(t.logprobs[t.loss_mask], torch.tensor([-0.5, -0.25, -0.125] * 3))
+        prompt_media = reqs[t.inputs_key].inputs.media
+        img, vid = t.segments[1].media, t.segments[3].media
+        mm3 = p3["multi_modal_data"]
+        images = mm3["image"] if isinstance(mm3["image"], list) else [mm3["image"]]
+        videos = mm3["video"] if isinstance(mm3["video"], list) else [mm3["video"]]
+        want_images = ([prompt_media.image] if not prompt_media.is_video else []) + [img.image]
+        want_videos = ([prompt_media.frames] if prompt_media.is_video else []) + [vid.frames]
+        assert [torch.equal(torch.from_numpy(a).permute(2, 0, 1), b) for a, b in zip(images, want_images)] == [True] * len(want_images)
+        assert [torch.equal(torch.from_numpy(a[0]).permute(0, 3, 1, 2), b) for a, b in zip(videos, want_videos)] == [True] * len(want_videos)
+        assert len(images) == len(want_images) and len(videos) == len(want_videos)
+        # the third turn's context is the second's plus the second model turn and the video observation
+        assert p3["prompt_token_ids"][: len(p2["prompt_token_ids"])] == p2["prompt_token_ids"]
+    with torch.no_grad():  # the trainer scores them through their whole sequences
+        lps = response_logprobs(model, [t.scoring_item([r.inputs for r in reqs]) for t in trajs], pad_id=0)
+    assert all(lp.shape == t.response_ids.shape and torch.isfinite(lp).all() for lp, t in zip(lps, trajs))
+
+
+def test_multi_turn_expansion_mismatch_names_the_sample(tiny):
+    from mmrl.rollout.vllm_engine import VLLMEngine
+
+    proc, model = tiny
+
+    class LateMismatch(FakeVLLM):  # expands the observation's image with one token too many
+        def _count(self, kind, item):
+            return super()._count(kind, item) + (kind == "image" and item.shape[:2] == (56, 84) and len(self.prompts) > 1)
+
+    engine = VLLMEngine(model, proc, backend=LateMismatch(proc))
+    loop = build_agent_loop("multi_turn", processor=proc, env_factory=Looks, max_turns=3)
+    with pytest.raises(MMRLError, match="sample '0'.*token counts"):
+        loop.run(engine, requests_for(proc), SamplingParams(max_new_tokens=3))
+
+
+def test_vllm_prompt_refuses_media_without_placeholders(tiny):
+    from mmrl.rollout.agent_loop_multi import ContextInputs
+    from mmrl.rollout.vllm_inputs import PLACEHOLDERS, vllm_prompt
+
+    proc, _ = tiny
+    inputs = requests_for(proc)[2].inputs  # one image
+    ph = {proc.tokenizer.convert_tokens_to_ids(t) for t in PLACEHOLDERS}
+    ctx = ContextInputs(input_ids=inputs.input_ids, vision=inputs.vision, medias=[inputs.media, inputs.media])
+    with pytest.raises(MMRLError, match="1 image/video placeholders but 2 media"):
+        vllm_prompt(ctx, ph)
+
+
+def test_engine_options_size_vllm_for_the_tool_suite():
+    from mmrl.config import load_config
+    from mmrl.rollout.vllm_engine import engine_options
+    from mmrl.tools.suite import load_suite
+
+    suite = "tools/video_seek.yaml"
+    cfg = load_config([], ["rollout.agent_loop=multi_turn", f"rollout.tools={suite}", "rollout.engine=vllm"])
+    c = load_suite(suite).config
+    opts = engine_options(cfg)
+    assert opts["max_model_len"] == c.max_total_tokens and opts["max_media_per_prompt"] == c.budget.max_calls + 1
+    assert "max_media_per_prompt" not in engine_options(load_config([], ["rollout.engine=vllm"]))
+
+
+def test_multi_turn_contexts_travel_to_a_server(tiny):
+    """Lists of images and (frames, metadata) videos survive the HTTP transport: the same trajectories as in-process."""
+    from mmrl.rollout.vllm_engine import VLLMEngine
+    from mmrl.rollout.vllm_server import serve
+
+    proc, model = tiny
+    local = FakeVLLM(proc)
+    loop = build_agent_loop("multi_turn", processor=proc, env_factory=Looks, max_turns=3)
+    direct = loop.run(VLLMEngine(model, proc, backend=local), requests_for(proc), SamplingParams(max_new_tokens=3))
+    remote = FakeVLLM(proc)
+    server = serve(remote, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        engine = VLLMEngine(model, proc, mode="server", server_url=f"http://127.0.0.1:{server.server_address[1]}")
+        served = loop.run(engine, requests_for(proc), SamplingParams(max_new_tokens=3))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [c[0] for c in remote.calls] == ["generate"] * 3  # a server never sleeps
+    assert [p["prompt_token_ids"] for p in remote.prompts[2]] == [p["prompt_token_ids"] for p in local.prompts[2]]
+    for a, b in zip(direct, served):
+        assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.sequence.input_ids, b.sequence.input_ids)

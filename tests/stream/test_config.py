@@ -27,8 +27,9 @@ def test_run_config_with_the_stream_loop():
     assert check_rollout_config(cfg.rollout).startswith("rollout loop: stream with tools/streaming.yaml: blocks of 4")
     assert any("window 8 chunks, memory <= 64 tokens, <= 13 turns" in x for x in describe_plan(cfg))
     load_config([], ["rollout.agent_loop=stream", "rollout.tools=tools/streaming.yaml"])
-    for bad in ("train.backend=deepspeed", "rollout.engine=vllm"):
-        with pytest.raises(ConfigError, match="'stream' runs with rollout.engine=hf"):
-            load_config([], ["rollout.agent_loop=stream", bad])
+    with pytest.raises(ConfigError, match="'stream' runs with train.backend=torch"):
+        load_config([], ["rollout.agent_loop=stream", "train.backend=deepspeed"])
+    with pytest.raises(ConfigError, match="'rollout.engine' must be 'hf' with rollout.agent_loop=stream"):
+        load_config([], ["rollout.agent_loop=stream", "rollout.engine=vllm"])
     with pytest.raises(ConfigError, match="video_seek.yaml: key 'description'"):  # a tool suite is no stream config
         check_rollout_config(load_config([], ["rollout.agent_loop=stream", "rollout.tools=tools/video_seek.yaml"]).rollout)
