@@ -52,8 +52,9 @@ class Episode:
     def can_backtrack(self) -> bool:
         return bool(self.chain)
 
-    def apply(self, action: str) -> None:
-        """Take ``action`` (an image id, BACKTRACK or STOP) in the current state."""
+    def apply(self, action: str, force: bool = False) -> None:
+        """Take ``action`` (an image id, BACKTRACK or STOP) in the current state. ``force`` (the oracle's move)
+        may re-enter an image backtracked from at this prefix."""
         if self.done:
             raise ValueError(f"query '{self.query_id}': the episode has ended")
         if action == STOP:
@@ -65,6 +66,8 @@ class Episode:
             last = self.chain.pop()
             self.tried.setdefault(tuple(self.chain), set()).add(last)
         else:
+            if force:
+                self.tried.get(tuple(self.chain), set()).discard(action)
             if action in self.excluded():
                 raise ValueError(f"query '{self.query_id}': image '{action}' is not offered in this state")
             self.chain.append(action)
