@@ -12,11 +12,12 @@ update (the stages do it every ``index_refresh`` steps and before every evaluati
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set
 
 import torch
 import torch.nn as nn
 
+from mmrl.data.vhop_format import VhopQuery as Query
 from mmrl.retrieval.router_chain import Episode, StepRecord, oracle_label
 from mmrl.retrieval.router_policy import BACKTRACK, N_SPECIAL, STOP, action_log_probs, action_logits
 
@@ -30,19 +31,6 @@ class RouterParams:
     max_hops: int = 6  # non-STOP actions per episode
 
 
-@dataclass
-class Query:
-    """One routing task: the query text, its gold chain of corpus ids (start ... target) and its level."""
-
-    id: str
-    text: str
-    chain: List[str]
-    level: int = 0
-
-
-ACTIONS = ("candidate", BACKTRACK, STOP)
-
-
 class Router(nn.Module):
     def __init__(self, embedder: nn.Module, corpus, params: RouterParams, seed: int = 0):
         """``corpus``: ``ids`` (list of str) and ``image(id) -> PIL.Image``; ``embedder``: ``embed_images`` and
@@ -52,54 +40,63 @@ class Router(nn.Module):
             raise ValueError(f"router params need temperature > 0, top_k >= 1, max_hops >= 1, got {params}")
         self.embedder, self.corpus, self.params = embedder, corpus, params
         with torch.no_grad():
-            dim = int(embedder.embed_images([corpus.image(corpus.ids[0])]).shape[-1])
+            dim = int(embedder.dim)
         g = torch.Generator().manual_seed(seed)
         self.special = nn.Parameter(nn.functional.normalize(torch.randn(N_SPECIAL, dim, generator=g), dim=-1))
-        self.index = None  # (faiss index, corpus id order, embeddings [N, D]) of the current weights
+        self.index = None  # (CorpusIndex, embeddings [N, D], id -> row) of the weights at the last refresh
+        self._images: Dict[str, object] = {}
 
     # -- the corpus side -------------------------------------------------------------------------------------
+    def set_corpus(self, corpus) -> None:
+        """Route over another corpus (a held-out split); the index is rebuilt on next use."""
+        self.corpus, self.index, self._images = corpus, None, {}
+
+    def image(self, item_id: str):
+        if item_id not in self._images:  # decoded once per corpus (the corpora are small; states reuse images)
+            self._images[item_id] = self.corpus.image(item_id)
+        return self._images[item_id]
+
     @torch.no_grad()
     def refresh_index(self, batch_size: int = 64) -> None:
         """Embed the whole corpus with the current weights and rebuild the ANN index."""
         ids = list(self.corpus.ids)
-        embs = torch.cat([self.embedder.embed_images([self.corpus.image(i) for i in ids[s:s + batch_size]])
+        embs = torch.cat([self.embedder.embed_images([self.image(i) for i in ids[s:s + batch_size]])
                           for s in range(0, len(ids), batch_size)]).float()
         self.refresh_index_from(embs)
 
     def refresh_index_from(self, embs: torch.Tensor) -> None:
         """Build the index from given corpus embeddings ``[N, D]`` (in ``corpus.ids`` order; a resumed stage)."""
-        from mmrl.retrieval.index import build_index
+        from mmrl.retrieval.index import CorpusIndex
 
         ids = list(self.corpus.ids)
         if embs.shape[0] != len(ids):
             raise ValueError(f"{embs.shape[0]} corpus embeddings for {len(ids)} corpus images")
-        self.index = (build_index(embs), ids, embs, {c: n for n, c in enumerate(ids)})
+        index = CorpusIndex(embs.shape[1], self.corpus)
+        index.add(ids, embs)
+        self.index = (index, embs, {c: n for n, c in enumerate(ids)})
 
     def _index(self):
         if self.index is None:
             self.refresh_index()
         return self.index
 
-    def candidates(self, state: torch.Tensor, excluded: Sequence[str], k: Optional[int] = None) -> List[str]:
-        """The top-``k`` corpus ids by cosine with ``state [D]`` (ANN search), leaving out ``excluded``."""
-        from mmrl.retrieval.index import search
-
-        index, ids, _, _ = self._index()
-        k = min(k or self.params.top_k, len(ids))
-        want = min(len(ids), k + len(excluded))
-        hits = search(index, state.detach().float()[None], want)[0]
-        out = [ids[h] for h in hits if h >= 0 and ids[h] not in excluded]
-        return out[:k]
+    def candidates(self, state: torch.Tensor, excluded: Set[str], k: Optional[int] = None) -> List[str]:
+        """The top-``k`` corpus ids by cosine with ``state [D]`` (faiss search), leaving out ``excluded``."""
+        index, _, _ = self._index()
+        k = min(k or self.params.top_k, len(index))
+        _, hits = index.search(state.detach().float()[None], k + len(excluded))
+        return [h for h in hits[0] if h not in excluded][:k]
 
     def image_embeddings(self, ids: Sequence[str], grad: bool) -> torch.Tensor:
         """``[len(ids), D]``: fresh (with gradients) for training, else the index's cached rows."""
         if not grad:
-            _, _, embs, pos = self._index()
+            _, embs, pos = self._index()
             return embs[[pos[i] for i in ids]]
-        return self.embedder.embed_images([self.corpus.image(i) for i in ids])
+        return self.embedder.embed_images([self.image(i) for i in ids])
 
-    def state_embedding(self, query: Query, chain: Sequence[str]) -> torch.Tensor:
-        return self.embedder.embed_state(query.text, [self.corpus.image(i) for i in chain])
+    def state_embeddings(self, queries: Sequence[Query], chains: Sequence[Sequence[str]]) -> torch.Tensor:
+        """``[B, D]``: e_t = f(query, images of the chain so far), in one batched forward."""
+        return self.embedder.embed_states([(q.query, [self.image(i) for i in ch]) for q, ch in zip(queries, chains)])
 
     # -- the policy ------------------------------------------------------------------------------------------
     def logits(self, states: torch.Tensor, chains: Sequence[Sequence[str]], cands: Sequence[Sequence[str]],
@@ -131,7 +128,7 @@ class Router(nn.Module):
                 cs.append(act)
             cands.append(cs)
             targets.append(act)
-        states = torch.stack([self.state_embedding(q, st.chain) for q, st in zip(queries, steps)])
+        states = self.state_embeddings(queries, [st.chain for st in steps])
         logp = action_log_probs(self.logits(states, [st.chain for st in steps], cands, grad=True))
         k_max = logp.shape[1] - N_SPECIAL
         col = [k_max if a == BACKTRACK else k_max + 1 if a == STOP else cs.index(a) for a, cs in zip(targets, cands)]
@@ -152,7 +149,7 @@ class Router(nn.Module):
             live = [n for n, e in enumerate(eps) if not e.done]
             if not live:
                 return eps
-            states = torch.stack([self.state_embedding(queries[n], eps[n].chain) for n in live]).float()
+            states = self.state_embeddings([queries[n] for n in live], [eps[n].chain for n in live]).float()
             cands = [self.candidates(states[j], eps[n].excluded()) for j, n in enumerate(live)]
             logp = action_log_probs(self.logits(states, [eps[n].chain for n in live], cands, grad=False))
             k_max = logp.shape[1] - N_SPECIAL

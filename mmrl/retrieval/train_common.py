@@ -23,6 +23,7 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from mmrl.config import LoraConfig
 from mmrl.errors import ConfigError
 from mmrl.retrieval.router import Query, Router, RouterParams
 from mmrl.retrieval.router_chain import contains_chain
@@ -32,16 +33,19 @@ STAGES = ("sft", "imitate", "rl")
 
 @dataclass
 class StageData:
-    corpus: str = ""  # VHOP corpus JSON (mmrl data synth --kind vhop)
-    train: str = ""  # training queries JSON
-    eval: Optional[str] = None  # held-out queries, evaluated at the end (and every train.eval_every steps)
+    train: str = ""  # training queries (mmrl-vhop-queries JSON; it names its corpus)
+    eval: Optional[str] = None  # held-out queries over their own corpus, evaluated at the end (and every eval_every)
+    skip_bad: bool = False  # leave out missing/corrupt images and the queries naming them (counted), else an error
 
 
 @dataclass
 class StageModel:
-    path: str = ""  # a Qwen2.5-VL / Qwen2-VL checkpoint (the tiny one in tests)
-    lora_r: int = 0  # 0 = train the whole model; > 0 = LoRA adapters of this rank (peft)
-    lora_alpha: int = 16
+    path: str = "tiny"  # a Qwen2.5-VL / Qwen2-VL checkpoint, or "tiny" (the embedded tiny model)
+    dim: Optional[int] = None  # embedding size of the linear head (None = the backbone's hidden size)
+    pooling: str = "mean"  # mean | last
+    freeze_vision: bool = False
+    max_pixels: int = 112 * 112  # pixel budget per corpus image
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -80,10 +84,12 @@ def load_stage_config(stage: str, files: Sequence[str], overrides: Sequence[str]
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         raise ConfigError((f"config key '{key}': " if key else "") + str(e).splitlines()[0]) from None
-    for key, val in (("data.corpus", cfg.data.corpus), ("data.train", cfg.data.train),
-                     ("model.path", cfg.model.path), ("train.out_dir", cfg.train.out_dir)):
+    for key, val in (("data.train", cfg.data.train), ("model.path", cfg.model.path),
+                     ("train.out_dir", cfg.train.out_dir)):
         if not val:
             raise ConfigError(f"config key '{key}' is required")
+    if cfg.model.pooling not in ("mean", "last"):
+        raise ConfigError(f"config key 'model.pooling' must be 'mean' or 'last', got {cfg.model.pooling!r}")
     for key, val in (("train.steps", cfg.train.steps), ("train.batch_size", cfg.train.batch_size),
                      ("train.save_every", cfg.train.save_every), ("train.index_refresh", cfg.train.index_refresh),
                      ("train.keep", cfg.train.keep), ("router.top_k", cfg.router.top_k),
@@ -97,21 +103,41 @@ def load_stage_config(stage: str, files: Sequence[str], overrides: Sequence[str]
 
 
 # -- building ----------------------------------------------------------------------------------------------
-def load_data(cfg) -> Tuple[object, List[Query], Optional[List[Query]]]:
-    from mmrl.retrieval.router_data import load_router_corpus, load_router_queries
+def load_data(cfg, say=print) -> Tuple[object, List[Query], Optional[Tuple[object, List[Query]]]]:
+    """(train corpus, train queries, (eval corpus, eval queries) or None); skipped items are counted aloud."""
+    from mmrl.data.vhop_format import corpus_path, load_corpus, load_queries
+    from mmrl.errors import DataError
 
-    corpus = load_router_corpus(cfg.data.corpus)
-    train = load_router_queries(cfg.data.train, corpus, "data.train")
-    held = load_router_queries(cfg.data.eval, corpus, "data.eval") if cfg.data.eval else None
+    def one(path, key):
+        try:
+            with open(path) as f:
+                rel = json.load(f).get("corpus")
+            corpus = load_corpus(corpus_path(path, str(rel)), skip_bad=cfg.data.skip_bad)
+            qs, skipped = load_queries(path, corpus, skip_bad=cfg.data.skip_bad)
+        except (DataError, OSError, ValueError) as e:
+            raise ConfigError(f"config key '{key}': {e}") from None
+        if not qs:
+            raise ConfigError(f"config key '{key}': {path} holds no usable query")
+        if corpus.skipped or skipped:
+            say(f"mmrl: {key}: skipped {len(corpus.skipped)} corpus images and {len(skipped)} queries "
+                f"(data.skip_bad); first: {(corpus.skipped + skipped)[0][1]}")
+        return corpus, qs
+
+    corpus, train = one(cfg.data.train, "data.train")
+    held = one(cfg.data.eval, "data.eval") if cfg.data.eval else None
     return corpus, train, held
 
 
-def build_router(cfg, corpus) -> Router:
-    from mmrl.retrieval.router_data import load_embedder
+def load_embedder(m: StageModel):
+    from mmrl.retrieval.embedder import Embedder
 
+    return Embedder.from_pretrained(m.path, dim=m.dim, pooling=m.pooling, lora=m.lora,
+                                    freeze_vision=m.freeze_vision, max_pixels=m.max_pixels)
+
+
+def build_router(cfg, corpus) -> Router:
     torch.manual_seed(cfg.train.seed)
-    embedder = load_embedder(cfg.model)
-    router = Router(embedder, corpus, cfg.router, seed=cfg.train.seed)
+    router = Router(load_embedder(cfg.model), corpus, cfg.router, seed=cfg.train.seed)
     if cfg.train.init_from:
         load_router_weights(router, cfg.train.init_from, "train.init_from")
     return router
@@ -148,12 +174,22 @@ def load_router_weights(router: Router, where: str, key: str) -> None:
 
 # -- evaluation --------------------------------------------------------------------------------------------
 @torch.no_grad()
-def evaluate_router(router: Router, queries: Sequence[Query], batch: int = 16) -> Dict[str, float]:
-    """Greedy chains on ``queries``: success (the chain contains the gold chain) overall and by level, mean hops."""
-    router.refresh_index()
-    eps = []
-    for s in range(0, len(queries), batch):
-        eps += router.rollout(queries[s:s + batch], mode="greedy")
+def evaluate_router(router: Router, queries: Sequence[Query], corpus=None, batch: int = 16) -> Dict[str, float]:
+    """Greedy chains on ``queries`` (over ``corpus``, e.g. the held-out split; the router's own corpus and index
+    are restored afterwards): success (the chain contains the gold chain) overall and by level, mean hops."""
+    kept = (router.corpus, router.index, router._images)
+    was_training = router.training
+    router.eval()
+    try:
+        if corpus is not None:
+            router.set_corpus(corpus)
+        router.refresh_index()
+        eps = []
+        for s in range(0, len(queries), batch):
+            eps += router.rollout(queries[s:s + batch], mode="greedy")
+    finally:
+        router.corpus, router.index, router._images = kept
+        router.train(was_training)
     return success_by_level(queries, [e.chain for e in eps], [e.hops for e in eps])
 
 
@@ -208,7 +244,7 @@ def _save(out: Path, step: int, router: Router, opt, gen: torch.Generator, keep:
     tmp, final = root / f".tmp_{step:06d}", root / f"step_{step:06d}"
     tmp.mkdir(parents=True, exist_ok=True)
     torch.save({"step": step, "router": trainable_state(router), "optimizer": opt.state_dict(),
-                "generator": gen.get_state(), "rng": _rng(), "index_embs": router.index[2]}, tmp / "state.pt")
+                "generator": gen.get_state(), "rng": _rng(), "index_embs": router.index[1]}, tmp / "state.pt")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     for old in _checkpoints(out)[:-keep]:
@@ -253,20 +289,18 @@ def run_stage(cfg, stage_loss: Callable, resume: bool = False, overwrite: bool =
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
         opt.step()
-        rec = {"step": step + 1, "loss": float(loss), "grad_norm": float(gnorm), **metrics}
+        rec = {"step": step + 1, "loss": loss.item(), "grad_norm": float(gnorm), **metrics}
         if held and cfg.train.eval_every and (step + 1) % cfg.train.eval_every == 0 and step + 1 < cfg.train.steps:
-            kept = router.index  # evaluation re-embeds the corpus; training goes on with the index it had
-            rec.update({f"eval/{k}": v for k, v in evaluate_router(router, held).items()})
-            router.index = kept
+            rec.update({f"eval/{k}": v for k, v in evaluate_router(router, held[1], held[0]).items()})
         log.write(json.dumps(rec) + "\n")
         log.flush()
         if not quiet:
-            print(f"[{cfg.STAGE}] step {step + 1}/{cfg.train.steps} loss {float(loss):.4f} "
+            print(f"[{cfg.STAGE}] step {step + 1}/{cfg.train.steps} loss {rec['loss']:.4f} "
                   + " ".join(f"{k} {v:.3g}" for k, v in metrics.items()) + f" ({time.time() - t0:.0f}s)", flush=True)
         if (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps:
             _save(out, step + 1, router, opt, gen, cfg.train.keep)
     log.close()
     save_router(router, out / "final" / "router.pt")
-    result = evaluate_router(router, held) if held else {}
+    result = evaluate_router(router, held[1], held[0]) if held else {}
     (out / "final" / "eval.json").write_text(json.dumps(result, indent=2))
     return result

@@ -69,7 +69,7 @@ class RLLoss:
         ref = None
         if cfg.rl.kl_coef > 0:
             from mmrl.retrieval.router import Router
-            from mmrl.retrieval.router_data import load_embedder
+            from mmrl.retrieval.train_common import load_embedder
             from mmrl.retrieval.train_common import load_router_weights
 
             ref = Router(load_embedder(cfg.model), corpus, cfg.router, seed=cfg.train.seed)

@@ -56,7 +56,7 @@ class SFTLoss:
         batch = [pool[i] for i in picks]
         chains = [queries[n].chain[:t] for n, t in batch]
         pos = [queries[n].chain[t] for n, t in batch]
-        states = torch.stack([router.state_embedding(queries[n], ch) for (n, _), ch in zip(batch, chains)])
+        states = router.state_embeddings([queries[n] for n, _ in batch], chains)
         keys = list(dict.fromkeys(pos))
         if ctx["hard"]:
             for b, s in enumerate(states):
