@@ -245,8 +245,7 @@ def query_samples(queries_file: str, skip_bad: bool = False):
     from mmrl.data.schema import Sample
 
     queries_file = os.path.abspath(queries_file)
-    with open(queries_file, encoding="utf-8") as f:
-        rel = json.load(f).get("corpus")
+    rel = _read(queries_file, QUERIES_FORMAT).get("corpus")
     if not isinstance(rel, str):
         raise DataError("key 'corpus': expected the corpus file's path", path=queries_file)
     corpus = load_corpus(corpus_path(queries_file, rel), skip_bad=skip_bad)
