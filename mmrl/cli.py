@@ -59,8 +59,15 @@ def _synth_seek(args):
     return make_seek_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size, fps=args.fps)
 
 
+def _synth_vhop(args):
+    from mmrl.data.synth_vhop import make_vhop_world
+
+    return make_vhop_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+
+
 # the image-like worlds (one builder each); video is built above with its frame checks
-_SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_mood, "seek": _synth_seek}
+_SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_mood, "seek": _synth_seek,
+                "vhop": _synth_vhop}
 
 
 def cmd_synth(args) -> None:
@@ -241,9 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True, metavar="COMMAND")
     s = _sub(d, "synth", "generate a synthetic world (real MP4s / PNGs + annotations)", common)
     s.add_argument("--out", required=True, help="output folder (videos/ or images/, train.json, test.json)")
-    s.add_argument("--kind", choices=["video", "image", "claims", "mood", "seek"], default="video",
+    s.add_argument("--kind", choices=["video", "image", "claims", "mood", "seek", "vhop"], default="video",
                    help="video clips; single images; images with checkable visual claims (PACG/VPPO); images with "
-                        "an emotional cue region (DSPO); long clips with a brief event to seek (tools)")
+                        "an emotional cue region (DSPO); long clips with a brief event to seek (tools); a linked image "
+                        "corpus with multi-hop queries (VHOP retrieval; --n-train/--n-test count queries)")
     s.add_argument("--n-train", type=int, default=512, help="training questions")
     s.add_argument("--n-test", type=int, default=128, help="held-out questions")
     s.add_argument("--seed", type=int, default=0, help="world seed")

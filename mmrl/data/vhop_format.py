@@ -235,3 +235,24 @@ def _write(path: str, data: dict) -> str:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1)
     return path
+
+
+def query_samples(queries_file: str, skip_bad: bool = False):
+    """The queries of a query file as ``Sample`` objects for retrieval episodes: ``question`` is the query text,
+    ``answer`` the target's ``meta["answer"]`` (free text) or else its id, and ``meta`` holds ``corpus`` (the corpus
+    file, absolute: what ``visual_retrieve`` searches) and ``vhop`` (level, kind, chain, distractors, dead ends).
+    Returns the samples and the skipped ``(query id, reason)`` pairs (corpus images and queries)."""
+    from mmrl.data.schema import Sample
+
+    queries_file = os.path.abspath(queries_file)
+    rel = _read(queries_file, QUERIES_FORMAT).get("corpus")
+    if not isinstance(rel, str):
+        raise DataError("key 'corpus': expected the corpus file's path", path=queries_file)
+    corpus = load_corpus(corpus_path(queries_file, rel), skip_bad=skip_bad)
+    queries, skipped = load_queries(queries_file, corpus, skip_bad=skip_bad)
+    samples = [Sample(id=q.id, question=q.query, candidates=[], answer=str(q.meta.get("answer", q.target)),
+                      qtype=f"vhop_L{q.level}", answer_type="text",
+                      meta={"corpus": corpus.path, "vhop": {"level": q.level, "kind": q.kind, "chain": q.chain,
+                                                            "distractors": q.distractors, "dead_ends": q.dead_ends}})
+               for q in queries]
+    return samples, corpus.skipped + skipped
