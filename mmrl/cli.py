@@ -304,6 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_diagnose(sub)
 
+    from mmrl.retrieval.router_cli import add_parser as add_vhop
+
+    add_vhop(sub, common)
+
     s = _sub(sub, "demo", "tiny model -> synthetic video world -> SFT -> GRPO -> eval", common)
     s.add_argument("--out", default="runs/demo", help="output folder (replaced on every run)")
     s.add_argument("--seed", type=int, default=0, help="world and training seed")
