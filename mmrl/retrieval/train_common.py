@@ -5,7 +5,8 @@ A stage is ``loss(router, queries, step, generator) -> (loss, metrics)``; the lo
 checkpoint (``out_dir/checkpoints/step_NNNNNN/state.pt``) holds the trainable weights (embedder and the special
 embeddings), the optimizer, the stage's torch.Generator and the global RNGs, and the corpus embeddings the index
 was built from, so a resumed run takes exactly the steps the uninterrupted one would have. ``out_dir/final/
-router.pt`` is the stage's result (``init_from`` of the next stage, ``ref_from`` of RL).
+router.pt`` is the stage's result (``init_from`` of the next stage, ``ref_from`` of RL; ``retriever: router`` reads
+it with ``config.yaml``); ``final/embedder/`` is its embedder alone (``Embedder.save``: a ``single_step`` model).
 """
 from __future__ import annotations
 
@@ -301,6 +302,7 @@ def run_stage(cfg, stage_loss: Callable, resume: bool = False, overwrite: bool =
             _save(out, step + 1, router, opt, gen, cfg.train.keep)
     log.close()
     save_router(router, out / "final" / "router.pt")
+    router.embedder.save(str(out / "final" / "embedder"))  # the trained embedder alone (e.g. for single_step)
     result = evaluate_router(router, held[1], held[0]) if held else {}
     (out / "final" / "eval.json").write_text(json.dumps(result, indent=2))
     return result
