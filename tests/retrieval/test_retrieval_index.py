@@ -84,6 +84,8 @@ def test_index_save_load_and_bad_input(index, corpus, tmp_path):
 def test_save_and_reload_embedder(embedder, corpus, tmp_path):
     img = [corpus.image(corpus.ids[0])]
     back = Embedder.from_pretrained(embedder.save(str(tmp_path / "emb"))).eval()
+    with pytest.raises(ValueError, match="saved embedder.*dim"):
+        Embedder.from_pretrained(str(tmp_path / "emb"), dim=8)
     with torch.no_grad():
         assert torch.allclose(back.embed_images(img), embedder.embed_images(img), atol=1e-5)
         assert torch.allclose(back.embed_state("x", img), embedder.embed_state("x", img), atol=1e-5)
