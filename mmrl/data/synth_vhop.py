@@ -1,6 +1,6 @@
 """Synthetic VHOP world: an image corpus whose images link visually, and multi-hop queries at levels L1-L5.
 
-Every image shows a *scene* (background colour x ground: plain, horizon, stripes) and a large *main object*
+Every image shows a *scene* (background colour x ground: plain, horizon, stripes, dots) and a large *main object*
 (shape x colour); all but the last image of a chain also carry an *emblem*: a small object on a black plate in the
 top-right corner. A link ``a -> b``: the emblem of ``a`` is the main object of ``b`` and the scene continues
 (``b`` has ``a``'s scene). Within a scene each main object appears at most once, so every emblem has exactly one
@@ -32,8 +32,8 @@ SHAPES = ("circle", "square", "triangle", "diamond", "cross")
 OBJECT_COLOURS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (60, 100, 250), "yellow": (245, 225, 40),
                   "magenta": (225, 50, 225), "cyan": (40, 225, 235), "orange": (250, 140, 20), "white": (245, 245, 245)}
 SCENE_COLOURS = {"navy": (20, 25, 80), "maroon": (85, 20, 25), "olive": (75, 75, 20), "teal": (15, 75, 75),
-                 "plum": (65, 25, 75), "grey": (62, 62, 62)}
-GROUNDS = ("plain", "horizon", "stripes")
+                 "plum": (65, 25, 75), "grey": (62, 62, 62), "forest": (20, 60, 25), "brown": (95, 58, 22)}
+GROUNDS = ("plain", "horizon", "stripes", "dots")
 LEVELS = (1, 2, 3, 4, 5)
 
 SYNONYMS = {
@@ -44,9 +44,10 @@ SYNONYMS = {
     "diamond": ("rhombus", "lozenge"), "cross": ("plus sign", "cross mark"),
     "navy": ("midnight", "dark blue"), "maroon": ("wine", "dark red"), "olive": ("khaki", "dark olive"),
     "teal": ("sea-green", "dark teal"), "plum": ("aubergine", "dark purple"), "grey": ("slate", "charcoal"),
+    "forest": ("pine", "dark green"), "brown": ("chocolate", "earthy brown"),
 }
 FUZZY_GROUND = {"plain": ("bare", "empty"), "horizon": ("with a low horizon", "with a lighter ground"),
-                "stripes": ("striped", "banded")}
+                "stripes": ("striped", "banded"), "dots": ("spotted", "speckled")}
 
 Main = Tuple[str, str]  # (colour, shape)
 Scene = Tuple[str, str]  # (background colour, ground)
@@ -55,7 +56,7 @@ Scene = Tuple[str, str]  # (background colour, ground)
 def scene_phrase(scene: Scene) -> str:
     colour, ground = scene
     return {"plain": f"the plain {colour} scene", "horizon": f"the {colour} scene with a horizon",
-            "stripes": f"the striped {colour} scene"}[ground]
+            "stripes": f"the striped {colour} scene", "dots": f"the dotted {colour} scene"}[ground]
 
 
 def exact_query(main: Main, scene: Scene) -> str:
@@ -101,6 +102,11 @@ def render(main: Main, scene: Scene, emblem: Optional[Main], size: int, rng: ran
         w = max(2, size // 8)
         for x in range(0, size, 2 * w):
             d.rectangle([x, 0, x + w - 1, size], fill=light)
+    elif scene[1] == "dots":
+        step, r = max(6, size // 6), max(1, size // 28)
+        for y in range(step // 2, size, step):
+            for x in range(step // 2, size, step):
+                d.ellipse([x - r, y - r, x + r, y + r], fill=light)
     j = size * 0.06
     cx, cy = size * 0.45 + rng.uniform(-j, j), size * 0.55 + rng.uniform(-j, j)
     _shape(d, main[1], cx, cy, size * rng.uniform(0.22, 0.26), OBJECT_COLOURS[main[0]])
@@ -112,10 +118,12 @@ def render(main: Main, scene: Scene, emblem: Optional[Main], size: int, rng: ran
 
 
 class _Slots:
-    """Which (scene, main) pairs are taken: a main object appears at most once per scene."""
+    """Which (scene, main) pairs are taken: a main object appears at most once per scene. New images go to scenes
+    already in use while they hold fewer than ``cap`` images (then to a fresh scene), so scenes are dense and the
+    scene a query names narrows its later hops down little."""
 
-    def __init__(self, rng: random.Random):
-        self.rng = rng
+    def __init__(self, rng: random.Random, cap: int):
+        self.rng, self.cap = rng, cap
         self.mains: List[Main] = [(c, s) for c in OBJECT_COLOURS for s in SHAPES]
         self.scenes: List[Scene] = [(c, g) for c in SCENE_COLOURS for g in GROUNDS]
         self.free: Dict[Scene, List[Main]] = {sc: list(self.mains) for sc in self.scenes}
@@ -126,15 +134,18 @@ class _Slots:
     def scene_with(self, n: int, exclude: Sequence[Scene] = (), main: Optional[Main] = None) -> Scene:
         ok = [sc for sc in self.scenes if sc not in exclude and len(self.free[sc]) >= n
               and (main is None or main in self.free[sc])]
+        used = {sc: len(self.mains) - len(self.free[sc]) for sc in ok}
+        pool = ([sc for sc in ok if 0 < used[sc] and used[sc] + n <= self.cap]
+                or [sc for sc in ok if used[sc] == 0] or ok)
         if not ok:
             raise ValueError("n_queries too large: the world ran out of free (scene, object) slots "
                              f"({len(self.scenes)} scenes x {len(self.mains)} objects); use fewer queries or distractors")
-        return self.rng.choice(ok)
+        return self.rng.choice(pool)
 
 
 def _split(out_dir: str, split: str, n: int, rng: random.Random, size: int, levels: Sequence[int],
-           distractors: int) -> Tuple[str, str, dict]:
-    slots, items, queries = _Slots(rng), [], []
+           distractors: int, scene_cap: int) -> Tuple[str, str, dict]:
+    slots, items, queries = _Slots(rng, scene_cap), [], []
 
     def add(main, scene, emblem, role, qid, hop=None) -> int:
         slots.take(scene, main)
@@ -188,12 +199,17 @@ def _desc(it: dict) -> dict:
 
 
 def make_vhop_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size: int = 112,
-                    levels: Sequence[int] = LEVELS, distractors: int = 1) -> dict:
+                    levels: Sequence[int] = LEVELS, distractors: int = 1, scene_cap: int = 24) -> dict:
     """Write ``images/*.png``, ``corpus_{train,test}.json`` and ``queries_{train,test}.json`` under ``out_dir``.
 
     ``n_train``/``n_test`` queries per split, levels cycling over ``levels`` (each in 1..5), ``exact`` and
     ``fuzzy`` phrasing alternating per cycle; ``distractors`` branches per query (0..5, at most one per hop).
+    A scene takes new images until it holds ``scene_cap`` (5..40) before a fresh scene opens (then any scene with
+    room): dense scenes keep a single-step retriever that matches the named scene from the later hops
+    (``single_step_ceiling``).
     """
+    if not 5 <= scene_cap <= len(OBJECT_COLOURS) * len(SHAPES):
+        raise ValueError(f"scene_cap must be in 5..{len(OBJECT_COLOURS) * len(SHAPES)}, got {scene_cap}")
     if size < 56 or size > 224 or size % 2:
         raise ValueError(f"size must be an even number in [56, 224], got {size}")
     if not levels or any(not isinstance(v, int) or not 1 <= v <= 5 for v in levels):
@@ -204,7 +220,7 @@ def make_vhop_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size
     result = {"out_dir": out_dir, "seed": seed, "size": size}
     for split, n in (("train", n_train), ("test", n_test)):
         rng = random.Random(f"vhop:{seed}:{split}")
-        corpus, qfile, info = _split(out_dir, split, n, rng, size, list(levels), distractors)
+        corpus, qfile, info = _split(out_dir, split, n, rng, size, list(levels), distractors, scene_cap)
         result[split] = {"corpus": corpus, "queries": qfile, **info}
     return result
 
@@ -216,3 +232,23 @@ def link_graph(corpus) -> Dict[str, Optional[str]]:
     by_slot = {key(it.meta["main"], it.meta["scene"]): it.id for it in corpus.items}
     return {it.id: (by_slot.get(key(it.meta["emblem"], it.meta["scene"])) if it.meta.get("emblem") else None)
             for it in corpus.items}
+
+
+def single_step_ceiling(corpus, queries, k: int) -> Dict[int, float]:
+    """Per level, the mean chance that the best single-step retriever that reads only the query finds the whole gold
+    chain in its top ``k``: it ranks the described image first (it knows its main object and scene), then every other
+    image of that scene in random order (the later hops share only the scene with the query). With ``T`` such
+    images and a chain of ``L``: ``P = C(T - L + 1, k - L) / C(T, k - 1)`` (1 for ``L = 1``, 0 when ``L > k``)."""
+    from math import comb
+
+    per_scene: Dict[Tuple[str, str], int] = {}
+    for it in corpus.items:
+        key = (it.meta["scene"]["colour"], it.meta["scene"]["ground"])
+        per_scene[key] = per_scene.get(key, 0) + 1
+    out: Dict[int, List[float]] = {}
+    for q in queries:
+        scene = corpus.by_id[q.chain[0]].meta["scene"]
+        t, n = per_scene[(scene["colour"], scene["ground"])] - 1, q.hops
+        p = 1.0 if n == 1 else (0.0 if n > k else comb(t - n + 1, k - n) / comb(t, k - 1) if k - 1 < t else 1.0)
+        out.setdefault(q.level, []).append(p)
+    return {lv: sum(v) / len(v) for lv, v in sorted(out.items())}

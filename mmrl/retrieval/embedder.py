@@ -118,19 +118,24 @@ class Embedder(nn.Module):
 
     # ------------------------------------------------------------------ loading and saving
     @classmethod
-    def from_pretrained(cls, path: str, dim: Optional[int] = None, pooling: str = "mean", lora=None,
+    def from_pretrained(cls, path: str, dim: Optional[int] = None, pooling: Optional[str] = None, lora=None,
                         freeze_vision: bool = False, dtype: str = "float32", device: Optional[str] = None,
-                        min_pixels: int = 28 * 28, max_pixels: int = 112 * 112) -> "Embedder":
+                        min_pixels: Optional[int] = None, max_pixels: Optional[int] = None) -> "Embedder":
         """A Qwen2.5-VL / Qwen2-VL checkpoint (``tiny`` = the embedded tiny model) with a fresh head, LoRA through
         peft when ``lora`` (an ``mmrl.config.LoraConfig``-like object) is enabled; or a saved embedder folder
-        (then ``dim``/``pooling``/``lora`` come from its ``embedder.json``)."""
+        (its ``embedder.json`` fixes ``dim``, ``pooling``, LoRA and pixels: giving them too is a ``ValueError``).
+        Defaults for a checkpoint: ``dim`` = hidden size, ``pooling="mean"``, pixels 784..12544."""
         from mmrl.models.loading import load_model, load_processor
 
         if os.path.isfile(os.path.join(path, "embedder.json")):
+            given = {k: v for k, v in dict(dim=dim, pooling=pooling, lora=lora, min_pixels=min_pixels,
+                                           max_pixels=max_pixels).items() if v is not None}
+            if given:
+                raise ValueError(f"{path} is a saved embedder: its embedder.json fixes {', '.join(sorted(given))}")
             return cls._load_saved(path, device)
         model = load_model(path, dtype=dtype, freeze_vision=freeze_vision, lora=lora, device=device)
-        emb = cls(model, load_processor(path), dim=dim, pooling=pooling, min_pixels=min_pixels,
-                  max_pixels=max_pixels, backbone_path=path)
+        emb = cls(model, load_processor(path), dim=dim, pooling=pooling or "mean", min_pixels=min_pixels or 28 * 28,
+                  max_pixels=max_pixels or 112 * 112, backbone_path=path)
         return emb.to(device) if device else emb
 
     def save(self, out_dir: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl.data.synth_vhop import link_graph, make_vhop_world
+from mmrl.data.synth_vhop import link_graph, make_vhop_world, single_step_ceiling
 from mmrl.data.vhop_format import load_corpus, load_queries, query_samples
 from mmrl.errors import DataError
 
@@ -76,6 +76,15 @@ def test_start_is_unique_and_distractors_lead_to_dead_ends(world):
             assert corpus.by_id[end].meta["emblem"] is None and nxt[end] is None
 
 
+def test_single_step_from_the_query_cannot_reach_the_later_hops(tmp_path):
+    make_vhop_world(str(tmp_path), 40, 0, seed=0, size=56)
+    corpus = load_corpus(str(tmp_path / "corpus_train.json"), check_images=False)
+    queries, _ = load_queries(str(tmp_path / "queries_train.json"), corpus)
+    ceiling = single_step_ceiling(corpus, queries, k=5)
+    assert ceiling[1] == 1.0 and ceiling[2] < 0.35 and ceiling[3] < 0.1 and ceiling[4] < 0.02 and ceiling[5] < 0.02
+    assert list(ceiling.values()) == sorted(ceiling.values(), reverse=True)
+
+
 def test_cli_writes_the_world(tmp_path):
     from mmrl.cli import main
 
@@ -85,11 +94,15 @@ def test_cli_writes_the_world(tmp_path):
         len(load_corpus(str(tmp_path / "corpus_test.json")))
 
 
-def test_bad_arguments_raise():
+def test_bad_arguments_raise(tmp_path):
     with pytest.raises(ValueError, match="levels"):
         make_vhop_world("/tmp/never", 1, 0, levels=[6])
     with pytest.raises(ValueError, match="size"):
         make_vhop_world("/tmp/never", 1, 0, size=50)
+    with pytest.raises(ValueError, match="scene_cap"):
+        make_vhop_world("/tmp/never", 1, 0, scene_cap=41)
+    with pytest.raises(ValueError, match="ran out of free"):
+        make_vhop_world(str(tmp_path), 400, 0, size=56)
 
 
 def _copy(world: Path, tmp_path: Path) -> Path:
