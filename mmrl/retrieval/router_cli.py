@@ -7,7 +7,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 from mmrl.retrieval.train_common import STAGES

@@ -26,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mmrl.config import LoraConfig
 from mmrl.errors import ConfigError
-from mmrl.retrieval.router import Query, Router, RouterParams
+from mmrl.retrieval.router import Query, Router
 from mmrl.retrieval.router_chain import contains_chain
 
 STAGES = ("sft", "imitate", "rl")
