@@ -13,7 +13,8 @@ from mmrl.retrieval.train_sft import SFTLoss
 
 from tests.retrieval.router_support import make_router_world
 
-SMALL = ["router.top_k=4", "train.batch_size=2", "train.save_every=1", "train.index_refresh=2", "train.lr=1e-3"]
+SMALL = ["router.top_k=4", "train.batch_size=2", "train.save_every=1", "train.index_refresh=2", "train.lr=1e-3",
+         "train.keep=3"]
 
 
 def _cfg(stage, queries, out, *extra):
