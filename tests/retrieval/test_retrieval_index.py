@@ -111,7 +111,7 @@ def test_single_step_retriever_and_registry(embedder, index, corpus, tiny_model_
     assert out[0].scores == sorted(out[0].scores, reverse=True)
     assert r.retrieve("the red circle", index, 5).ids == out[0].ids
     assert "single_step" in RETRIEVERS.names()
-    with pytest.raises(KeyError, match="known: single_step"):
+    with pytest.raises(KeyError, match="known: .*single_step"):  # (and router, once registered)
         build_retriever("singel_step", tiny_model_path)
     with pytest.raises(ValueError, match="unknown option"):
         build_retriever("single_step", tiny_model_path, temperature=0.1)
