@@ -68,3 +68,12 @@ def test_stage_configs_reject_bad_keys(tmp_path):
 def test_beta_decays_linearly_from_one_to_zero():
     assert [beta_at(i, 5) for i in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
     assert beta_at(0, 1) == 1.0
+
+
+def test_cli_registers_the_three_stages(capsys):
+    from mmrl.cli import main
+
+    assert main(["vhop", "rl", "--dry-run", "data.train=q.json", "train.out_dir=o", "rl.ref_from=s"]) == 0
+    assert "group_size: 8" in capsys.readouterr().out
+    assert main(["vhop", "imitate", "--dry-run", "data.train=q.json", "train.out_dir=o", "imitate.beta=2"]) == 2
+    assert "imitate.beta" in capsys.readouterr().err
