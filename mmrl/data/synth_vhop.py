@@ -122,10 +122,11 @@ class _Slots:
     already in use while they hold fewer than ``cap`` images (then to a fresh scene), so scenes are dense and the
     scene a query names narrows its later hops down little."""
 
-    def __init__(self, rng: random.Random, cap: int):
+    def __init__(self, rng: random.Random, cap: int, vocab: Tuple[int, int, int, int]):
         self.rng, self.cap = rng, cap
-        self.mains: List[Main] = [(c, s) for c in OBJECT_COLOURS for s in SHAPES]
-        self.scenes: List[Scene] = [(c, g) for c in SCENE_COLOURS for g in GROUNDS]
+        colours, shapes, scene_colours, grounds = vocab
+        self.mains: List[Main] = [(c, s) for c in list(OBJECT_COLOURS)[:colours] for s in SHAPES[:shapes]]
+        self.scenes: List[Scene] = [(c, g) for c in list(SCENE_COLOURS)[:scene_colours] for g in GROUNDS[:grounds]]
         self.free: Dict[Scene, List[Main]] = {sc: list(self.mains) for sc in self.scenes}
 
     def take(self, scene: Scene, main: Main) -> None:
@@ -138,14 +139,14 @@ class _Slots:
         pool = ([sc for sc in ok if 0 < used[sc] and used[sc] + n <= self.cap]
                 or [sc for sc in ok if used[sc] == 0] or ok)
         if not ok:
-            raise ValueError("n_queries too large: the world ran out of free (scene, object) slots "
+            raise ValueError("too many queries: the world ran out of free (scene, object) slots "
                              f"({len(self.scenes)} scenes x {len(self.mains)} objects); use fewer queries or distractors")
         return self.rng.choice(pool)
 
 
 def _split(out_dir: str, split: str, n: int, rng: random.Random, size: int, levels: Sequence[int],
-           distractors: int, scene_cap: int) -> Tuple[str, str, dict]:
-    slots, items, queries = _Slots(rng, scene_cap), [], []
+           distractors: int, scene_cap: int, vocab: Tuple[int, int, int, int]) -> Tuple[str, str, dict]:
+    slots, items, queries = _Slots(rng, scene_cap, vocab), [], []
 
     def add(main, scene, emblem, role, qid, hop=None) -> int:
         slots.take(scene, main)
@@ -199,17 +200,27 @@ def _desc(it: dict) -> dict:
 
 
 def make_vhop_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size: int = 112,
-                    levels: Sequence[int] = LEVELS, distractors: int = 1, scene_cap: int = 24) -> dict:
+                    levels: Sequence[int] = LEVELS, distractors: int = 1, scene_cap: int = 24, colours: int = 8,
+                    shapes: int = 5, scene_colours: int = 8, grounds: int = 4) -> dict:
     """Write ``images/*.png``, ``corpus_{train,test}.json`` and ``queries_{train,test}.json`` under ``out_dir``.
 
     ``n_train``/``n_test`` queries per split, levels cycling over ``levels`` (each in 1..5), ``exact`` and
     ``fuzzy`` phrasing alternating per cycle; ``distractors`` branches per query (0..5, at most one per hop).
-    A scene takes new images until it holds ``scene_cap`` (5..40) before a fresh scene opens (then any scene with
-    room): dense scenes keep a single-step retriever that matches the named scene from the later hops
-    (``single_step_ceiling``).
+    A scene takes new images until it holds ``scene_cap`` (5..objects) before a fresh scene opens (then any scene
+    with room): dense scenes keep a single-step retriever that matches the named scene from the later hops
+    (``single_step_ceiling``). The vocabulary is the first ``colours`` (1..8) object colours x ``shapes`` (1..5)
+    shapes (the main objects, at least 6) and the first ``scene_colours`` (1..8) x ``grounds`` (1..4) scenes (at
+    least 2); a smaller one is an easier world with fewer images per split.
     """
-    if not 5 <= scene_cap <= len(OBJECT_COLOURS) * len(SHAPES):
-        raise ValueError(f"scene_cap must be in 5..{len(OBJECT_COLOURS) * len(SHAPES)}, got {scene_cap}")
+    for name, v, hi in (("colours", colours, 8), ("shapes", shapes, 5), ("scene_colours", scene_colours, 8),
+                        ("grounds", grounds, 4)):
+        if not 1 <= v <= hi:
+            raise ValueError(f"{name} must be in 1..{hi}, got {v}")
+    if colours * shapes < 6 or scene_colours * grounds < 2:
+        raise ValueError(f"colours x shapes must be >= 6 and scene_colours x grounds >= 2, got {colours * shapes} "
+                         f"and {scene_colours * grounds}")
+    if not 5 <= scene_cap <= colours * shapes:
+        raise ValueError(f"scene_cap must be in 5..{colours * shapes} (the object count), got {scene_cap}")
     if size < 56 or size > 224 or size % 2:
         raise ValueError(f"size must be an even number in [56, 224], got {size}")
     if not levels or any(not isinstance(v, int) or not 1 <= v <= 5 for v in levels):
@@ -220,7 +231,8 @@ def make_vhop_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size
     result = {"out_dir": out_dir, "seed": seed, "size": size}
     for split, n in (("train", n_train), ("test", n_test)):
         rng = random.Random(f"vhop:{seed}:{split}")
-        corpus, qfile, info = _split(out_dir, split, n, rng, size, list(levels), distractors, scene_cap)
+        corpus, qfile, info = _split(out_dir, split, n, rng, size, list(levels), distractors, scene_cap,
+                                     (colours, shapes, scene_colours, grounds))
         result[split] = {"corpus": corpus, "queries": qfile, **info}
     return result
 

@@ -76,6 +76,20 @@ def test_start_is_unique_and_distractors_lead_to_dead_ends(world):
             assert corpus.by_id[end].meta["emblem"] is None and nxt[end] is None
 
 
+def test_a_smaller_vocabulary_keeps_the_links(tmp_path):
+    make_vhop_world(str(tmp_path), 8, 0, seed=0, size=56, colours=6, shapes=1, scene_colours=8, grounds=1, scene_cap=6)
+    corpus = load_corpus(str(tmp_path / "corpus_train.json"))
+    queries, _ = load_queries(str(tmp_path / "queries_train.json"), corpus)
+    assert {it.meta["main"]["shape"] for it in corpus.items} == {"circle"}
+    assert {it.meta["scene"]["ground"] for it in corpus.items} == {"plain"}
+    nxt = link_graph(corpus)
+    for q in queries:
+        walk = [q.chain[0]]
+        while nxt[walk[-1]] is not None:
+            walk.append(nxt[walk[-1]])
+        assert walk == q.chain
+
+
 def test_single_step_from_the_query_cannot_reach_the_later_hops(tmp_path):
     make_vhop_world(str(tmp_path), 40, 0, seed=0, size=56)
     corpus = load_corpus(str(tmp_path / "corpus_train.json"), check_images=False)
@@ -101,7 +115,11 @@ def test_bad_arguments_raise(tmp_path):
         make_vhop_world("/tmp/never", 1, 0, size=50)
     with pytest.raises(ValueError, match="scene_cap"):
         make_vhop_world("/tmp/never", 1, 0, scene_cap=41)
-    with pytest.raises(ValueError, match="ran out of free"):
+    with pytest.raises(ValueError, match="shapes must be in 1..5"):
+        make_vhop_world("/tmp/never", 1, 0, shapes=6)
+    with pytest.raises(ValueError, match="colours x shapes must be >= 6"):
+        make_vhop_world("/tmp/never", 1, 0, colours=5, shapes=1)
+    with pytest.raises(ValueError, match="too many queries.*ran out of free"):
         make_vhop_world(str(tmp_path), 400, 0, size=56)
 
 
