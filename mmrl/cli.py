@@ -67,9 +67,15 @@ def _synth_stream(args):
                                duration=args.duration, fps=args.fps)
 
 
+def _synth_vhop(args):
+    from mmrl.data.synth_vhop import make_vhop_world
+
+    return make_vhop_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+
+
 # the image-like worlds (one builder each); video is built above with its frame checks
 _SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_mood, "seek": _synth_seek,
-                "stream": _synth_stream}
+                "stream": _synth_stream, "vhop": _synth_vhop}
 
 
 def cmd_synth(args) -> None:
@@ -253,10 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True, metavar="COMMAND")
     s = _sub(d, "synth", "generate a synthetic world (real MP4s / PNGs + annotations)", common)
     s.add_argument("--out", required=True, help="output folder (videos/ or images/, train.json, test.json)")
-    s.add_argument("--kind", choices=["video", "image", "claims", "mood", "seek", "stream"], default="video",
+    s.add_argument("--kind", choices=["video", "image", "claims", "mood", "seek", "stream", "vhop"], default="video",
                    help="video clips; single images; images with checkable visual claims (PACG/VPPO); images with "
                         "an emotional cue region (DSPO); long clips with a brief event to seek (tools); video "
-                        "streams with OVO-Bench annotations and their blocks (streaming agents)")
+                        "streams with OVO-Bench annotations and their blocks (streaming agents); a linked image "
+                        "corpus with multi-hop queries (VHOP retrieval; --n-train/--n-test count queries)")
     s.add_argument("--n-train", type=int, default=512, help="training questions")
     s.add_argument("--n-test", type=int, default=128, help="held-out questions")
     s.add_argument("--seed", type=int, default=0, help="world seed")
@@ -309,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     from mmrl.diagnose.cli import add_parser as add_diagnose
 
     add_diagnose(sub)
+
+    from mmrl.retrieval.router_cli import add_parser as add_vhop
+
+    add_vhop(sub, common)
 
     s = _sub(sub, "demo", "tiny model -> synthetic video world -> SFT -> GRPO -> eval", common)
     s.add_argument("--out", default="runs/demo", help="output folder (replaced on every run)")

@@ -1,4 +1,4 @@
-"""Imports point one way: data/media/models -> views/rewards/algos -> rollout/tools -> train/eval -> cli.
+"""Imports point one way: data/media/models -> views/rewards/algos/retrieval -> rollout/tools -> train/eval -> cli.
 
 A module may import (at module level or inside a function) only modules of its own layer or below."""
 import ast
@@ -7,7 +7,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "mmrl"
 LAYERS = {
     0: {"errors", "registry", "dist", "data", "media", "models", "__init__"},
-    1: {"views", "rewards", "algos", "config"},
+    1: {"views", "rewards", "algos", "config", "retrieval"},
     2: {"rollout", "tools", "stream"},
     3: {"train", "eval", "diagnose"},
     4: {"cli", "demo", "__main__", "validate"},

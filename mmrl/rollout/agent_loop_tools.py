@@ -27,7 +27,8 @@ class ToolEnvironment(Environment):
         self.state: Optional[EpisodeState] = None
 
     def reset(self, sample: Optional[Sample], media: Optional[Media]) -> None:
-        self.state = EpisodeState(sample=sample, media=media, budget=copy.copy(self.suite.config.budget))
+        self.state = EpisodeState(sample=sample, media=media, budget=copy.copy(self.suite.config.budget),
+                                  retriever=self.suite.retriever)
         return None  # the step's prompt (with the tool list in its system turn) opens the episode
 
     def step(self, model_text: str) -> Optional[Observation]:

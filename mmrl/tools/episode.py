@@ -3,7 +3,7 @@ model), the media of its view, and its budgets with what has been spent."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Set, Tuple
+from typing import Any, List, Optional, Set, Tuple
 
 from mmrl.data.schema import Media, Sample
 
@@ -17,6 +17,7 @@ class ToolBudget:
     max_calls: int = 4  # tool calls per episode, invalid ones included
     max_media_tokens: int = 1024  # visual tokens all tool results of an episode may add
     max_frames: int = 8  # frames one video_seek may return
+    max_images: int = 4  # images one visual_retrieve may return
     frame_max_pixels: int = 112 * 112  # pixel budget of each returned frame or image
     frame_min_pixels: int = 28 * 28
     max_call_chars: int = 512  # longest <tool_call> body accepted
@@ -51,6 +52,7 @@ class EpisodeState:
     calls: int = 0
     media_tokens_used: int = 0
     memory: Optional[StreamMemory] = None  # streaming episodes: set and advanced by their environment
+    retriever: Optional[Any] = None  # retrieval suites: the suite's RetrievalService (mmrl.tools.retrieve)
 
     @property
     def sample_id(self) -> str:

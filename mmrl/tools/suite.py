@@ -6,6 +6,7 @@
     tools:
       - name: video_seek    # a registered tool ...
       - name: mypkg.tools:count_blinks   # ... or module:function (with `schema:` if it is a plain function)
+    retriever: {name: single_step, model: tiny}   # visual_retrieve's backend (mmrl.tools.retrieve)
 
 Every key is checked when the file is loaded; a bad one is a ``ConfigError`` naming the file and the key.
 """
@@ -21,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from mmrl.errors import ConfigError
 from mmrl.tools.episode import ToolBudget
 from mmrl.tools.registry import ToolSpec, resolve_tool
+from mmrl.tools.retrieve import RetrieverConfig, check_retriever
 
 
 @dataclass
@@ -37,6 +39,7 @@ class SuiteConfig:
     max_total_tokens: Optional[int] = None
     budget: ToolBudget = field(default_factory=ToolBudget)
     tools: List[ToolEntry] = field(default_factory=list)
+    retriever: Optional[RetrieverConfig] = None  # visual_retrieve's backend (tools/retrieval.yaml)
 
 
 @dataclass
@@ -44,6 +47,7 @@ class ToolSuite:
     path: str
     config: SuiteConfig
     tools: Dict[str, ToolSpec]
+    retriever: Optional[Any] = None  # the RetrievalService of ``config.retriever``
 
     def system_block(self) -> str:
         """The tool list and calling convention as Qwen2.5's chat template appends them to the system turn."""
@@ -85,4 +89,4 @@ def load_suite(path: str) -> ToolSuite:
         if spec.name in tools:
             raise ConfigError(f"{path}: key 'tools.{i}.name': tool '{spec.name}' is listed twice")
         tools[spec.name] = spec
-    return ToolSuite(path=str(path), config=cfg, tools=tools)
+    return ToolSuite(path=str(path), config=cfg, tools=tools, retriever=check_retriever(path, cfg, tools))

@@ -1,0 +1,79 @@
+"""Router stages on the tiny embedder: each runs, and a stage resumed from a checkpoint ends with exactly the
+weights of the uninterrupted run (sampling generator, RNGs, optimizer and the index's corpus embeddings restored)."""
+import shutil
+
+import pytest
+import torch
+
+from mmrl.errors import ConfigError
+from mmrl.retrieval.train_common import load_stage_config, run_stage
+from mmrl.retrieval.train_imitate import ImitateLoss, beta_at
+from mmrl.retrieval.train_rl import RLLoss
+from mmrl.retrieval.train_sft import SFTLoss
+
+from tests.retrieval.router_support import make_router_world
+
+SMALL = ["router.top_k=4", "train.batch_size=2", "train.save_every=1", "train.index_refresh=2", "train.lr=1e-3",
+         "train.keep=3"]
+
+
+def _cfg(stage, queries, out, *extra):
+    return load_stage_config(stage, [], [f"data.train={queries}", f"train.out_dir={out}", *SMALL, *extra])
+
+
+def _final(out):
+    return torch.load(out / "final" / "router.pt", weights_only=True)
+
+
+def _resumed_equals_straight(stage, loss, q, tmp_path, *extra):
+    a, b = tmp_path / f"{stage}_a", tmp_path / f"{stage}_b"
+    run_stage(_cfg(stage, q, a, "train.steps=3", *extra), loss(), quiet=True)
+    (b / "checkpoints").mkdir(parents=True)
+    shutil.copytree(a / "checkpoints" / "step_000001", b / "checkpoints" / "step_000001")
+    run_stage(_cfg(stage, q, b, "train.steps=3", *extra), loss(), resume=True, quiet=True)
+    wa, wb = _final(a), _final(b)
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    return wa
+
+
+@pytest.mark.slow
+def test_stages_resume_exactly(tmp_path):
+    q = make_router_world(tmp_path / "w", n_images=6)
+    sft = _resumed_equals_straight("sft", SFTLoss, q, tmp_path, "sft.hard_negatives=2")
+    assert not torch.equal(sft["special"], torch.load(tmp_path / "sft_a" / "checkpoints" / "step_000001" / "state.pt",
+                                                     weights_only=False)["router"]["special"])  # steps 2-3 trained
+    _resumed_equals_straight("imitate", ImitateLoss, q, tmp_path, f"train.init_from={tmp_path / 'sft_a'}")
+    _resumed_equals_straight("rl", RLLoss, q, tmp_path, "rl.group_size=3", f"train.init_from={tmp_path / 'sft_a'}",
+                             f"rl.ref_from={tmp_path / 'sft_a'}")
+
+
+def test_stage_configs_reject_bad_keys(tmp_path):
+    q = make_router_world(tmp_path / "w", n_images=4)
+    with pytest.raises(ConfigError, match="sft.nope"):
+        _cfg("sft", q, tmp_path / "o", "sft.nope=1")
+    with pytest.raises(ConfigError, match="rl.ref_from"):
+        _cfg("rl", q, tmp_path / "o")  # KL to the SFT router needs it
+    with pytest.raises(ConfigError, match="rl.ref_from"):
+        _cfg("rl", q, tmp_path / "o", "rl.kl_coef=0", "rl.ref_from=x")  # would change nothing
+    with pytest.raises(ConfigError, match="imitate.mode"):
+        _cfg("imitate", q, tmp_path / "o", "imitate.mode=argmax")
+    with pytest.raises(ConfigError, match="rl"):
+        _cfg("sft", q, tmp_path / "o", "rl.group_size=4")  # another stage's section
+    with pytest.raises(ConfigError, match="data.train"):
+        run_stage(load_stage_config("sft", [], [f"data.train={tmp_path}/missing.json", f"train.out_dir={tmp_path}/o"]),
+                  SFTLoss(), quiet=True)
+
+
+def test_beta_decays_linearly_from_one_to_zero():
+    assert [beta_at(i, 5) for i in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
+    assert beta_at(0, 1) == 1.0
+
+
+def test_cli_registers_the_three_stages(capsys):
+    from mmrl.cli import main
+
+    assert main(["vhop", "rl", "--dry-run", "data.train=q.json", "train.out_dir=o", "rl.ref_from=s"]) == 0
+    assert "group_size: 8" in capsys.readouterr().out
+    assert main(["vhop", "imitate", "--dry-run", "data.train=q.json", "train.out_dir=o", "imitate.beta=2"]) == 2
+    assert "imitate.beta" in capsys.readouterr().err
