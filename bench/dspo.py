@@ -83,14 +83,19 @@ def run_seed(seed: int, args) -> dict:
             f"rollout.max_new_tokens={args.max_new_tokens}", f"train.steps={args.rl_steps}", "train.eval_every=0",
             "train.save_every=0", f"train.prompts_per_step={args.prompts_per_step}", f"rollout.n={args.n}"]
     cfg_file = [str(REPO / "configs" / "dspo_mood.yaml")]
-    sft_dir = out / "sft"
-    cfg = load_config(cfg_file, base + [f"data.train={sft_world(world, out)}", f"train.out_dir={sft_dir}",
-                                        f"sft.steps={args.sft_steps}", f"sft.batch_size={args.sft_batch}",
-                                        f"sft.lr={args.sft_lr}"])
-    t0 = time.perf_counter()
-    run_sft(cfg, quiet=True)
-    print(f"seed {seed} sft: {time.perf_counter() - t0:.0f} s", flush=True)
-    ckpt = str(sft_dir / "final")
+    if args.sft_from:  # the SFT checkpoint of an earlier run of this bench (same seed, so the same world)
+        ckpt = str(Path(args.sft_from) / f"seed{seed}" / "sft" / "final")
+        if not Path(ckpt).is_dir():
+            raise SystemExit(f"--sft-from: {ckpt} is not a checkpoint")
+    else:
+        sft_dir = out / "sft"
+        cfg = load_config(cfg_file, base + [f"data.train={sft_world(world, out)}", f"train.out_dir={sft_dir}",
+                                            f"sft.steps={args.sft_steps}", f"sft.batch_size={args.sft_batch}",
+                                            f"sft.lr={args.sft_lr}"])
+        t0 = time.perf_counter()
+        run_sft(cfg, quiet=True)
+        print(f"seed {seed} sft: {time.perf_counter() - t0:.0f} s", flush=True)
+        ckpt = str(sft_dir / "final")
     res = {}
     for arm, extra in ARMS.items():
         t0 = time.perf_counter()
@@ -161,6 +166,8 @@ def main(argv=None) -> None:
     ap.add_argument("--n-test", type=int, default=48)
     ap.add_argument("--max-new-tokens", type=int, default=170)  # the reference response is ~153 tokens
     ap.add_argument("--out", default="runs/dspo")
+    ap.add_argument("--sft-from", help="reuse the SFT checkpoints <DIR>/seed<s>/sft/final of an earlier run (same "
+                                       "--n-train / --n-test, so the same worlds) instead of training them")
     ap.add_argument("--table-only", action="store_true",
                     help="no runs: the table of the seeds' results.json already under --out (seeds run apart)")
     args = ap.parse_args(argv)
