@@ -8,18 +8,19 @@ Per seed: one mood world (``make_mood_world``), one SFT on the world's gold four
 checkpoint with ``configs/dspo_mood.yaml``'s settings:
 
 - ``grpo``: rewards 1.0 acc + 0.1 fmt (``dspo_accuracy``, ``dspo_format``), GRPO advantage;
-- ``dspo``: + 0.3 R_div and CVIG (0.1 R_cf, w-gated R_div);
+- ``dspo``: + 0.3 R_div and CVIG (0.1 R_cf, w-gated R_div; V^CF zeroes the visual tokens in each response's box);
 - ``no_cvig``: ``algorithm.params.cvig=false`` (R_div with uniform w, no R_cf);
-- ``no_dedr``: the ``dspo_div`` weight and ``div_weight`` 0 (CVIG's R_cf only).
+- ``no_dedr``: the ``dspo_div`` weight 0 (``div_weight`` follows it: CVIG's R_cf only).
 
-Eval: greedy responses on the test split, parsed, scored by ``mmrl.eval.emotion`` (top-1, KL to the annotator
-distribution, top-k overlap with k = 5, candidate diversity in VAD, box IoU with the cue) and the well-formed rate;
-R_cf is the training mean of ``algo/cvig/r_cf`` over the run (CVIG arms only; the eval does not re-score). The table
-prints per seed and the mean over seeds, then the direction DSPO - GRPO per seed.
+Eval: ``mmrl eval emotion``'s scoring (``mmrl.eval.emotion_eval``): greedy responses on the held-out test split,
+top-1, KL to the annotator distribution, top-k overlap (k = 5), candidate diversity in VAD, box IoU with the cue and
+the well-formed rate; R_cf is the training mean of ``algo/cvig/r_cf`` over the run (CVIG arms only; the eval does
+not re-score). The table gives each arm's mean ± 95% CI over seeds with the per-seed values, then DSPO minus each
+other arm per seed (KL: lower is better).
 
-Measured (smoke scale, 1 seed; not a result): ``bench/dspo.py --seeds 0 --sft-steps 300 --rl-steps 3 --n-train 48
---n-test 12 --max-new-tokens 170 --n 4 --prompts-per-step 2`` took ~9 min on the shared 2 cores (SFT 1.3 s/step,
-loss 0.023 at step 300; every arm 100% well-formed on the test split; CVIG scored 25-75% of the responses per step).
+Measured: ``bench/results/dspo.md`` (3 seeds, 48 train / 24 held-out test images, SFT 300 steps, then 10 and 30 RL
+steps of 2 prompts x G = 4 per arm; ~40 min of SFT and 2-10 min per arm per seed on the shared 2 cores). Seeds can
+run as separate processes (``--seeds 0``, ``--seeds 1``, ...) into one ``--out`` and be tabled with ``--table-only``.
 """
 from __future__ import annotations
 
