@@ -8,36 +8,42 @@ Per seed: one mood world (``make_mood_world``), one SFT on the world's gold four
 checkpoint with ``configs/dspo_mood.yaml``'s settings:
 
 - ``grpo``: rewards 1.0 acc + 0.1 fmt (``dspo_accuracy``, ``dspo_format``), GRPO advantage;
-- ``dspo``: + 0.3 R_div and CVIG (0.1 R_cf, w-gated R_div);
+- ``dspo``: + 0.3 R_div and CVIG (0.1 R_cf, w-gated R_div; V^CF zeroes the visual tokens in each response's box);
 - ``no_cvig``: ``algorithm.params.cvig=false`` (R_div with uniform w, no R_cf);
-- ``no_dedr``: the ``dspo_div`` weight and ``div_weight`` 0 (CVIG's R_cf only).
+- ``no_dedr``: the ``dspo_div`` weight 0 (``div_weight`` follows it: CVIG's R_cf only).
 
-Eval: greedy responses on the test split, parsed, scored by ``mmrl.eval.emotion`` (top-1, KL to the annotator
-distribution, top-k overlap with k = 5, candidate diversity in VAD, box IoU with the cue) and the well-formed rate;
-R_cf is the training mean of ``algo/cvig/r_cf`` over the run (CVIG arms only; the eval does not re-score). The table
-prints per seed and the mean over seeds, then the direction DSPO - GRPO per seed.
+Eval: ``mmrl eval emotion``'s scoring (``mmrl.eval.emotion_eval``): greedy responses on the held-out test split,
+top-1, KL to the annotator distribution, top-k overlap (k = 5), candidate diversity in VAD, box IoU with the cue and
+the well-formed rate; R_cf is the training mean of ``algo/cvig/r_cf`` over the run (CVIG arms only; the eval does
+not re-score). The table gives each arm's mean ± 95% CI over seeds with the per-seed values, then DSPO minus each
+other arm per seed (KL: lower is better).
 
-Measured (smoke scale, 1 seed; not a result): ``bench/dspo.py --seeds 0 --sft-steps 300 --rl-steps 3 --n-train 48
---n-test 12 --max-new-tokens 170 --n 4 --prompts-per-step 2`` took ~9 min on the shared 2 cores (SFT 1.3 s/step,
-loss 0.023 at step 300; every arm 100% well-formed on the test split; CVIG scored 25-75% of the responses per step).
+Measured: ``bench/results/dspo.md`` (3 seeds, 48 train / 24 held-out test images, SFT 300 steps, then 10 and 30 RL
+steps of 2 prompts x G = 4 per arm; ~40 min of SFT and 2-10 min per arm per seed on the shared 2 cores). Seeds can
+run as separate processes (``--seeds 0``, ``--seeds 1``, ...) into one ``--out`` and be tabled with ``--table-only``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+from bpo_table import ci95  # noqa: E402
 
 ARMS = {
     "grpo": ["algorithm.name=grpo", "rewards.2.weight=0.0"],
     "dspo": [],
     "no_cvig": ["algorithm.params.cvig=false"],
-    "no_dedr": ["rewards.2.weight=0.0", "algorithm.params.div_weight=0.0"],
+    "no_dedr": ["rewards.2.weight=0.0"],  # dspo's div_weight follows the dspo_div reward's weight (0)
 }
 METRICS = ("top1", "kl_to_annotators", "topk_overlap", "candidate_diversity", "box_iou", "well_formed", "r_cf")
+LOWER_IS_BETTER = {"kl_to_annotators"}
 
 
 def sft_world(world: dict, out: Path) -> str:
@@ -51,18 +57,16 @@ def sft_world(world: dict, out: Path) -> str:
 
 
 def evaluate(model, processor, cfg, test_path: str, max_new_tokens: int, preds: Path) -> dict:
-    from mmrl.data.annotations import load_samples
-    from mmrl.eval.emotion import emotion_metrics
-    from mmrl.eval.synthetic import evaluate_samples
-    from mmrl.rewards.dspo_format import parse_dspo
-    from mmrl.rewards.dspo_rewards import evidence_box, get_lexicon
+    """``mmrl eval emotion``'s scoring (``mmrl.eval.emotion_eval``) on the held-out test split."""
+    from mmrl.eval.emotion_eval import evaluate_emotion, k_of_instruction, load_emotion_samples
+    from mmrl.rewards.dspo_rewards import get_lexicon
+    from mmrl.rollout.base import build_engine
 
-    samples, _ = load_samples(test_path)
-    evaluate_samples(model, processor, samples, cfg.data, max_new_tokens=max_new_tokens, predictions_path=str(preds))
-    rows = {r["id"]: r for r in map(json.loads, preds.read_text().splitlines())}
-    parses = [parse_dspo(rows[s.id].get("response", ""), k=5) for s in samples]
-    return emotion_metrics(parses, [s.answer for s in samples], [s.meta["emotion_dist"] for s in samples],
-                           [evidence_box(s, None) for s in samples], get_lexicon(""), k=5)
+    samples, skipped = load_emotion_samples(test_path)
+    engine = build_engine("hf", model=model, processor=processor)
+    return evaluate_emotion(samples, processor, cfg.data, engine, get_lexicon(""), max_new_tokens,
+                            k_of_instruction(cfg.data.prompt.instruction), predictions_path=str(preds),
+                            load_errors=skipped)
 
 
 def run_seed(seed: int, args) -> dict:
@@ -80,14 +84,22 @@ def run_seed(seed: int, args) -> dict:
             f"rollout.max_new_tokens={args.max_new_tokens}", f"train.steps={args.rl_steps}", "train.eval_every=0",
             "train.save_every=0", f"train.prompts_per_step={args.prompts_per_step}", f"rollout.n={args.n}"]
     cfg_file = [str(REPO / "configs" / "dspo_mood.yaml")]
-    sft_dir = out / "sft"
-    cfg = load_config(cfg_file, base + [f"data.train={sft_world(world, out)}", f"train.out_dir={sft_dir}",
-                                        f"sft.steps={args.sft_steps}", f"sft.batch_size={args.sft_batch}",
-                                        f"sft.lr={args.sft_lr}"])
-    run_sft(cfg, quiet=True)
-    ckpt = str(sft_dir / "final")
+    if args.sft_from:  # the SFT checkpoint of an earlier run of this bench (same seed, so the same world)
+        ckpt = str(Path(args.sft_from) / f"seed{seed}" / "sft" / "final")
+        if not Path(ckpt).is_dir():
+            raise SystemExit(f"--sft-from: {ckpt} is not a checkpoint")
+    else:
+        sft_dir = out / "sft"
+        cfg = load_config(cfg_file, base + [f"data.train={sft_world(world, out)}", f"train.out_dir={sft_dir}",
+                                            f"sft.steps={args.sft_steps}", f"sft.batch_size={args.sft_batch}",
+                                            f"sft.lr={args.sft_lr}"])
+        t0 = time.perf_counter()
+        run_sft(cfg, quiet=True)
+        print(f"seed {seed} sft: {time.perf_counter() - t0:.0f} s", flush=True)
+        ckpt = str(sft_dir / "final")
     res = {}
     for arm, extra in ARMS.items():
+        t0 = time.perf_counter()
         torch.manual_seed(seed)
         tok = [] if arm == "grpo" else [f"algorithm.params.tokenizer={ckpt}"]
         cfg = load_config(cfg_file, base + [f"model.path={ckpt}", f"train.out_dir={out / arm}", *tok, *extra])
@@ -96,24 +108,50 @@ def run_seed(seed: int, args) -> dict:
         m = evaluate(tr.model, tr.processor, cfg, world["test"], args.max_new_tokens, out / arm / "predictions.jsonl")
         rcf = [h["algo/cvig/r_cf"] for h in hist if "algo/cvig/r_cf" in h]
         m["r_cf"] = sum(rcf) / len(rcf) if rcf else float("nan")
+        m["train_reward"] = sum(h["reward/total"] for h in hist) / len(hist)
+        m["time_s"] = time.perf_counter() - t0
         res[arm] = m
-        print(f"seed {seed} {arm}: " + " ".join(f"{k}={m[k]:.3f}" for k in METRICS), flush=True)
+        print(f"seed {seed} {arm}: " + " ".join(f"{k}={_num(m[k])}" for k in METRICS) + f" ({m['time_s']:.0f} s)",
+              flush=True)
     (out / "results.json").write_text(json.dumps(res, indent=1))
     return res
 
 
+def _num(v) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+
+def _ci(xs) -> str:
+    """mean ± half-width of the 95% t-interval (``bench/bpo_table.py``'s ``ci95``)."""
+    m, lo, hi = ci95([x for x in xs if x is not None])
+    if math.isnan(m):
+        return "n/a"
+    return f"{m:.3f}" if math.isnan(lo) else f"{m:.3f} ± {(hi - lo) / 2:.3f}"
+
+
 def table(all_res: dict) -> str:
-    head = "| seed | arm | " + " | ".join(METRICS) + " |\n|" + "---|" * (len(METRICS) + 2) + "\n"
-    lines = []
-    for seed, res in all_res.items():
-        for arm, m in res.items():
-            lines.append(f"| {seed} | {arm} | " + " | ".join(f"{m[k]:.3f}" for k in METRICS) + " |")
-    for arm in ARMS:
-        vals = [r[arm] for r in all_res.values()]
-        lines.append(f"| mean | {arm} | " + " | ".join(f"{sum(v[k] for v in vals) / len(vals):.3f}" for k in METRICS) + " |")
-    dirs = ["", "DSPO - GRPO per seed: " + "; ".join(
-        f"seed {s}: " + ", ".join(f"{k} {r['dspo'][k] - r['grpo'][k]:+.3f}" for k in METRICS[:5]) for s, r in all_res.items())]
-    return head + "\n".join(lines + dirs)
+    """Per arm: mean ± 95% CI over seeds (per-seed values in brackets); then per-seed differences."""
+    seeds = list(all_res)
+    head = "| metric | " + " | ".join(ARMS) + " |\n|" + "---|" * (len(ARMS) + 1)
+    rows = [head]
+    for k in METRICS:
+        cells = []
+        for arm in ARMS:
+            xs = [all_res[s][arm][k] for s in seeds]
+            cells.append(f"{_ci(xs)} ({', '.join(_num(x) for x in xs)})")
+        rows.append(f"| {k} | " + " | ".join(cells) + " |")
+    rows += ["", "| difference | metric | per seed (" + ", ".join(str(s) for s in seeds) + ") | mean ± 95% CI | "
+             "seeds better / worse / equal |", "|---|---|---|---|---|"]
+    for a, b in (("dspo", "grpo"), ("dspo", "no_cvig"), ("dspo", "no_dedr")):
+        for k in METRICS[:6]:
+            d = [all_res[s][a][k] - all_res[s][b][k] if None not in (all_res[s][a][k], all_res[s][b][k]) else None
+                 for s in seeds]
+            sign = -1 if k in LOWER_IS_BETTER else 1
+            better = sum(1 for x in d if x is not None and sign * x > 1e-12)
+            worse = sum(1 for x in d if x is not None and sign * x < -1e-12)
+            rows.append(f"| {a} − {b} | {k} | " + ", ".join("n/a" if x is None else f"{x:+.3f}" for x in d)
+                        + f" | {_ci(d)} | {better} / {worse} / {len(d) - better - worse} |")
+    return "\n".join(rows)
 
 
 def main(argv=None) -> None:
@@ -129,8 +167,18 @@ def main(argv=None) -> None:
     ap.add_argument("--n-test", type=int, default=48)
     ap.add_argument("--max-new-tokens", type=int, default=170)  # the reference response is ~153 tokens
     ap.add_argument("--out", default="runs/dspo")
+    ap.add_argument("--sft-from", help="reuse the SFT checkpoints <DIR>/seed<s>/sft/final of an earlier run (same "
+                                       "--n-train / --n-test, so the same worlds) instead of training them")
+    ap.add_argument("--table-only", action="store_true",
+                    help="no runs: the table of the seeds' results.json already under --out (seeds run apart)")
     args = ap.parse_args(argv)
-    all_res = {s: run_seed(s, args) for s in args.seeds}
+    import torch
+
+    torch.set_num_threads(1)
+    if args.table_only:
+        all_res = {s: json.loads((Path(args.out) / f"seed{s}" / "results.json").read_text()) for s in args.seeds}
+    else:
+        all_res = {s: run_seed(s, args) for s in args.seeds}
     text = table(all_res)
     (Path(args.out) / "table.md").write_text(text + "\n")
     print(text)

@@ -156,7 +156,7 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"config key 'algorithm.gspo_log_ratio_clamp' must be > 0, got {cfg.algorithm.gspo_log_ratio_clamp}")
     from mmrl.algos.spec import build_algorithm
 
-    spec = build_algorithm(cfg.algorithm)  # unknown algorithm names and params are ConfigErrors naming the key
+    spec = build_algorithm(cfg.algorithm, cfg)  # unknown algorithm names and params are ConfigErrors naming the key
     if cfg.rollout.agent_loop in ("multi_turn", "stream") and spec.needs().rescore:
         raise ConfigError(f"config key 'algorithm.name' = {cfg.algorithm.name!r} re-scores responses under an "
                           f"intervened view, which multi-turn trajectories (rollout.agent_loop=multi_turn) do not "

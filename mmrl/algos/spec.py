@@ -4,11 +4,13 @@ The step (``mmrl.train.step``) never tests an algorithm's name. It asks the spec
 
 - ``plan(role, n, n_views)``: how many responses per (sample, view of that role), from ``rollout.n``;
 - ``needs()``: extra passes: old-policy or reference log-probs, and re-scoring of the SAME response tokens under a
-  named intervened view of the media (fixed rollout; PACG, VPPO, DSPO's CVIG);
+  named intervened view of the media (fixed rollout; PACG, VPPO, DSPO's CVIG), optionally with the post-encoder
+  visual tokens inside a box read from each response zeroed (DSPO's CVIG);
 - ``advantages(batch)``: per sequence ``[N]`` or per token ``[N, T]``, grouped by named keys (``batch.groups``);
 - ``select(batch, out)``: the train mask (rows that enter the old, reference and actor passes), pruning, and how many
   more prompts to roll out (DAPO's dynamic sampling);
-- ``after_step(...)``: state updated once per step (FastRL's adaptive rollout count), saved with ``state_dict``.
+- ``after_step(...)``: state updated once per step (FastRL's adaptive rollout count), saved with ``state_dict``;
+- ``bind(cfg)``: once, with the whole run config, for what a spec reads outside ``algorithm`` (e.g. reward weights).
 
 A spec may wrap another by name (``WrapperSpec``): ``{name: fastrl, params: {base: dapo}}`` or
 ``{base: {name: dapo, params: {...}}}``; every hook delegates to the base unless the wrapper overrides it.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
 import torch
 
@@ -43,10 +45,18 @@ def register_algorithm(name: str):
 @dataclass
 class Intervention:
     """A named re-scoring pass: the step applies view transform ``transform`` (``mmrl.views``, any registered name
-    or ``module:function``) with ``params`` to each trajectory's view media and scores the same response tokens."""
+    or ``module:function``) with ``params`` to each trajectory's view media and scores the same response tokens.
+
+    With ``feature_box`` (response text -> normalised (ymin, xmin, ymax, xmax) box, or None) each response is scored
+    on its own with the vision encoder's merged tokens inside its box zeroed (``mmrl.models.feature_mask``); a
+    response it gives no box gets NaN log-probs (not scored)."""
 
     transform: str
     params: Dict[str, Any] = field(default_factory=dict)
+    feature_box: Optional[Callable[[str], Optional[Sequence[float]]]] = None
+
+    def describe(self) -> str:
+        return self.transform + (" + visual tokens in each response's box zeroed" if self.feature_box else "")
 
 
 @dataclass
@@ -155,6 +165,10 @@ class AlgorithmSpec:
     def max_resample_rounds(self) -> int:
         return 0
 
+    def bind(self, cfg: Any) -> None:
+        """Read what the spec needs of the whole run config ``cfg``; a ConfigError names inconsistent keys."""
+        return None
+
     def state_dict(self) -> Dict[str, Any]:
         return {}
 
@@ -210,6 +224,9 @@ class WrapperSpec(AlgorithmSpec):
     def max_resample_rounds(self) -> int:
         return self.base.max_resample_rounds()
 
+    def bind(self, cfg) -> None:
+        self.base.bind(cfg)
+
     def state_dict(self):
         return {"base": self.base.state_dict()}
 
@@ -232,9 +249,12 @@ def build_spec(name: str, params: Any, loss: Any, key: str = "algorithm.params",
     return cls(params, loss, key=key)
 
 
-def build_algorithm(algo_cfg) -> AlgorithmSpec:
-    """The spec of a run's ``algorithm`` config section."""
-    return build_spec(algo_cfg.name, algo_cfg.params, algo_cfg)
+def build_algorithm(algo_cfg, run_cfg: Any = None) -> AlgorithmSpec:
+    """The spec of a run's ``algorithm`` config section, bound to the whole run config ``run_cfg`` when given."""
+    spec = build_spec(algo_cfg.name, algo_cfg.params, algo_cfg)
+    if run_cfg is not None:
+        spec.bind(run_cfg)
+    return spec
 
 
 def estimate(name: str, inp, **params):

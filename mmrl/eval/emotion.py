@@ -7,6 +7,10 @@
 - ``topk_overlap``: |candidates ∩ top-k annotator classes| / k (k = the number of candidates asked for).
 - ``candidate_diversity``: mean pairwise Euclidean distance of the candidates' VAD points (0 for K < 2).
 - ``box_iou``: IoU of step 1's box with the evidence box, both normalised (ymin, xmin, ymax, xmax).
+
+KL and top-k overlap are means over the samples with an annotator distribution (``None``: left out; EmoSet has
+none), box IoU over those with an evidence box (Emotion6 and EmoSet have none); a metric with no sample is None.
+A malformed response counts in every mean it enters (empty candidate set, IoU 0).
 """
 from __future__ import annotations
 
@@ -42,21 +46,31 @@ def kl(p: Mapping[str, float], q: Mapping[str, float]) -> float:
     return sum((v / tot) * math.log((v / tot) / q[k]) for k, v in p.items() if v > 0)
 
 
-def kl_to_annotators(parses: Sequence[DSPOParse], dists: Sequence[Mapping[str, float]], eps: float = 1e-3) -> float:
+def _mean(vals: List[float]) -> Optional[float]:
+    return sum(vals) / len(vals) if vals else None
+
+
+def kl_to_annotators(parses: Sequence[DSPOParse], dists: Sequence[Optional[Mapping[str, float]]],
+                     eps: float = 1e-3) -> Optional[float]:
     vals = []
     for p, d in zip(parses, dists):
+        if d is None:
+            continue
         q = candidate_distribution(p.candidates if p.ok else [], list(d), eps)
         vals.append(kl(d, q))
-    return sum(vals) / len(vals) if vals else 0.0
+    return _mean(vals)
 
 
-def topk_overlap(parses: Sequence[DSPOParse], dists: Sequence[Mapping[str, float]], k: Optional[int] = None) -> float:
+def topk_overlap(parses: Sequence[DSPOParse], dists: Sequence[Optional[Mapping[str, float]]],
+                 k: Optional[int] = None) -> Optional[float]:
     vals = []
     for p, d in zip(parses, dists):
+        if d is None:
+            continue
         kk = k or max(1, len(p.candidates))
         top = [c for c, _ in sorted(d.items(), key=lambda kv: -kv[1])[:kk]]
         vals.append(len(set(p.candidates if p.ok else []) & set(top)) / kk)
-    return sum(vals) / len(vals) if vals else 0.0
+    return _mean(vals)
 
 
 def candidate_diversity(parses: Sequence[DSPOParse], lex: VADLexicon) -> float:
@@ -74,15 +88,17 @@ def iou(a: Sequence[float], b: Sequence[float]) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def box_iou(parses: Sequence[DSPOParse], boxes: Sequence[Optional[Sequence[float]]]) -> float:
-    vals = [iou(p.box, b) if (p.ok and b is not None) else 0.0 for p, b in zip(parses, boxes)]
-    return sum(vals) / len(vals) if vals else 0.0
+def box_iou(parses: Sequence[DSPOParse], boxes: Sequence[Optional[Sequence[float]]]) -> Optional[float]:
+    return _mean([iou(p.box, b) if p.ok else 0.0 for p, b in zip(parses, boxes) if b is not None])
 
 
-def emotion_metrics(parses: List[DSPOParse], gold: List[str], dists: List[Mapping[str, float]],
-                    boxes: List[Optional[Sequence[float]]], lex: VADLexicon, k: Optional[int] = None) -> Dict[str, float]:
-    """All five metrics plus the well-formed rate."""
+def emotion_metrics(parses: List[DSPOParse], gold: List[str], dists: List[Optional[Mapping[str, float]]],
+                    boxes: List[Optional[Sequence[float]]], lex: VADLexicon,
+                    k: Optional[int] = None) -> Dict[str, Optional[float]]:
+    """All five metrics, the well-formed rate, and how many samples each mean is over (``n``, ``n_dist``,
+    ``n_box``)."""
     n = len(parses)
     return {"top1": top1(parses, gold), "kl_to_annotators": kl_to_annotators(parses, dists),
             "topk_overlap": topk_overlap(parses, dists, k), "candidate_diversity": candidate_diversity(parses, lex),
-            "box_iou": box_iou(parses, boxes), "well_formed": sum(p.ok for p in parses) / n if n else 0.0}
+            "box_iou": box_iou(parses, boxes), "well_formed": sum(p.ok for p in parses) / n if n else 0.0,
+            "n": n, "n_dist": sum(d is not None for d in dists), "n_box": sum(b is not None for b in boxes)}

@@ -75,11 +75,15 @@ def zero_visual_tokens(model, mask: torch.Tensor):
 
 
 def score_with_masked_boxes(model, score: Callable, items: Sequence[Tuple[object, torch.Tensor]],
-                            boxes: Sequence[Optional[Sequence[float]]], merge: int = 2) -> List[Optional[torch.Tensor]]:
+                            boxes: Sequence[Optional[Sequence[float]]], merge: Optional[int] = None,
+                            calls: Optional[int] = None) -> List[Optional[torch.Tensor]]:
     """Fixed-rollout re-scoring under V^CF, one response at a time: for each ``(PromptInputs, response_ids)`` with a
     normalised box, ``score([item])`` inside ``zero_visual_tokens`` with that box's token mask; ``None`` where the
-    box is ``None`` (a malformed response). ``score`` is e.g. ``Backend.score`` or a ``response_logprobs`` closure.
-    One call per boxed item: under several ranks the caller must make every rank call it equally often."""
+    box is ``None`` (a response without a box). ``score`` is e.g. ``Backend.score`` or a ``response_logprobs``
+    closure; ``merge`` defaults to the encoder's ``spatial_merge_size``. Under several ranks every rank must call
+    ``score`` equally often: ``calls`` (the largest boxed count over ranks) pads with ``score([])``, for which the
+    caller's closure supplies the lock-step fallback item."""
+    merge = merge or int(getattr(vision_encoder(model), "spatial_merge_size", 2))
     out: List[Optional[torch.Tensor]] = []
     for (pi, ids), box in zip(items, boxes):
         if box is None:
@@ -87,4 +91,6 @@ def score_with_masked_boxes(model, score: Callable, items: Sequence[Tuple[object
             continue
         with zero_visual_tokens(model, prompt_token_mask(pi.vision, box, merge)):
             out.append(score([(pi, ids)])[0])
+    for _ in range(max(0, (calls or 0) - sum(b is not None for b in boxes))):
+        score([])
     return out

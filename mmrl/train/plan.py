@@ -10,7 +10,7 @@ from mmrl.rollout.agent_loop_tools import check_rollout_config
 
 def describe_plan(cfg) -> List[str]:
     """Lines describing the step; raises ``ConfigError`` where the algorithm rejects the config (e.g. ``rollout.n``)."""
-    spec = build_algorithm(cfg.algorithm)
+    spec = build_algorithm(cfg.algorithm, cfg)
     n, p = cfg.rollout.n, cfg.train.prompts_per_step
     lines = [f"algorithm: {spec.describe()}", f"loss: {cfg.algorithm.loss} (agg {cfg.algorithm.loss_agg}, "
              f"kl_coef {cfg.algorithm.kl_coef}, ppo_epochs {cfg.algorithm.ppo_epochs})"]
@@ -29,7 +29,7 @@ def describe_plan(cfg) -> List[str]:
     else:
         lines.append(f"responses per prompt: {spec.plan('anchor', n, 1)} (role anchor)")
     needs = spec.needs()
-    passes = ["generate"] + [f"re-score under '{k}' ({v.transform})" for k, v in needs.rescore.items()]
+    passes = ["generate"] + [f"re-score under '{k}' ({v.describe()})" for k, v in needs.rescore.items()]
     if cfg.algorithm.kl_coef > 0 or needs.ref:
         passes.append("reference log-probs")
     if cfg.algorithm.ppo_epochs > 1 or needs.old:

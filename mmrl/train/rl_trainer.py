@@ -46,7 +46,7 @@ class RLTrainer:
 
         self.cfg = cfg
         describe_plan(cfg)  # the algorithm's plan rejects a bad config (e.g. rollout.n) before anything loads
-        self.spec = build_algorithm(cfg.algorithm)
+        self.spec = build_algorithm(cfg.algorithm, cfg)
         deepspeed = cfg.train.backend == "deepspeed"
         ds_config = hf_ds = None
         if deepspeed:

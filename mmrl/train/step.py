@@ -15,6 +15,7 @@ from typing import Dict, List
 import torch
 
 from mmrl.algos.spec import StepBatch
+from mmrl.models.feature_mask import score_with_masked_boxes
 from mmrl.rollout.step_inputs import intervened_inputs
 from mmrl.rollout.view_metrics import view_metrics
 from mmrl.train.metrics import entropy_sums
@@ -40,7 +41,8 @@ def merge_step_inputs(si, trajs, si2, trajs2):
 
 def rescore(tr, si, trajs) -> None:
     """Fill ``t.rescored[name]`` for every intervention the spec needs: the same response tokens, teacher-forced
-    under the intervened view of the media (no resampling). Every rank calls the scorer the same number of times."""
+    under the intervened view of the media (no resampling); with ``feature_box``, each response on its own with the
+    visual tokens inside its box zeroed (NaN where it has no box). Every rank calls the scorer equally often."""
     for name, iv in tr.spec.needs().rescore.items():
         todo = [t for t in trajs if name not in t.rescored]
         keys = sorted({(t.sample_id, t.view) for t in todo})
@@ -48,7 +50,15 @@ def rescore(tr, si, trajs) -> None:
                                   seed=tr.cfg.train.seed * 1000003 + tr.step) if keys else {}
         items = [(built[(t.sample_id, t.view)], t.response_ids) for t in todo]
         fallback = (si.requests[trajs[0].inputs_key].inputs, trajs[0].response_ids) if trajs else None
-        for t, lp in zip(todo, tr.backend.score(items, fallback=fallback)):
+        if iv.feature_box is None:
+            lps = tr.backend.score(items, fallback=fallback)
+        else:
+            boxes = [iv.feature_box(t.text) for t in todo]
+            calls = int(tr.backend.all_reduce([sum(b is not None for b in boxes)], "max")[0])
+            lps = score_with_masked_boxes(tr.backend.model, lambda its: tr.backend.score(its, fallback=fallback),
+                                          items, boxes, calls=calls)
+            lps = [torch.full((t.response_ids.numel(),), float("nan")) if lp is None else lp for t, lp in zip(todo, lps)]
+        for t, lp in zip(todo, lps):
             t.rescored[name] = lp.detach().float().cpu()
 
 

@@ -69,12 +69,70 @@ def test_spec_config_and_needs(tiny_model_path):
         build_spec("dspo", {}, LossParams())
     with pytest.raises(ConfigError, match="algorithm.params.bogus"):
         build_spec("dspo", {"cvig": False, "bogus": 1}, LossParams())
+    with pytest.raises(ConfigError, match="algorithm.params.intervention' applies to algorithm.params.mask: pixel"):
+        build_spec("dspo", {"tokenizer": tiny_model_path, "intervention": "gray"}, LossParams())
+    with pytest.raises((ConfigError, ValueError), match="mask"):
+        build_spec("dspo", {"tokenizer": tiny_model_path, "mask": "noise"}, LossParams())
     assert build_spec("dspo", {"cvig": False}, LossParams()).needs().rescore == {}
     s = build_spec("dspo", {"tokenizer": tiny_model_path}, LossParams())
     assert set(s.needs().rescore) == {"cvig", "cvig_orig"}
-    assert s.needs().rescore["cvig"].transform == "occlude_box"
+    cf = s.needs().rescore["cvig"]  # default: zero the visual tokens in each response's own box
+    assert cf.transform == "identity" and cf.feature_box(resp(["joy", "fear"])) == (0.1, 0.2, 0.5, 0.6)
+    assert cf.feature_box("garbage") is None and s.needs().rescore["cvig_orig"].feature_box is None
+    px = build_spec("dspo", {"tokenizer": tiny_model_path, "mask": "pixel"}, LossParams()).needs().rescore["cvig"]
+    assert px.transform == "occlude_box" and px.feature_box is None
     s2 = build_spec("dspo", {"tokenizer": tiny_model_path, "p_source": "sampling"}, LossParams())
     assert set(s2.needs().rescore) == {"cvig"}
+
+
+def test_div_weight_from_the_reward_config(tmp_path):
+    from support import REPO
+
+    from mmrl.algos.spec import build_algorithm
+    from mmrl.config import load_config
+
+    yaml = [str(REPO / "configs" / "dspo_mood.yaml")]
+    cfg = load_config(yaml, ["rewards.2.weight=0.7"])
+    assert build_algorithm(cfg.algorithm, cfg).params.div_weight == 0.7  # derived, not a second number to keep equal
+    assert load_config(yaml, ["rewards.2.weight=0.0", "algorithm.params.div_weight=0.0"])  # consistent: accepted
+    with pytest.raises(ConfigError, match=r"'algorithm.params.div_weight' = 0.3 differs from 'rewards.2.weight' "
+                                          r"\(dspo_div\) = 0.0"):
+        load_config(yaml, ["rewards.2.weight=0.0", "algorithm.params.div_weight=0.3"])
+    with pytest.raises(ConfigError, match="needs the reward 'dspo_evidence'"):
+        load_config(yaml, ["algorithm.params.mask=pixel", "rewards=[{name: dspo_accuracy}, {name: dspo_div}]"])
+    with pytest.raises(ConfigError, match="div_weight' is unset"):  # built without a run config and not given
+        build_spec("dspo", {"cvig": True, "tokenizer": "tiny"}, LossParams()).advantages(_batch(["garbage"])[0])
+
+
+def _batch(texts, tok=None, area=0.25):
+    """A step batch of ``texts`` (token ids from ``tok``, or one zero token each) with hand-set re-scored log-probs:
+    every token 0 except the first token of candidate k of text 0: p = [.5, .3, .2], p_cf = [.1, .3, .25]."""
+    ids = [torch.tensor(tok(t, add_special_tokens=False)["input_ids"]) if tok else torch.zeros(1, dtype=torch.long)
+           for t in texts]
+    lp, lp_cf = [torch.zeros(len(i)) for i in ids], [torch.zeros(len(i)) for i in ids]
+    terms = [0.2, -0.1, 0.4]
+    if tok is not None:
+        assert tok.decode(ids[0].tolist(), skip_special_tokens=True) == texts[0]
+        offs = token_offsets(tok, ids[0].tolist(), len(texts[0]))
+        for c, p, pc in zip(("sadness", "fear", "gloom"), (0.5, 0.3, 0.2), (0.1, 0.3, 0.25)):
+            st = texts[0].index(c)
+            lo = [i for i, (a, b) in enumerate(offs) if a < st + len(c) and b > st][0]
+            lp[0][lo], lp_cf[0][lo] = math.log(p), math.log(pc)
+    comps = {"dspo_evidence/mask_area": torch.tensor([area] + [0.0] * (len(texts) - 1))}
+    for j in range(4):
+        comps[f"dspo_div/t{j}"] = torch.tensor([terms[j] if j < 3 else 0.0] + [0.0] * (len(texts) - 1))
+    batch = StepBatch(rewards=torch.tensor([1.5] + [0.0] * (len(texts) - 1)), components=comps,
+                      groups={"prompt": torch.zeros(len(texts), dtype=torch.long)}, roles=["anchor"] * len(texts),
+                      views=["original"] * len(texts), lengths=torch.tensor([len(i) for i in ids]), response_ids=ids,
+                      texts=texts, logprobs=[torch.zeros(len(i)) for i in ids],
+                      rescored={"cvig_orig": lp, "cvig": lp_cf})
+    return batch, terms
+
+
+def _want(area, terms):
+    dp = torch.tensor([0.5 - 0.1, 0.0, 0.2 - 0.25]) * (1 - area)
+    w = torch.softmax(dp / 0.1, 0)
+    return 1.5 + 0.1 * float(dp.mean()) + 0.3 * (float((w * torch.tensor(terms)).sum()) - sum(terms) / 3)
 
 
 def test_cvig_shapes_reward(tiny_model_path):
@@ -82,35 +140,26 @@ def test_cvig_shapes_reward(tiny_model_path):
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     texts = [resp(["sadness", "fear", "gloom"]), "garbage"]
-    ids = [torch.tensor(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
-    assert tok.decode(ids[0].tolist(), skip_special_tokens=True) == texts[0]
-    offs = token_offsets(tok, ids[0].tolist(), len(texts[0]))
-    starts = [texts[0].index(c) for c in ("sadness", "fear", "gloom")]
-    spans = []
-    for c, st in zip(("sadness", "fear", "gloom"), starts):
-        idx = [i for i, (a, b) in enumerate(offs) if a < st + len(c) and b > st]
-        spans.append((idx[0], idx[-1] + 1))
-    # log-probs: every token 0 except the candidates' first tokens, set to make p = [.5, .3, .2], p_cf = [.1, .3, .25]
-    lp, lp_cf = torch.zeros(len(ids[0])), torch.zeros(len(ids[0]))
-    for (lo, _), p, pc in zip(spans, (0.5, 0.3, 0.2), (0.1, 0.3, 0.25)):
-        lp[lo], lp_cf[lo] = math.log(p), math.log(pc)
-    terms = [0.2, -0.1, 0.4]
-    comps = {"dspo_evidence/mask_area": torch.tensor([0.25, 0.0])}
-    for j in range(4):
-        comps[f"dspo_div/t{j}"] = torch.tensor([terms[j] if j < 3 else 0.0, 0.0])
-    batch = StepBatch(rewards=torch.tensor([1.5, 0.0]), components=comps,
-                      groups={"prompt": torch.tensor([0, 0])}, roles=["anchor"] * 2, views=["original"] * 2,
-                      lengths=torch.tensor([len(i) for i in ids]), response_ids=ids, texts=texts,
-                      logprobs=[torch.zeros(len(i)) for i in ids],
-                      rescored={"cvig_orig": [lp, torch.zeros(len(ids[1]))], "cvig": [lp_cf, torch.zeros(len(ids[1]))]})
-    spec = build_spec("dspo", {"tokenizer": tiny_model_path}, LossParams())
+    batch, terms = _batch(texts, tok)
+    comps = batch.components
+    # pixel masking: the evidence box's area (0.25) enters Delta P -> the spec's vector 2
+    spec = build_spec("dspo", {"tokenizer": tiny_model_path, "mask": "pixel", "div_weight": 0.3}, LossParams())
     out = spec.advantages(batch)
     w = torch.tensor([0.9225, 0.0459, 0.0316])  # spec vector 2
     want = 1.5 + 0.1 * 0.0875 + 0.3 * (float((w * torch.tensor(terms)).sum()) - sum(terms) / 3)
-    assert float(out.rewards[0]) == pytest.approx(want, abs=1e-4)
+    assert float(out.rewards[0]) == pytest.approx(want, abs=1e-4) == pytest.approx(_want(0.25, terms), abs=1e-4)
     assert float(out.rewards[1]) == 0.0  # malformed: unchanged
-    assert out.metrics["cvig/scored_frac"] == 0.5
+    assert out.metrics["cvig/scored_frac"] == 0.5 and "cvig/no_box_frac" not in out.metrics
     assert float(out.advantages[0]) > 0 > float(out.advantages[1])
+    # feature masking (default): the area is the response's own box (0.4 x 0.4), not the evidence box
+    feat = build_spec("dspo", {"tokenizer": tiny_model_path, "div_weight": 0.3}, LossParams())
+    batch.rescored["cvig"][1] = torch.full_like(batch.rescored["cvig"][1], float("nan"))  # no box: not re-scored
+    fo = feat.advantages(batch)
+    assert float(fo.rewards[0]) == pytest.approx(_want(0.16, terms), abs=1e-6) and float(fo.rewards[1]) == 0.0
+    assert fo.metrics["cvig/no_box_frac"] == 0.5 and fo.metrics["cvig/scored_frac"] == 0.5
+    del comps["dspo_evidence/mask_area"]
+    assert float(feat.advantages(batch).rewards[0]) == pytest.approx(_want(0.16, terms), abs=1e-6)  # not needed
+    comps["dspo_evidence/mask_area"] = torch.tensor([0.25, 0.0])
     # the ablation without CVIG leaves the reward as the rewards gave it
     plain = build_spec("dspo", {"cvig": False}, LossParams()).advantages(batch)
     assert torch.allclose(plain.rewards, batch.rewards)

@@ -31,7 +31,14 @@ def test_metrics_by_hand():
     d1 = math.dist(BUILTIN_VAD["fear"], BUILTIN_VAD["anger"])
     assert candidate_diversity(ps, lex) == pytest.approx((d0 + d1 + 0.0) / 3)
     boxes = [(0.0, 0.0, 0.5, 0.5), (0.25, 0.25, 0.75, 0.75), None]
-    assert box_iou(ps, boxes) == pytest.approx((1.0 + (0.0625 / (0.25 + 0.25 - 0.0625))) / 3)
+    assert box_iou(ps, boxes) == pytest.approx((1.0 + (0.0625 / (0.25 + 0.25 - 0.0625))) / 2)  # None: left out
+    assert box_iou(ps, [None, None, (0, 0, 1, 1)]) == 0.0  # malformed: IoU 0
     m = emotion_metrics(ps, ["joy", "fear", "joy"], dists, boxes, lex, k=2)
     assert m["well_formed"] == pytest.approx(2 / 3) and set(m) == {"top1", "kl_to_annotators", "topk_overlap",
-                                                                   "candidate_diversity", "box_iou", "well_formed"}
+                                                                   "candidate_diversity", "box_iou", "well_formed",
+                                                                   "n", "n_dist", "n_box"}
+    assert (m["n"], m["n_dist"], m["n_box"]) == (3, 3, 2)
+    # no annotator distribution / no evidence box (EmoSet): those metrics are None, not 0
+    m = emotion_metrics(ps, ["joy", "fear", "joy"], [None] * 3, [None] * 3, lex, k=2)
+    assert m["kl_to_annotators"] is None and m["topk_overlap"] is None and m["box_iou"] is None
+    assert kl_to_annotators(ps, [dists[0], None, None]) == pytest.approx(kl0)
