@@ -30,7 +30,7 @@ PROTOCOLS = {"original": "mvbench", "ask-anything": "mvbench", "lmms-eval": "mvb
 
 def add_eval_arguments(e: argparse.ArgumentParser) -> None:
     """The ``mmrl eval`` arguments (every protocol flag defaults to None: the YAML decides)."""
-    e.add_argument("bench", help="a benchmark: eval/<name>.yaml (mvbench, mvbench_lmms, ovobench, synthetic) "
+    e.add_argument("bench", help="a benchmark: eval/<name>.yaml (mvbench, mvbench_lmms, ovobench, synthetic, emotion) "
                                  "or a path to a YAML")
     e.add_argument("overrides", nargs="*", help="dotted YAML overrides key=value (e.g. sampling.num_segments=8)")
     e.add_argument("--show-protocol", action="store_true", help="print the resolved protocol and exit")
