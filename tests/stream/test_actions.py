@@ -1,0 +1,72 @@
+"""The action grammar and the recall time rule (specs/algorithms.md section 5, unit test 5)."""
+import pytest
+
+from mmrl.stream.actions import REASONS, check_recall, parse_action, parse_memory, recall, response, silence
+from mmrl.stream.record import EpisodeRecord, MemoryLine, StreamQuestion, SubTurn, causal
+
+
+@pytest.mark.parametrize("text,kind,fields", [
+    ("<think>red square</think>\n<action>silence</action>", "silence", {}),
+    ("<think>q1 now</think><action>response(q1, B)</action>", "response", {"qid": "q1", "answer": "B"}),
+    ("<think>x</think> <action> recall(3, 7.5) </action>", "recall", {"start": 3.0, "end": 7.5}),
+    ("<think></think><action>response(q_2, Yes, it is)</action>", "response", {"qid": "q_2", "answer": "Yes, it is"}),
+])
+def test_valid_actions(text, kind, fields):
+    a = parse_action(text)
+    assert a.valid and a.kind == kind
+    for k, v in fields.items():
+        assert getattr(a, k) == v
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("", "no_action"),
+    ("B", "no_action"),
+    ("<action>silence</action>", "no_think"),
+    ("<think>a</think><action>silence</action><action>silence</action>", "multiple_actions"),
+    ("<think>a</think><think>b</think><action>silence</action>", "multiple_thinks"),
+    ("<think>" + "w " * 41 + "</think><action>silence</action>", "think_too_long"),
+    ("<think>a</think><action>silence</action> and more", "extra_text"),
+    ("<think>a</think><action>shout(q1)</action>", "unknown_action"),
+    ("<think>a</think><action>silence now</action>", "malformed_action"),
+    ("<think>a</think><action>recall(3)</action>", "malformed_action"),
+    ("<think>a</think><action>recall(nan, 2)</action>", "non_finite"),
+    ("<think>a</think><action>recall(1e999, 2)</action>", "non_finite"),
+    ("<think>a</think><action>response(q1, )</action>", "empty_answer"),
+    ("<think>a</think><action>response(B)</action>", "malformed_action"),
+])
+def test_invalid_grammar_is_a_reason_not_an_exception(text, reason):
+    a = parse_action(text)
+    assert not a.valid and a.reason == reason and reason in REASONS
+
+
+def test_recall_time_rule():
+    # valid iff 0 <= start <= end < chunk start (gamma_t)
+    assert check_recall(0, 0, 1) is None and check_recall(2, 4.99, 5) is None
+    assert check_recall(2, 5, 5) == "recall_future"      # end at the current chunk's start: invalid
+    assert check_recall(2, 9, 5) == "recall_future"
+    assert check_recall(-1, 2, 5) == "recall_negative"
+    assert check_recall(3, 2, 5) == "recall_order"
+
+
+def test_render_round_trips():
+    for a in (silence("quiet"), response("q3", "12", "count"), recall(1, 2.5, "look back")):
+        b = parse_action(a.render())
+        assert b.valid and (b.kind, b.qid, b.answer, b.start, b.end, b.think) == \
+            (a.kind, a.qid, a.answer, a.start, a.end, a.think)
+
+
+def test_memory_lines():
+    lines, bad = parse_memory("junk <memory>\n[0-4] red square left\n\n[4.5 - 8] blue flash\nno range\n[nan-1] x\n</memory>")
+    assert lines == [(0.0, 4.0, "red square left"), (4.5, 8.0, "blue flash")] and bad == 2
+    assert parse_memory("no block") == (None, 0)
+    assert MemoryLine("n", 1, 2).render() == "[1-2] n"
+    assert MemoryLine("n", 1, 2).range_valid(2) and not MemoryLine("n", 2, 1).range_valid(5)
+    assert not MemoryLine("n", 1, 6).range_valid(5)
+
+
+def test_causality_and_record_round_trip():
+    assert causal(5.0, 5.0) and causal(6, 5) and not causal(4.0, 5.0)
+    rec = EpisodeRecord("s", 1.0, 0, 3, questions=[StreamQuestion("q1", "EPM", "backward", "?", 2.0, 2.0, ["A"])],
+                        subturns=[SubTurn(1.0, 0, 0.0, 0, "x", parse_action("x"), reason="no_action")])
+    back = EpisodeRecord.from_dict(rec.to_dict())
+    assert back == rec and back.invalid_counts() == {"no_action": 1}
