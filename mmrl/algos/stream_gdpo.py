@@ -14,7 +14,8 @@ The components are reward components of the run (``mmrl.rewards.stream``: ``stre
 
 **Action-branch loss weight (uncertain reading).** The paper states an "action-branch loss weight" of 0.15 without
 defining it. Our reading (the spec's proposal): the per-token policy loss of the action tokens (``silence``,
-``response(q, y)``, ``recall(τs, τe)`` as the stream's action grammar finds them) is multiplied by
+``response(q, y)``, ``recall(τs, τe)``: the ``<action>...</action>`` element of the stream's action grammar,
+``mmrl.stream.actions``, matched by ``action_pattern``) is multiplied by
 ``action_loss_weight`` relative to think and memory tokens (weight 1). It is applied as a per-token advantage
 ``A_i · w_t``: the PPO term ``−min(ρA, clip(ρ)A)`` is positively homogeneous in A, so this scales exactly the
 policy-loss of those tokens by ``w_t``; the k3 KL term (``kl_coef``) is not scaled. ``1.0`` (default) turns it off;
@@ -22,6 +23,7 @@ the paper's value is 0.15. Another reading (a separate auxiliary "action head" l
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -48,6 +50,7 @@ class StreamGDPOParams:
     unbiased_std: bool = True
     batch_norm: bool = False  # GDPO's batch renormalisation; the paper shows none
     action_loss_weight: float = 1.0  # the paper's 0.15 under our reading (module docstring); 1 = off
+    action_pattern: str = r"<action>.*?</action>"  # the action tokens: the stream grammar's action tag (mmrl.stream.actions)
 
 
 def stream_gdpo_advantages(components: Dict[str, torch.Tensor], group_ids: torch.Tensor,
@@ -101,11 +104,10 @@ def action_weighted(adv: torch.Tensor, batch: StepBatch, weight: float, find_spa
     return out
 
 
-def default_span_finder() -> SpanFinder:
-    """The stream's action grammar (``mmrl.stream.actions``)."""
-    from mmrl.stream.actions import action_spans
-
-    return action_spans
+def pattern_spans(pattern: str) -> SpanFinder:
+    """Character spans of the matches of ``pattern`` (dot matches newlines)."""
+    rx = re.compile(pattern, re.DOTALL)
+    return lambda text: [m.span() for m in rx.finditer(text)]
 
 
 @register_algorithm("stream_gdpo")
@@ -129,8 +131,11 @@ class StreamGDPO(AlgorithmSpec):
             raise ConfigError(f"config key '{key}.action_loss_weight' must be > 0, got {p.action_loss_weight}")
         if p.eps < 0:
             raise ConfigError(f"config key '{key}.eps' must be >= 0, got {p.eps}")
+        try:
+            self.find_spans: SpanFinder = pattern_spans(p.action_pattern)
+        except re.error as e:
+            raise ConfigError(f"config key '{key}.action_pattern': not a regular expression ({e})") from None
         self.key = key
-        self.find_spans: Optional[SpanFinder] = None  # tests may inject one; else the stream's grammar
 
     def role_components(self, batch: StepBatch) -> Dict[str, torch.Tensor]:
         comps = {}
@@ -153,7 +158,6 @@ class StreamGDPO(AlgorithmSpec):
         for role, r in comps.items():
             metrics[f"component/{role}_mean"] = float(r.double().mean()) if r.numel() else 0.0
         if p.action_loss_weight != 1.0:
-            finder = self.find_spans or default_span_finder()
-            tok = action_weighted(adv, batch, p.action_loss_weight, finder)
+            tok = action_weighted(adv, batch, p.action_loss_weight, self.find_spans)
             return AdvantageOutput(advantages=tok, rewards=batch.rewards, metrics=metrics)
         return AdvantageOutput(advantages=adv, rewards=batch.rewards, metrics=metrics)

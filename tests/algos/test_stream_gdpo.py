@@ -65,12 +65,22 @@ def test_config_errors_name_the_key():
         build_spec("stream_gdpo", {}, LossParams()).advantages(_batch({"fmt": [1.0, 0.0]}))
     with pytest.raises(ConfigError, match=r"algorithm.params.nope"):
         build_spec("stream_gdpo", {"nope": 1}, LossParams())
+    with pytest.raises(ConfigError, match=r"algorithm.params.action_pattern"):
+        build_spec("stream_gdpo", {"action_pattern": "(<action>"}, LossParams())
 
 
 # ---- action-branch loss weight --------------------------------------------------------------------------------------
 VOCAB = ["<think>", "look", "</think>", "<action>", "silence", "</action>", "<|im_end|>", "\nobs action x"]
 SPANS = lambda text: [m.span() for m in re.finditer(r"<action>.*?</action>", text)]  # noqa: E731
 decode = lambda ids: "".join(VOCAB[i] for i in ids)  # noqa: E731
+
+
+def test_default_pattern_finds_the_grammar_action():
+    from mmrl.stream.actions import recall
+
+    text = recall(1, 2.5, think="look back").render()  # the grammar's canonical text
+    spans = build_spec("stream_gdpo", {}, LossParams()).find_spans(text)
+    assert [text[a:b] for a, b in spans] == ["<action>recall(1, 2.5)</action>"]
 
 
 def test_action_token_mask_per_turn():
@@ -84,8 +94,7 @@ def test_action_loss_weight_scales_the_policy_loss_of_action_tokens():
     comps = {"out": [1.0, 0.0], "fmt": [1.0, 1.0], "tool": [0.0, 0.0], "mem": [0.0, 0.0]}
     batch = _batch(comps, ids=ids, decode=decode)
     plain = build_spec("stream_gdpo", {}, LossParams()).advantages(batch).advantages
-    spec = build_spec("stream_gdpo", {"action_loss_weight": 0.15}, LossParams())
-    spec.find_spans = SPANS
+    spec = build_spec("stream_gdpo", {"action_loss_weight": 0.15}, LossParams())  # default pattern: <action>...</action>
     tok = spec.advantages(batch).advantages
     assert tok.shape == (2, 6)
     act = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 0]], dtype=torch.bool)
