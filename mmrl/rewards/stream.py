@@ -138,10 +138,8 @@ def stream_components(rec) -> Dict[str, float]:
 
 
 def record_of(ctx: RewardContext):
-    """The episode record the streaming loop attached to the trajectory."""
-    from mmrl.stream.loop import trajectory_record
-
-    rec = trajectory_record(ctx.trajectory)
+    """The episode record the streaming loop attached to the trajectory (``Trajectory.turns``, key ``record``)."""
+    rec = next((t["record"] for t in ctx.trajectory.turns if isinstance(t, dict) and "record" in t), None)
     if rec is None:
         raise ValueError(f"sample '{ctx.sample.id}': the 'stream' reward needs a streaming rollout "
                          f"(rollout.agent_loop: stream); this trajectory has no episode record")
