@@ -8,7 +8,7 @@ PKG = Path(__file__).resolve().parent.parent / "mmrl"
 LAYERS = {
     0: {"errors", "registry", "dist", "data", "media", "models", "__init__"},
     1: {"views", "rewards", "algos", "config"},
-    2: {"rollout", "tools"},
+    2: {"rollout", "tools", "stream"},
     3: {"train", "eval", "diagnose"},
     4: {"cli", "demo", "__main__", "validate"},
 }

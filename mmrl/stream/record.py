@@ -136,11 +136,14 @@ class EpisodeRecord:
     memory_initial: List[MemoryLine] = field(default_factory=list)
     subturns: List[SubTurn] = field(default_factory=list)
     compactions: List[Compaction] = field(default_factory=list)
-    answers: List[AnswerEvent] = field(default_factory=list)
+    answers: List[AnswerEvent] = field(default_factory=list)  # given in this episode
+    answers_before: List[AnswerEvent] = field(default_factory=list)  # given by earlier blocks of the same stream
     teacher: bool = False  # written by the world's oracle (teacher_episode)
     teacher_actions: List[SubTurn] = field(default_factory=list)  # the oracle's decisions on the same block
     facts: List[MemoryLine] = field(default_factory=list)  # the oracle's salient facts (S_keep), with ranges
     end: str = ""  # why it stopped: done | max_turns | max_total_tokens
+    visual_tokens: int = 0  # visual tokens the environment showed (window, chunks, recalled frames)
+    forward_passes: int = 0  # model turns (one generate per decision or compaction)
 
     # ---- views the rewards and the eval read ---------------------------------------------------------------------
     def question(self, qid: str) -> StreamQuestion:
@@ -149,8 +152,9 @@ class EpisodeRecord:
                 return q
         raise KeyError(f"{self.sample_id}: no question {qid!r} (known: {', '.join(q.qid for q in self.questions)})")
 
-    def answers_for(self, qid: str) -> List[AnswerEvent]:
-        return [a for a in self.answers if a.qid == qid]
+    def answers_for(self, qid: str, earlier: bool = True) -> List[AnswerEvent]:
+        """Answers to ``qid`` in time order; ``earlier``: with those of the stream's earlier blocks."""
+        return [a for a in (self.answers_before if earlier else []) + self.answers if a.qid == qid]
 
     def invalid_counts(self) -> Dict[str, int]:
         """Reason -> count over sub-turns and compactions (``memory_bad_line`` counts lines)."""
@@ -201,6 +205,7 @@ class EpisodeRecord:
         d["compactions"] = [Compaction(**{**c, "pre": [line(x) for x in c["pre"]], "post": [line(x) for x in c["post"]]})
                             for c in d.get("compactions", [])]
         d["answers"] = [AnswerEvent(**a) for a in d.get("answers", [])]
+        d["answers_before"] = [AnswerEvent(**a) for a in d.get("answers_before", [])]
         return EpisodeRecord(**d)
 
 

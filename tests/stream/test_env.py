@@ -1,0 +1,104 @@
+"""The streaming environment without a model: recall rules, compaction budget, invalid actions as counted
+observations, question arrival (specs/algorithms.md section 5)."""
+import dataclasses
+
+from mmrl.stream.env import StreamEnvironment, word_count
+from mmrl.stream.record import render_memory
+
+T = "<think>x</think>"
+
+
+def act(body: str) -> str:
+    return f"{T}<action>{body}</action>"
+
+
+def test_recall_rules(blocks):
+    cfg, bl = blocks
+    env = StreamEnvironment(cfg, block=bl[2])  # chunks 8..11; the archive holds 0..11
+    first = env.reset(None, None)
+    assert first.media.frames.shape[0] == 2 * (cfg.carry_chunks + 1)  # window before the block + chunk 8: 10 frames
+    assert env.chunk_start == 8.0 and env.now == 9.0
+    obs = env.step(act("recall(2, 8)"))  # end at the current chunk's start: invalid, moves on to chunk 9
+    assert env.record.subturns[-1].reason == "recall_future" and env.k == 9
+    assert "invalid (recall_future)" in obs.prefix and obs.media.frames.shape[0] == 2
+    obs = env.step(act("recall(0, 8.5)"))  # valid: the latest 4 chunks overlapping, each once; decide again
+    rec = env.record.subturns[-1]
+    assert rec.valid and rec.recall.chunks == [5, 6, 7, 8] and env.k == 9 and env.sub == 1
+    assert obs.media.frames.shape[0] == 8 and "Decide again at 10 s" in obs.text
+    env.step(act("recall(0, 8.5)"))  # the next 4 not recalled before
+    assert env.record.subturns[-1].recall.chunks == [1, 2, 3, 4] and env.sub == 2
+    env.step(act("recall(0, 1)"))  # a third recall at the same time: over max_recalls_per_chunk
+    assert env.record.subturns[-1].reason == "recall_limit" and env.k == 10
+    env.step(act("recall(5, 6)"))  # chunks 5 and 6 were recalled already
+    assert env.record.subturns[-1].reason == "recall_nothing_new"
+    env.step(act("recall(3, 2)"))
+    assert env.record.subturns[-1].reason == "recall_order"
+    assert env.record.invalid_counts() == {"recall_future": 1, "recall_limit": 1, "recall_nothing_new": 1,
+                                           "recall_order": 1}
+    assert [s.time for s in env.record.subturns] == [9.0, 10.0, 10.0, 10.0, 11.0, 12.0]
+    assert env.k == 12  # past the block: the compaction comes next
+
+
+def test_point_recall_returns_the_chunk_holding_it(blocks):
+    cfg, bl = blocks
+    env = StreamEnvironment(cfg, block=bl[1])
+    env.reset(None, None)
+    env.step(act("recall(2.5, 2.5)"))
+    assert env.record.subturns[-1].recall.chunks == [2]
+
+
+def test_compaction_keeps_the_budget(blocks):
+    cfg, bl = blocks
+    small = dataclasses.replace(cfg, memory_budget=12)
+    env = StreamEnvironment(small, block=bl[0])
+    env.reset(None, None)
+    for _ in range(4):
+        obs = env.step(act("silence"))
+    assert "Controller boundary at 4 s" in obs.text and "[3-4] x" in obs.text  # the think updates are the memory
+    lines = "\n".join(f"[{k}-{k + 1}] note number {k} here" for k in range(4))
+    assert env.step(f"<memory>\n{lines}\nbroken line\n</memory>") is None
+    c = env.record.compactions[-1]
+    assert c.reason == "memory_over_budget" and c.bad_lines == 1 and c.dropped == 2
+    assert word_count(render_memory(c.post)) <= 12 and c.tokens_post <= 12 < c.budget + 20
+    assert [m.start for m in c.post] == [2.0, 3.0]  # the oldest lines go first
+    assert len(c.pre) == 4 and all(m.note == "x" for m in c.pre)
+    assert env.record.invalid_counts() == {"memory_over_budget": 1, "memory_bad_line": 1}
+
+
+def test_no_memory_block_keeps_pre_within_budget(blocks):
+    cfg, bl = blocks
+    env = StreamEnvironment(dataclasses.replace(cfg, memory_budget=3), block=bl[0])
+    env.reset(None, None)
+    for _ in range(4):
+        env.step(act("silence"))
+    env.step("I forgot the format")
+    c = env.record.compactions[-1]
+    assert c.reason == "no_memory" and word_count(render_memory(c.post)) <= 3 and len(c.post) == 1
+
+
+def test_invalid_actions_are_counted_never_raised(blocks):
+    cfg, bl = blocks
+    env = StreamEnvironment(cfg, block=bl[0])
+    env.reset(None, None)
+    junk = ["", "\x00\xff<action>", act("response(q999, A)"), act("response(q1000000, A)")]
+    for text in junk:
+        assert env.step(text) is not None
+    counts = env.record.invalid_counts()
+    # q1000000 (the backward question) is asked at a later time than now: not active yet
+    assert counts == {"no_action": 2, "unknown_question": 1, "question_not_active": 1}
+    assert env.record.answers == []
+
+
+def test_questions_arrive_at_their_time(blocks, stream_world):
+    cfg, bl = blocks
+    env = StreamEnvironment(cfg, block=bl[0])
+    obs = env.reset(None, None)
+    asked = {q.qid: q.asked for q in bl[0].questions}
+    seen = [q for q in asked if f"Question {q}:" in obs.text]
+    assert seen == [q for q, t in asked.items() if t <= 1.0]
+    texts = [obs.text]
+    while env.k <= bl[0].last_chunk:
+        texts.append(env.step(act("silence")).text)
+    for q, t in asked.items():
+        hits = [i for i, x in enumerate(texts) if f"Question {q}:" in x]
+        assert hits == ([int(t) - 1 if t >= 1 else 0] if t <= 4 else []), q
