@@ -137,9 +137,12 @@ def stream_components(rec) -> Dict[str, float]:
     return {"out": out / n, "fmt": fmt / n, "tool": tool / n, "mem": memory_reward(rec)}
 
 
+RECORD_KEY = "stream_record"  # where mmrl.stream.loop keeps the episode record (its RECORD_KEY; a test checks)
+
+
 def record_of(ctx: RewardContext):
-    """The episode record the streaming loop attached to the trajectory (``Trajectory.turns``, key ``record``)."""
-    rec = next((t["record"] for t in ctx.trajectory.turns if isinstance(t, dict) and "record" in t), None)
+    """The episode record the ``stream`` loop attached to the trajectory's last turn (``mmrl.stream.loop.record_of``)."""
+    rec = next((t[RECORD_KEY] for t in reversed(ctx.trajectory.turns) if isinstance(t, dict) and RECORD_KEY in t), None)
     if rec is None:
         raise ValueError(f"sample '{ctx.sample.id}': the 'stream' reward needs a streaming rollout "
                          f"(rollout.agent_loop: stream); this trajectory has no episode record")
