@@ -102,7 +102,8 @@ def teacher_trajectory(processor, samples: Sequence[Sample], config: Optional[St
     """The oracle's episodes as multi-turn trajectories (teacher turns trained, observations masked)."""
     loop = StreamLoop(processor, config, with_teacher=False)
     turns = {s.id: teacher_texts(teacher_episode(s, loop.cfg, loop.count)) for s in samples}
-    trajs = loop.run_samples(ReplayEngine(processor, turns), samples, SamplingParams(max_new_tokens=10 ** 6))
+    # the replay ignores max_new_tokens; the loop's token cap reads it
+    trajs = loop.run_samples(ReplayEngine(processor, turns), samples, SamplingParams(max_new_tokens=1))
     for t in trajs:
         record_of(t).teacher = True
     return trajs

@@ -1,0 +1,65 @@
+"""The ``stream`` agent loop on the tiny model: real generation through the environment (masks, records,
+invalid text counted), the oracle's episode rendered as a multi-turn SFT trajectory, and the scorer on it."""
+import pytest
+import torch
+
+from mmrl.models.loading import load_model, load_processor
+from mmrl.models.scoring import response_logprobs
+from mmrl.rollout.agent_loop import build_agent_loop
+from mmrl.rollout.base import build_engine, SamplingParams
+from mmrl.stream.block import block_sample
+from mmrl.stream.loop import record_of, teacher_trajectory
+from mmrl.stream.teacher import teacher_episode, teacher_texts
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_path):
+    torch.manual_seed(0)
+    return load_processor(tiny_model_path), load_model(tiny_model_path)
+
+
+@pytest.mark.slow
+def test_stream_rollouts_on_the_tiny_model(tiny, blocks):
+    proc, model = tiny
+    cfg, bl = blocks
+    samples = [block_sample(bl[2], "s@8")]
+    loop = build_agent_loop("stream", processor=proc, config=cfg)
+    engine = build_engine("hf", model=model, processor=proc)
+    torch.manual_seed(0)
+    trajs = loop.run_samples(engine, samples, SamplingParams(max_new_tokens=6), n=2)
+    assert len(trajs) == 2
+    for t in trajs:
+        rec = record_of(t)
+        model_segs = [s for s in t.segments if s.kind == "model"]
+        assert rec.forward_passes == len(model_segs) == cfg.block_chunks + 1  # random text: no valid recall
+        assert len(rec.subturns) == 4 and len(rec.compactions) == 1 and rec.end == "done"
+        assert sum(rec.invalid_counts().values()) >= 4  # a random tiny model writes no grammar: counted, no crash
+        assert rec.visual_tokens == 4 * (cfg.carry_chunks + 1) + 4 * 3  # 4 tokens per 56x56 chunk of 2 frames
+        mask = torch.cat([torch.full((s.ids.numel(),), s.kind == "model") for s in t.segments])
+        assert torch.equal(mask, t.loss_mask)
+        # the oracle on the same block: at 12 s it recalls the backward question's chunk, then answers
+        assert [(s.time, s.action.kind) for s in rec.teacher_actions][-2:] == [(12.0, "recall"), (12.0, "response")]
+
+
+def test_teacher_trajectory_for_masked_sft(tiny, blocks):
+    proc, model = tiny
+    cfg, bl = blocks
+    sample = block_sample(bl[3], "s@12")
+    rec = teacher_episode(sample, cfg)
+    texts = teacher_texts(rec)
+    assert rec.invalid_counts() == {} and any(s.recall for s in rec.subturns)
+    (traj,) = teacher_trajectory(proc, [sample], cfg)
+    model = [s for s in traj.segments if s.kind == "model"]
+    assert [s.text for s in model] == texts
+    tok = proc.tokenizer
+    for s, text in zip(model, texts):
+        assert tok.decode(s.ids[:-1]) == text and int(s.ids[-1]) == tok.convert_tokens_to_ids("<|im_end|>")
+    env_segs = [s for s in traj.segments if s.kind == "env"]
+    assert all(not s.trained for s in env_segs) and any(s.media is not None for s in env_segs)
+    assert int(traj.loss_mask.sum()) == sum(int(s.ids.numel()) for s in model)
+    again = record_of(traj)
+    assert again.teacher and teacher_texts(again) == texts  # the replay went through the same environment
+    with torch.no_grad():
+        lps = response_logprobs(tiny[1], [traj.scoring_item([])], pad_id=0)[0]
+    assert lps.shape == traj.response_ids.shape and torch.isfinite(lps[traj.loss_mask]).all()
+
