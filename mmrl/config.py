@@ -157,10 +157,13 @@ def _check(cfg: Config) -> None:
     from mmrl.algos.spec import build_algorithm
 
     spec = build_algorithm(cfg.algorithm)  # unknown algorithm names and params are ConfigErrors naming the key
-    if cfg.rollout.agent_loop == "multi_turn" and spec.needs().rescore:
+    if cfg.rollout.agent_loop in MULTI_TURN_LOOPS and spec.needs().rescore:
         raise ConfigError(f"config key 'algorithm.name' = {cfg.algorithm.name!r} re-scores responses under an "
                           f"intervened view, which multi-turn trajectories (rollout.agent_loop=multi_turn) do not "
                           f"support yet")
+
+
+MULTI_TURN_LOOPS = ("multi_turn", "stream")  # loops whose trajectories interleave model turns and observations
 
 
 def _check_agent_loop(cfg: Config) -> None:
@@ -169,6 +172,11 @@ def _check_agent_loop(cfg: Config) -> None:
     higher layer), which the trainer calls before it loads the model."""
     r = cfg.rollout
     multi = r.agent_loop == "multi_turn"
+    if r.agent_loop == "stream":  # rollout.tools: the stream settings (default tools/streaming.yaml)
+        if r.engine != "hf" or cfg.train.backend != "torch" or r.seed_per_group:
+            raise ConfigError("config key 'rollout.agent_loop' = 'stream' runs with rollout.engine=hf, "
+                              "train.backend=torch and rollout.seed_per_group off only (so far)")
+        return
     if multi and not r.tools:
         raise ConfigError("config key 'rollout.tools' must name a tool suite (e.g. tools/video_seek.yaml) when "
                           "rollout.agent_loop is 'multi_turn'")

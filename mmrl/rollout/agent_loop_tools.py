@@ -52,8 +52,15 @@ def check_rollout_config(rollout_cfg) -> str:
     """One line describing the rollout loop (for the run plan). ``rollout.agent_loop`` must name a registered loop
     and ``rollout.tools`` a loadable suite, else ``ConfigError`` naming the key (with the known loop names).
     Cheap: no model is loaded."""
-    known = agent_loop_names()
     name = rollout_cfg.agent_loop
+    if name == "stream":
+        from mmrl.stream.config import DEFAULT_PATH, load_stream_config
+
+        path = rollout_cfg.tools or DEFAULT_PATH
+        c = load_stream_config(path)
+        return (f"rollout loop: stream with {path}: blocks of {c.block_chunks} x {c.chunk_seconds:g} s chunks, "
+                f"<= {c.max_turns} turns, memory <= {c.memory_budget} tokens")
+    known = agent_loop_names()
     if name not in known and ":" not in name:
         raise ConfigError(f"config key 'rollout.agent_loop' = {name!r}; expected one of {', '.join(known)} "
                           f"(or module:Class)")
@@ -66,7 +73,12 @@ def check_rollout_config(rollout_cfg) -> str:
 
 
 def agent_loop_from_config(rollout_cfg, processor) -> AgentLoop:
-    """``rollout.agent_loop`` with what it needs: ``multi_turn`` runs tool episodes of the ``rollout.tools`` suite."""
+    """``rollout.agent_loop`` with what it needs: ``multi_turn`` runs tool episodes of the ``rollout.tools`` suite;
+    ``stream`` runs stream blocks with the ``rollout.tools`` stream settings (default ``tools/streaming.yaml``)."""
     if rollout_cfg.agent_loop == "multi_turn":
         return tool_loop(processor, load_suite(rollout_cfg.tools))
+    if rollout_cfg.agent_loop == "stream":  # one stream block per episode (mmrl.stream.loop)
+        from mmrl.stream.loop import stream_loop_from_config
+
+        return stream_loop_from_config(rollout_cfg, processor)
     return build_agent_loop(rollout_cfg.agent_loop)
