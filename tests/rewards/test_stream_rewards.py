@@ -112,3 +112,16 @@ def test_registered_reward_returns_components_and_weighted_sum(monkeypatch):
     assert REWARDS.get("stream")([object()], weights={"tool": 2.0})["stream"] == [4.0]
     with pytest.raises(ValueError, match="weights.speed"):
         REWARDS.get("stream")([object()], weights={"speed": 1.0})
+
+
+def test_reward_reads_the_record_where_the_stream_loop_keeps_it():
+    from types import SimpleNamespace
+
+    from mmrl.stream.loop import RECORD_KEY
+
+    assert sr.RECORD_KEY == RECORD_KEY
+    rec = _record([_sub(4.0, silence())], [])
+    traj = SimpleNamespace(turns=[{"turn": 0}, {"turn": 1, RECORD_KEY: rec}])
+    assert sr.record_of(SimpleNamespace(trajectory=traj, sample=None)) is rec
+    with pytest.raises(ValueError, match="agent_loop: stream"):
+        sr.record_of(SimpleNamespace(trajectory=SimpleNamespace(turns=[{}]), sample=SimpleNamespace(id="x")))
