@@ -32,7 +32,8 @@ def cmd_make_tiny(args) -> None:
     print(make_tiny_model(args.out))
 
 
-_SYNTH_FLAGS = {"size": "--size", "n_frames": "--frames", "fps": "--fps", "prior_strength": "--prior-strength"}
+_SYNTH_FLAGS = {"size": "--size", "n_frames": "--frames", "fps": "--fps", "prior_strength": "--prior-strength",
+                "duration": "--duration"}
 
 
 def _synth_image(args):
@@ -59,13 +60,24 @@ def _synth_seek(args):
     return make_seek_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size, fps=args.fps)
 
 
+def _synth_stream(args):
+    from mmrl.stream.dataset import make_stream_dataset
+
+    return make_stream_dataset(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size,
+                               duration=args.duration, fps=args.fps)
+
+
 # the image-like worlds (one builder each); video is built above with its frame checks
-_SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_mood, "seek": _synth_seek}
+_SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_mood, "seek": _synth_seek,
+                "stream": _synth_stream}
 
 
 def cmd_synth(args) -> None:
     if args.n_train < 1 or args.n_test < 0:
         raise ConfigError(f"data synth: --n-train must be >= 1 and --n-test >= 0, got {args.n_train} and {args.n_test}")
+    if args.duration is not None and args.kind != "stream":
+        raise ConfigError("data synth: --duration applies to --kind stream only")
+    args.duration = 16 if args.duration is None else args.duration
     try:
         if args.kind == "video":
             from mmrl.data.synth_video import check_world_args, make_video_world
@@ -241,15 +253,17 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True, metavar="COMMAND")
     s = _sub(d, "synth", "generate a synthetic world (real MP4s / PNGs + annotations)", common)
     s.add_argument("--out", required=True, help="output folder (videos/ or images/, train.json, test.json)")
-    s.add_argument("--kind", choices=["video", "image", "claims", "mood", "seek"], default="video",
+    s.add_argument("--kind", choices=["video", "image", "claims", "mood", "seek", "stream"], default="video",
                    help="video clips; single images; images with checkable visual claims (PACG/VPPO); images with "
-                        "an emotional cue region (DSPO); long clips with a brief event to seek (tools)")
+                        "an emotional cue region (DSPO); long clips with a brief event to seek (tools); video "
+                        "streams with OVO-Bench annotations and their blocks (streaming agents)")
     s.add_argument("--n-train", type=int, default=512, help="training questions")
     s.add_argument("--n-test", type=int, default=128, help="held-out questions")
     s.add_argument("--seed", type=int, default=0, help="world seed")
     s.add_argument("--size", type=int, default=56, help="frame side in pixels (even, >= 24)")
     s.add_argument("--frames", type=int, default=8, help="frames per clip (>= 4; video)")
     s.add_argument("--fps", type=float, default=4.0, help="frames per second of the clips (video)")
+    s.add_argument("--duration", type=int, default=None, help="seconds per stream (stream; default 16)")
     s.add_argument("--fixed-options", action="store_true",
                    help="list every question's whole answer pool in a fixed order (the demo's world; video)")
     s.add_argument("--prior", choices=["frequent", "phrasing"], default=None,

@@ -68,8 +68,8 @@ class RolloutConfig:
     max_batch_sequences: int = 256
     vllm_mode: str = "colocate"  # colocate | server
     vllm_gpu_memory_utilization: float = 0.4
-    agent_loop: str = "single_turn"  # a registered rollout loop (mmrl.rollout.agent_loop): single_turn | multi_turn
-    tools: Optional[str] = None  # multi_turn: a tool suite YAML (tools/video_seek.yaml)
+    agent_loop: str = "single_turn"  # a registered rollout loop (mmrl.rollout.agent_loop): single_turn | multi_turn | stream
+    tools: Optional[str] = None  # multi_turn: a tool suite YAML (tools/video_seek.yaml); stream: tools/streaming.yaml
 
 
 @dataclass
@@ -157,13 +157,10 @@ def _check(cfg: Config) -> None:
     from mmrl.algos.spec import build_algorithm
 
     spec = build_algorithm(cfg.algorithm)  # unknown algorithm names and params are ConfigErrors naming the key
-    if cfg.rollout.agent_loop in MULTI_TURN_LOOPS and spec.needs().rescore:
+    if cfg.rollout.agent_loop in ("multi_turn", "stream") and spec.needs().rescore:
         raise ConfigError(f"config key 'algorithm.name' = {cfg.algorithm.name!r} re-scores responses under an "
                           f"intervened view, which multi-turn trajectories (rollout.agent_loop=multi_turn) do not "
                           f"support yet")
-
-
-MULTI_TURN_LOOPS = ("multi_turn", "stream")  # loops whose trajectories interleave model turns and observations
 
 
 def _check_agent_loop(cfg: Config) -> None:
@@ -171,19 +168,14 @@ def _check_agent_loop(cfg: Config) -> None:
     suite file are checked against the registries by ``mmrl.rollout.agent_loop_tools.check_rollout_config`` (a
     higher layer), which the trainer calls before it loads the model."""
     r = cfg.rollout
-    multi = r.agent_loop == "multi_turn"
-    if r.agent_loop == "stream":  # rollout.tools: the stream settings (default tools/streaming.yaml)
-        if r.engine != "hf" or cfg.train.backend != "torch" or r.seed_per_group:
-            raise ConfigError("config key 'rollout.agent_loop' = 'stream' runs with rollout.engine=hf, "
-                              "train.backend=torch and rollout.seed_per_group off only (so far)")
-        return
-    if multi and not r.tools:
+    multi = r.agent_loop in ("multi_turn", "stream")  # stream: mmrl.stream (rollout.tools: its stream config)
+    if r.agent_loop == "multi_turn" and not r.tools:
         raise ConfigError("config key 'rollout.tools' must name a tool suite (e.g. tools/video_seek.yaml) when "
                           "rollout.agent_loop is 'multi_turn'")
     if r.tools and not multi:
-        raise ConfigError(f"config key 'rollout.tools' = {r.tools!r} needs rollout.agent_loop=multi_turn")
+        raise ConfigError(f"config key 'rollout.tools' = {r.tools!r} needs rollout.agent_loop=multi_turn or stream")
     if multi and (r.engine != "hf" or cfg.train.backend != "torch" or r.seed_per_group):
-        raise ConfigError("config key 'rollout.agent_loop' = 'multi_turn' runs with rollout.engine=hf, "
+        raise ConfigError(f"config key 'rollout.agent_loop' = {r.agent_loop!r} runs with rollout.engine=hf, "
                           "train.backend=torch and rollout.seed_per_group off only (so far)")
 
 

@@ -60,6 +60,10 @@ def add_eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--on-error", choices=["raise", "skip"], help="data.on_error (synthetic)")
     e.add_argument("--retry-errors", action="store_true", help="redo queries that failed")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument("--streaming", action="store_true",
+                   help="OVO-Bench: also run the model as a streaming agent (one pass per video) and report both "
+                        "protocols side by side (docs/streaming.md)")
+    e.add_argument("--stream-config", default="tools/streaming.yaml", help="with --streaming: the stream settings")
     e.add_argument("--device", help="cuda | cpu (default: cuda when available)")
     e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: bfloat16 on GPU")
 
@@ -151,7 +155,17 @@ def eval_main(args) -> Dict[str, Any]:
     settings = EvalSettings(out_dir=args.out or f"runs/eval_{bdef.name}", batch=args.batch, limit=args.limit or 0,
                             tasks=tasks, retry_errors=args.retry_errors, progress=not args.no_progress,
                             model_name=args.model, overrides=overrides)
+    if args.streaming and hooks.name != "ovobench":
+        raise ConfigError(f"--streaming is for ovobench; '{bdef.name}' has no streaming protocol")
     _, processor, engine = load_for_eval(args.model, args.device, args.dtype)
+    if args.streaming:
+        from mmrl.eval.ovobench_stream import run_side_by_side
+
+        both = run_side_by_side(bdef, hooks, inputs, settings, processor, engine, args.stream_config)
+        print(both["table"], end="")
+        print(f"\nreports: {settings.out_dir}/offline/summary.md, {settings.out_dir}/streaming/summary.json, "
+              f"{settings.out_dir}/side_by_side.md")
+        return both
     summary, table = run_benchmark(bdef, hooks, inputs, settings, processor, engine)
     print(markdown(summary, table), end="")
     print(f"\nreport: {settings.out_dir}/summary.md  summary: {settings.out_dir}/summary.json")

@@ -65,11 +65,13 @@ class SingleTurnLoop(AgentLoop):
 
 def build_agent_loop(name: str, **kwargs) -> AgentLoop:
     from mmrl.rollout import agent_loop_multi  # noqa: F401  (registers multi_turn)
+    from mmrl.stream import loop  # noqa: F401  (registers stream)
 
     return AGENT_LOOPS.get(name)(**kwargs)
 
 
 def agent_loop_names() -> List[str]:
     from mmrl.rollout import agent_loop_multi  # noqa: F401
+    from mmrl.stream import loop  # noqa: F401
 
     return AGENT_LOOPS.names()

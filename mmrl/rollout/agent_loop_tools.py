@@ -52,18 +52,18 @@ def check_rollout_config(rollout_cfg) -> str:
     """One line describing the rollout loop (for the run plan). ``rollout.agent_loop`` must name a registered loop
     and ``rollout.tools`` a loadable suite, else ``ConfigError`` naming the key (with the known loop names).
     Cheap: no model is loaded."""
-    name = rollout_cfg.agent_loop
-    if name == "stream":
-        from mmrl.stream.config import DEFAULT_PATH, load_stream_config
-
-        path = rollout_cfg.tools or DEFAULT_PATH
-        c = load_stream_config(path)
-        return (f"rollout loop: stream with {path}: blocks of {c.block_chunks} x {c.chunk_seconds:g} s chunks, "
-                f"<= {c.max_turns} turns, memory <= {c.memory_budget} tokens")
     known = agent_loop_names()
+    name = rollout_cfg.agent_loop
     if name not in known and ":" not in name:
         raise ConfigError(f"config key 'rollout.agent_loop' = {name!r}; expected one of {', '.join(known)} "
                           f"(or module:Class)")
+    if name == "stream":
+        from mmrl.stream.config import DEFAULT_PATH, load_stream_config
+
+        c = load_stream_config(rollout_cfg.tools or DEFAULT_PATH)
+        return (f"rollout loop: stream with {rollout_cfg.tools or DEFAULT_PATH}: blocks of {c.block_chunks} x "
+                f"{c.chunk_seconds:g} s chunks at {c.fps:g} fps, window {c.window_chunks} chunks, memory <= "
+                f"{c.memory_budget} tokens, <= {c.max_turns} turns per episode")
     if not rollout_cfg.tools:
         return f"rollout loop: {name}"
     suite = load_suite(rollout_cfg.tools)
@@ -73,11 +73,10 @@ def check_rollout_config(rollout_cfg) -> str:
 
 
 def agent_loop_from_config(rollout_cfg, processor) -> AgentLoop:
-    """``rollout.agent_loop`` with what it needs: ``multi_turn`` runs tool episodes of the ``rollout.tools`` suite;
-    ``stream`` runs stream blocks with the ``rollout.tools`` stream settings (default ``tools/streaming.yaml``)."""
+    """``rollout.agent_loop`` with what it needs: ``multi_turn`` runs tool episodes of the ``rollout.tools`` suite."""
     if rollout_cfg.agent_loop == "multi_turn":
         return tool_loop(processor, load_suite(rollout_cfg.tools))
-    if rollout_cfg.agent_loop == "stream":  # one stream block per episode (mmrl.stream.loop)
+    if rollout_cfg.agent_loop == "stream":
         from mmrl.stream.loop import stream_loop_from_config
 
         return stream_loop_from_config(rollout_cfg, processor)

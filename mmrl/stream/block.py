@@ -42,6 +42,7 @@ class StreamBlock:
 
     def to_meta(self) -> Dict[str, Any]:
         d = dataclasses.asdict(self)
+        del d["video"]  # the sample's own video reference (relative to its annotation file) names it
         d["chunk_notes"] = {str(k): v for k, v in self.chunk_notes.items()}
         return d
 
@@ -61,6 +62,8 @@ class StreamBlock:
         d["answers_before"] = [AnswerEvent(**a) for a in d.get("answers_before", [])]
         if video is not None:
             d["video"] = video
+        if "video" not in d:
+            raise KeyError("video")
         return StreamBlock(**d)
 
 
@@ -81,8 +84,12 @@ def block_of(sample: Sample) -> StreamBlock:
 
 
 def block_sample(block: StreamBlock, sample_id: str) -> Sample:
-    """A ``Sample`` carrying ``block`` (its video reference points at the stream's MP4)."""
-    return Sample(id=sample_id, question="(stream)", candidates=[], answer="", qtype="stream", answer_type="text",
+    """A ``Sample`` carrying ``block`` (its video reference points at the stream's MP4); its ``answer`` lists the
+    gold answers (``qid: answer``; a forward question's final one), for reading only: rewards use the record."""
+    gold = "; ".join(f"{q.qid}: {'/'.join(q.gold) if q.gold else (q.probes[-1].gold if q.probes else '?')}"
+                     for q in block.questions)
+    return Sample(id=sample_id, question="(stream)", candidates=[], answer=gold or "-", qtype="stream",
+                  answer_type="text",
                   video=VideoRef(path=block.video), meta={"stream": block.to_meta()})
 
 

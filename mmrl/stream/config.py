@@ -9,6 +9,7 @@ recalls (each followed by a re-decision at the same time) per chunk. Every key i
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from omegaconf import OmegaConf
@@ -17,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from mmrl.errors import ConfigError
 
 DEFAULT_PATH = "tools/streaming.yaml"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass
@@ -32,6 +34,7 @@ class StreamConfig:
     frame_max_pixels: int = 56 * 56  # per frame, for the window, the chunks and recalled frames
     frame_min_pixels: int = 28 * 28
     max_total_tokens: int = 4096  # an episode stops before a turn that could pass this many tokens
+    max_new_tokens: int = 64  # per model turn when the eval runs the stream (training: rollout.max_new_tokens)
 
     @property
     def frames_per_chunk(self) -> int:
@@ -59,7 +62,8 @@ class StreamConfig:
                   ("max_think_words", self.max_think_words >= 1, ">= 1"),
                   ("frame_max_pixels", self.frame_max_pixels >= max(self.frame_min_pixels, 784),
                    ">= frame_min_pixels and >= 784 (one 28x28 patch)"),
-                  ("max_total_tokens", self.max_total_tokens >= 64, ">= 64")]
+                  ("max_total_tokens", self.max_total_tokens >= 64, ">= 64"),
+                  ("max_new_tokens", self.max_new_tokens >= 1, ">= 1")]
         for key, ok, need in checks:
             if not ok:
                 raise ConfigError(f"{where}: key '{key}' must be {need}")
@@ -67,7 +71,11 @@ class StreamConfig:
 
 
 def load_stream_config(path: str = DEFAULT_PATH, **overrides) -> StreamConfig:
-    """``tools/streaming.yaml`` (or another file) merged over the defaults, then ``overrides``; checked."""
+    """``tools/streaming.yaml`` (or another file) merged over the defaults, then ``overrides``; checked. A relative
+    path missing from the working directory is looked up in the repository (``tools/streaming.yaml`` by default)."""
+    if not os.path.isabs(path) and not os.path.exists(path):
+        in_repo = os.path.join(REPO, path)
+        path = in_repo if os.path.exists(in_repo) else path
     try:
         raw = OmegaConf.load(path)
     except FileNotFoundError:

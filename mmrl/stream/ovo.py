@@ -17,6 +17,7 @@ no answer is ``None`` (scored 0 by the official scorer, as a missing offline res
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -111,7 +112,7 @@ def stream_blocks(video: str, items: Sequence[Mapping[str, Any]], cfg: StreamCon
     notes = {int(k): v for k, v in oracle.get("chunk_notes", {}).items()}
     facts = [MemoryLine(f[2], float(f[0]), float(f[1])) for f in oracle.get("facts", [])]
     return [StreamBlock(video=video, first_chunk=s, n_chunks=min(cfg.block_chunks, n - s), questions=qs,
-                        facts=facts, chunk_notes=notes, stream_id=video) for s in range(0, n, cfg.block_chunks)]
+                        facts=facts, chunk_notes=notes, stream_id=os.path.basename(video)) for s in range(0, n, cfg.block_chunks)]
 
 
 def carry_over(block: StreamBlock, prev: EpisodeRecord, recalled: Sequence[int]) -> StreamBlock:
@@ -146,8 +147,6 @@ def block_samples(items: Sequence[Mapping[str, Any]], video_root: str, cfg: Stre
                   oracles: Optional[Mapping[str, Any]] = None, count: CountTokens = word_count) -> List[Sample]:
     """Training samples: every block of every stream, with the teacher's state carried in (memory, answers,
     recalls), ids ``<video>@<first chunk>``."""
-    import os
-
     from mmrl.media.decode import probe
 
     out = []

@@ -63,3 +63,35 @@ def test_teacher_trajectory_for_masked_sft(tiny, blocks):
         lps = response_logprobs(tiny[1], [traj.scoring_item([])], pad_id=0)[0]
     assert lps.shape == traj.response_ids.shape and torch.isfinite(lps[traj.loss_mask]).all()
 
+
+
+@pytest.mark.slow
+def test_rl_step_with_the_stream_loop_from_config(tiny_model_path, tmp_path):
+    """One RL step with rollout.agent_loop=stream on stream samples: the trainer's rollout gives stream episodes
+    (records, stream metrics) and the existing scorer and update train on them."""
+    from mmrl.config import RewardConfig, load_config
+    from mmrl.rewards import REWARDS
+    from mmrl.stream.dataset import make_stream_dataset
+    from mmrl.train.rl_trainer import RLTrainer
+    from mmrl.train.update import policy_update
+    from support import small_overrides
+
+    world = tmp_path / "world"
+    make_stream_dataset(str(world), 1, 1, seed=0, duration=12)
+    if "test_stream_valid" not in REWARDS:  # a random-init model never writes the grammar: vary within groups
+        REWARDS.register("test_stream_valid")(lambda ctx: [
+            float((c.trajectory.response_ids[c.trajectory.loss_mask] % 2 == 0).float().mean())
+            - sum(record_of(c.trajectory).invalid_counts().values()) for c in ctx])
+    cfg = load_config(None, small_overrides(world, tmp_path / "rl", tiny_model_path)
+                      + ["rollout.agent_loop=stream", "rollout.n=2", "train.prompts_per_step=2",
+                         "rollout.max_new_tokens=4"])
+    cfg.rewards = [RewardConfig("test_stream_valid", 1.0)]
+    tr = RLTrainer(cfg, quiet=True)
+    m = tr.train_step()
+    assert m["stream/decisions_per_episode"] == 4 and m["stream/invalid_frac"] == 1.0 and m["adv/std"] > 0
+    si, trajs = tr.rollout(tr.stream.next(2))
+    assert all(record_of(t).subturns and t.sequence is not None for t in trajs)
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    policy_update(tr.backend, trajs, [r.inputs for r in si.requests], torch.linspace(-1, 1, len(trajs)),
+                  cfg.algorithm, cfg.train.micro_batch)
+    assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
