@@ -1,8 +1,9 @@
 """Streaming agents on the synthetic OVO-format world (issue 18; specs/algorithms.md §5): the offline-protocol model
 (GRPO), the streaming agent after masked SFT, after GRPO on the summed rewards, and after Stream-GDPO, over seeds.
 
-    .venv/bin/python bench/stream_gdpo.py [--seeds 0 1 2] [--n-train 6] [--n-test 3] [--sft-steps 150]
-        [--rl-steps 12] [--offline-sft-steps 150] [--out runs/stream_gdpo] [--report FILE] [--render-only]
+    .venv/bin/python bench/stream_gdpo.py [--seeds 0 1 2] [--n-train 8] [--n-test 4] [--sft-steps 200]
+        [--rl-steps 20] [--offline-sft-steps 200] [--action-weight 1.0] [--out runs/stream_gdpo] [--report FILE]
+        [--render-only]   (seeds may run as separate processes into one --out, then --render-only)
 
 Per seed (everything seeded by it): a world (``mmrl data synth --kind stream``: 16-s streams of 1-s chunks at 2 fps,
 56x56 frames; per stream a backward EPM, a real-time ATR and forward CRR and REC items in OVO-Bench's own format);
@@ -92,13 +93,14 @@ def run_seed(seed: int, args, out: Path) -> Dict[str, Dict[str, float]]:
     run_sft(sft, quiet=True, overwrite=True)
     times["stream_sft"] = time.perf_counter() - t0
     models = {"stream_sft": out / "stream_sft" / "final"}
-    for arm, files in (("stream_grpo_sum", ["configs/stream_gdpo.yaml", "configs/stream_grpo_sum.yaml"]),
-                       ("stream_gdpo", ["configs/stream_gdpo.yaml"])):
+    for arm, files, extra in (
+            ("stream_grpo_sum", ["configs/stream_gdpo.yaml", "configs/stream_grpo_sum.yaml"], []),
+            ("stream_gdpo", ["configs/stream_gdpo.yaml"], [f"algorithm.params.action_loss_weight={args.action_weight}"])):
         t0 = time.perf_counter()
         cfg = load_config([str(REPO / f) for f in files],
-                          common + [f"model.path={models['stream_sft']}", f"train.out_dir={out / arm}",
-                                    f"train.steps={args.rl_steps}", f"train.prompts_per_step={args.prompts_per_step}",
-                                    f"rollout.n={args.n}", f"train.lr={args.rl_lr}"])
+                          common + extra + [f"model.path={models['stream_sft']}", f"train.out_dir={out / arm}",
+                                            f"train.steps={args.rl_steps}", f"train.prompts_per_step={args.prompts_per_step}",
+                                            f"rollout.n={args.n}", f"train.lr={args.rl_lr}"])
         RLTrainer(cfg, quiet=True).run(overwrite=True)
         times[arm] = time.perf_counter() - t0
         models[arm] = out / arm / "final"
@@ -190,7 +192,8 @@ def render(per_seed: Dict[int, Dict[str, Dict[str, float]]], cmd: str, args) -> 
              f"Scale: tiny Qwen2.5-VL (random init), per seed a world of {args.n_train} training and {args.n_test} "
              f"held-out 16-s streams (4 blocks of 4 chunks each; 1-s chunks at 2 fps, 56x56); masked SFT "
              f"{args.sft_steps} steps x {args.sft_batch} blocks; RL {args.rl_steps} steps x {args.prompts_per_step} "
-             f"blocks x {args.n} rollouts, lr {args.rl_lr}; offline arm: SFT {args.offline_sft_steps} x 16 queries, "
+             f"blocks x {args.n} rollouts, lr {args.rl_lr}, Stream-GDPO action-branch weight {args.action_weight:g} "
+             f"(1 = off: the RL arms differ only in the advantage); offline arm: SFT {args.offline_sft_steps} x 16 queries, "
              f"GRPO {args.rl_steps} steps x {4 * args.prompts_per_step} queries x {args.n}. Held-out streams only. "
              f"Scores in % (official OVO-Bench scorer, greedy); mean with 95% t-interval over seeds.", "",
              "| arm | " + " | ".join(m for m, _ in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
@@ -213,16 +216,18 @@ def render(per_seed: Dict[int, Dict[str, Dict[str, float]]], cmd: str, args) -> 
 def main(argv: List[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--n-train", type=int, default=6)
-    p.add_argument("--n-test", type=int, default=3)
-    p.add_argument("--sft-steps", type=int, default=150)
+    p.add_argument("--n-train", type=int, default=8)
+    p.add_argument("--n-test", type=int, default=4)
+    p.add_argument("--sft-steps", type=int, default=200)
     p.add_argument("--sft-batch", type=int, default=4)
-    p.add_argument("--offline-sft-steps", type=int, default=150)
-    p.add_argument("--rl-steps", type=int, default=12)
+    p.add_argument("--offline-sft-steps", type=int, default=200)
+    p.add_argument("--rl-steps", type=int, default=20)
     p.add_argument("--rl-lr", type=float, default=1e-4)
     p.add_argument("--prompts-per-step", type=int, default=2)
     p.add_argument("--n", type=int, default=4)
-    p.add_argument("--nframes", type=int, default=8)
+    p.add_argument("--action-weight", type=float, default=1.0,
+                   help="Stream-GDPO's action-branch loss weight (1 = off: the two RL arms differ only in the advantage)")
+    p.add_argument("--nframes", type=int, default=4)  # the shortest prefix (2 s at 2 fps) holds 5 frames
     p.add_argument("--out", default="runs/stream_gdpo")
     p.add_argument("--report", default=str(REPO / "bench/results/stream_gdpo.md"))
     p.add_argument("--render-only", action="store_true")

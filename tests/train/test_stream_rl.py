@@ -21,8 +21,6 @@ def blocks_file(tmp_path_factory):
     info = make_stream_world(str(out), 1, 0, seed=5)
     samples = block_samples(json.load(open(info["ovo_train"])), info["video_root"], load_stream_config(),
                             json.load(open(info["oracle_train"])))
-    for s in samples:
-        s.answer = s.answer or "-"  # TODO(stream-env): block_sample writes the gold answers there
     save_samples(samples, str(out / "train_blocks.json"))
     return out / "train_blocks.json"
 
