@@ -65,6 +65,7 @@ def _video_result(video: str, records: List[EpisodeRecord], prefilled: int) -> D
             "visual_tokens_prefilled": prefilled,
             "invalid": _sum_counts([r.invalid_counts() for r in records]),
             "decisions": sum(len(r.subturns) for r in records),
+            "invalid_decisions": sum(not s.valid for r in records for s in r.subturns),
             "recalls": sum(1 for r in records for s in r.subturns if s.recall),
             "records": [r.to_dict() for r in records]}
 
@@ -158,7 +159,7 @@ def streaming_eval(items: Sequence[Mapping[str, Any]], video_root: str, bdef: Be
     summary = {"protocol": "streaming", "scores": scores, "queries": n_q, "videos": len(results),
                "cost": stream_cost(results, n_q), "decisions": decisions,
                "recalls": sum(r["recalls"] for r in results.values()), "invalid": invalid,
-               "invalid_frac": sum(v for k, v in invalid.items() if not k.startswith("memory")) / max(1, decisions),
+               "invalid_frac": sum(r["invalid_decisions"] for r in results.values()) / max(1, decisions),
                "unanswered": sum(1 for v in responses.values() if v is None)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
     return summary

@@ -23,7 +23,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @dataclass
 class StreamConfig:
-    description: str = ""
     chunk_seconds: float = 1.0
     fps: float = 2.0
     window_chunks: int = 8

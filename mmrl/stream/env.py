@@ -185,8 +185,9 @@ class StreamEnvironment(Environment):
         return out
 
     def _news(self) -> str:
-        """The questions that arrive with this decision (asked at or before now, not shown yet)."""
-        new = [q for q in self.record.questions if q.asked <= self.now and q.qid not in self.shown]
+        """The open questions not shown yet in this episode (those that arrive now; at a block's start also those
+        asked before it and still open)."""
+        new = [q for q in self._active() if q.qid not in self.shown]
         self.shown.update(q.qid for q in new)
         return "".join(f"\nQuestion {q.qid}: {q.text}\n" for q in new)
 

@@ -46,7 +46,9 @@ class StreamLoop(MultiTurnLoop):
         self.cfg = config or load_stream_config(DEFAULT_PATH)
         self.count, self.with_teacher = token_counter(processor), with_teacher
         super().__init__(processor, env_factory=lambda: StreamEnvironment(self.cfg, self.count),
-                         max_turns=self.cfg.max_turns, max_total_tokens=self.cfg.max_total_tokens)
+                         max_turns=self.cfg.max_turns + 1, max_total_tokens=self.cfg.max_total_tokens)
+        # + 1: the multi_turn loop ends at its max_turns-th turn without passing it to the environment; the
+        # environment ends every episode itself after the compaction (at most cfg.max_turns model turns)
 
     def _trajectory(self, e, req: RolloutRequest) -> Trajectory:
         t = MultiTurnLoop._trajectory(e, req)

@@ -95,3 +95,23 @@ def test_rl_step_with_the_stream_loop_from_config(tiny_model_path, tmp_path):
     policy_update(tr.backend, trajs, [r.inputs for r in si.requests], torch.linspace(-1, 1, len(trajs)),
                   cfg.algorithm, cfg.train.micro_batch)
     assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+
+
+def test_a_block_at_the_turn_cap_still_compacts(tiny_model_path, blocks):
+    """Two valid recalls at every chunk (the most turns a block can take): the compaction still reaches the
+    environment, and the trajectory's model turns are exactly the block's 13."""
+    from mmrl.stream.loop import ReplayEngine, StreamLoop
+
+    proc = load_processor(tiny_model_path)
+    cfg, bl = blocks
+    script = []
+    for k in range(4):
+        script += [f"<think>a</think><action>recall({2 * k}, {2 * k})</action>",
+                   f"<think>b</think><action>recall({2 * k + 1}, {2 * k + 1})</action>", "<think>c</think><action>silence</action>"]
+    script.append("<memory>\n[0-1] kept\n</memory>")
+    loop = StreamLoop(proc, cfg, with_teacher=False)
+    (t,) = loop.run_samples(ReplayEngine(proc, {"s@8": script}), [block_sample(bl[2], "s@8")], SamplingParams())
+    rec = record_of(t)
+    assert cfg.max_turns == 13 and rec.forward_passes == 13 and rec.end == "done"
+    assert [c for s in rec.subturns if s.recall for c in s.recall.chunks] == list(range(8))
+    assert rec.compactions[0].post[0].note == "kept" and rec.invalid_counts() == {}
