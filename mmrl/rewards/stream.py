@@ -14,6 +14,8 @@ sub-turns at which q is active):
   interval, u_q = 1 when the rollout makes a syntactically and temporally valid recall there (``SubTurn.valid``).
 - R_out, R_fmt and R_tool are averaged over the questions; an episode without a question scores R_out = R_tool = 0
   and R_fmt = the fraction of its decisions that follow the grammar (our reading; the paper defines them per q).
+  A forward probe reads the stream's latest answer, including those carried in from the stream's earlier blocks
+  (``record.answers_before``), as the streaming eval does: staying silent while the answer holds is rewarded.
 - ``R_mem``: ½[ΔS_time + ΔS_keep] of each compaction, averaged over the episode's compactions
   (``mmrl.rewards.stream_memory``), with the oracle's salient facts (``record.facts``: note + range) as the teacher
   evidence intervals and facts; the facts seen by the compaction's time only.
