@@ -126,13 +126,44 @@ def run_seed(seed: int, args, out: Path) -> Dict[str, Dict[str, float]]:
     times["offline_grpo"] = time.perf_counter() - t0
     models["offline_grpo"] = out / "offline_grpo" / "final"
 
-    rows = {}
-    for arm in ARMS:
-        summary = evaluate(models[arm], world, out / f"eval_{arm}", args)
-        rows[arm] = arm_metrics(arm, summary, world, out / f"eval_{arm}")
-        rows[arm]["train_s"] = times[arm]
+    (out / "times.json").write_text(json.dumps(times))
+    return evaluate_seed(out, world, args)
+
+
+def local_ids(world: Dict[str, Any], out: Path) -> Dict[str, Any]:
+    """The test annotations with item ids renumbered from 0 (as the training split's are). The world numbers test
+    items from 10^6, so their stream question ids (``q<id>``) are 7-digit handles the agent never saw in training;
+    renumbering changes nothing else (same videos, questions, times and gold)."""
+    items = json.loads(Path(world["ovo_test"]).read_text())
+    for i, it in enumerate(items):
+        it["id"] = i
+    path = out / "ovo_test_local_ids.json"
+    path.write_text(json.dumps(items, indent=1))
+    return dict(world, ovo_test=str(path))
+
+
+def evaluate_seed(out: Path, world: Dict[str, Any], args) -> Dict[str, Dict[str, Any]]:
+    """Every arm's final model on the held-out streams, with the world's test ids (``orig``) and renumbered
+    (``local``, ``local_ids``); ``rows.json``."""
+    times = json.loads((out / "times.json").read_text())
+    rows: Dict[str, Dict[str, Any]] = {}
+    for ids, w in (("orig", world), ("local", local_ids(world, out))):
+        for arm in ARMS:
+            ev = out / f"eval_{arm}" if ids == "orig" else out / f"eval_{arm}_{ids}"
+            if not (ev / "side_by_side.md").exists():
+                evaluate(out / arm / "final", w, ev, args)
+            both = {k: json.loads((ev / k / "summary.json").read_text()) for k in ("offline", "streaming")}
+            both["offline"]["cost"] = offline_cost_of(ev)
+            rows.setdefault(ids, {})[arm] = dict(arm_metrics(arm, both, w, ev), train_s=times[arm])
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     return rows
+
+
+def offline_cost_of(ev: Path) -> Dict[str, float]:
+    from mmrl.eval.ovobench_stream import offline_cost
+    from mmrl.eval.report import read_jsonl
+
+    return offline_cost(read_jsonl(ev / "offline" / "predictions.jsonl"))
 
 
 def evaluate(model: Path, world: Dict[str, Any], out: Path, args) -> Dict[str, Any]:
@@ -182,35 +213,45 @@ def arm_metrics(arm: str, both: Dict[str, Any], world: Dict[str, Any], out: Path
 
 
 # ---- table ----------------------------------------------------------------------------------------------------------
-def render(per_seed: Dict[int, Dict[str, Dict[str, float]]], cmd: str, args) -> str:
-    from bpo_table import fmt_ci
-
+def render(per_seed: Dict[int, Dict[str, Dict[str, Dict[str, float]]]], cmd: str, args) -> str:
     seeds = sorted(per_seed)
-    scale = {"vtok": 1.0}
     lines = [f"# Streaming agents: offline GRPO vs masked SFT vs GRPO on the sum vs Stream-GDPO ({len(seeds)} seeds)", "",
              f"Command: `{cmd}`", "",
              f"Scale: tiny Qwen2.5-VL (random init), per seed a world of {args.n_train} training and {args.n_test} "
              f"held-out 16-s streams (4 blocks of 4 chunks each; 1-s chunks at 2 fps, 56x56); masked SFT "
              f"{args.sft_steps} steps x {args.sft_batch} blocks; RL {args.rl_steps} steps x {args.prompts_per_step} "
              f"blocks x {args.n} rollouts, lr {args.rl_lr}, Stream-GDPO action-branch weight {args.action_weight:g} "
-             f"(1 = off: the RL arms differ only in the advantage); offline arm: SFT {args.offline_sft_steps} x 16 queries, "
-             f"GRPO {args.rl_steps} steps x {4 * args.prompts_per_step} queries x {args.n}. Held-out streams only. "
-             f"Scores in % (official OVO-Bench scorer, greedy); mean with 95% t-interval over seeds.", "",
-             "| arm | " + " | ".join(m for m, _ in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+             f"(1 = off: the RL arms differ only in the advantage); offline arm: SFT {args.offline_sft_steps} x 16 "
+             f"queries, GRPO {args.rl_steps} steps x {4 * args.prompts_per_step} queries x {args.n}. Held-out streams "
+             f"only. Scores in % (official OVO-Bench scorer, greedy); mean with 95% t-interval over seeds.", ""]
+    for ids, title in (("local", "Test item ids renumbered from 0 (as in training)"),
+                       ("orig", "The world's test item ids (from 10^6: 7-digit question handles never seen in training)")):
+        lines += table(per_seed, ids, title)
+    return "\n".join(lines) + "\n"
+
+
+def table(per_seed, ids: str, title: str) -> List[str]:
+    from bpo_table import fmt_ci
+
+    seeds = sorted(per_seed)
+    scale = {"vtok": 1.0}
+    rows = {s: per_seed[s][ids] for s in seeds}
+    lines = [f"## {title}", "", "| arm | " + " | ".join(m for m, _ in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
     for arm in ARMS:
-        cells = [fmt_ci([per_seed[s][arm][k] for s in seeds], scale=scale.get(k, 100.0)) for _, k in METRICS]
+        cells = [fmt_ci([rows[s][arm][k] for s in seeds], scale=scale.get(k, 100.0)) for _, k in METRICS]
         lines.append(f"| {LABEL[arm]} | " + " | ".join(cells) + " |")
-    lines += ["", "Per seed:", "", "| seed | arm | " + " | ".join(m for m, _ in METRICS) + " | train s |",
-              "|---|---|" + "---|" * (len(METRICS) + 1)]
+    lines += ["", "| seed | arm | " + " | ".join(m for m, _ in METRICS) + " | recalls | train s |",
+              "|---|---|" + "---|" * (len(METRICS) + 2)]
     for s in seeds:
         for arm in ARMS:
-            r = per_seed[s][arm]
+            r = rows[s][arm]
             vals = [("n/a" if r[k] != r[k] else f"{r[k] * scale.get(k, 100.0):.1f}") for _, k in METRICS]
-            lines.append(f"| {s} | {LABEL[arm]} | " + " | ".join(vals) + f" | {r['train_s']:.0f} |")
-    d = [per_seed[s]["stream_gdpo"]["overall"] - per_seed[s]["stream_grpo_sum"]["overall"] for s in seeds]
+            lines.append(f"| {s} | {LABEL[arm]} | " + " | ".join(vals) + f" | {r.get('recalls', float('nan')):.0f} | "
+                         f"{r['train_s']:.0f} |")
+    d = [rows[s]["stream_gdpo"]["overall"] - rows[s]["stream_grpo_sum"]["overall"] for s in seeds]
     lines += ["", f"Stream-GDPO minus GRPO-on-the-sum, weighted overall (points): {fmt_ci(d, signed=True)} "
-                  f"(per seed: {', '.join(f'{100 * x:+.1f}' for x in d)})."]
-    return "\n".join(lines) + "\n"
+                  f"(per seed: {', '.join(f'{100 * x:+.1f}' for x in d)}).", ""]
+    return lines
 
 
 def main(argv: List[str] | None = None) -> None:
@@ -231,15 +272,22 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("--out", default="runs/stream_gdpo")
     p.add_argument("--report", default=str(REPO / "bench/results/stream_gdpo.md"))
     p.add_argument("--render-only", action="store_true")
+    p.add_argument("--eval-only", action="store_true", help="re-evaluate the trained models of each seed in --out")
     args = p.parse_args(argv)
     out = Path(args.out)
     per_seed = {}
     for s in args.seeds:
-        rows = out / f"seed{s}" / "rows.json"
-        if args.render_only or rows.exists():
+        d = out / f"seed{s}"
+        rows = d / "rows.json"
+        if args.eval_only:
+            w = d / "world"
+            world = {"ovo_test": str(w / "ovo_test.json"), "video_root": str(w / "videos"),
+                     "oracle_test": str(w / "oracle_test.json")}
+            per_seed[s] = evaluate_seed(d, world, args)
+        elif args.render_only or rows.exists():
             per_seed[s] = json.loads(rows.read_text())
-            continue
-        per_seed[s] = run_seed(s, args, out / f"seed{s}")
+        else:
+            per_seed[s] = run_seed(s, args, d)
     cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/stream_gdpo.py " + " ".join(sys.argv[1:] if argv is None else argv)
     text = render(per_seed, cmd.strip(), args)
     print(text)

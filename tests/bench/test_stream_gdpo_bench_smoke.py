@@ -26,10 +26,13 @@ def test_stream_gdpo_bench_smoke(tiny_model_path, tmp_path, capsys):
     for arm in bench.ARMS:
         assert f"| {bench.LABEL[arm]} |" in table
     rows = json.loads((out / "seed0" / "rows.json").read_text())
-    assert set(rows) == set(bench.ARMS)
-    for arm, r in rows.items():
-        assert 0.0 <= r["overall"] <= 1.0 and r["vtok"] > 0
-        assert (out / "seed0" / f"eval_{arm}" / "side_by_side.md").exists()
+    assert set(rows) == {"orig", "local"} and all(set(rows[k]) == set(bench.ARMS) for k in rows)
+    for arm in bench.ARMS:
+        for ids, sub in (("orig", f"eval_{arm}"), ("local", f"eval_{arm}_local")):
+            assert 0.0 <= rows[ids][arm]["overall"] <= 1.0 and rows[ids][arm]["vtok"] > 0
+            assert (out / "seed0" / sub / "side_by_side.md").exists()
+    local = json.loads((out / "seed0" / "ovo_test_local_ids.json").read_text())
+    assert [it["id"] for it in local] == list(range(len(local)))
     # both RL arms started from the masked-SFT checkpoint and ran the algorithm they name
     for arm, algo in (("stream_grpo_sum", "grpo"), ("stream_gdpo", "stream_gdpo")):
         cfg = (out / "seed0" / arm / "config.yaml").read_text()
