@@ -45,6 +45,7 @@ class StreamLoop(MultiTurnLoop):
     def __init__(self, processor, config: Optional[StreamConfig] = None, with_teacher: bool = True):
         self.cfg = config or load_stream_config(DEFAULT_PATH)
         self.count, self.with_teacher = token_counter(processor), with_teacher
+        self._teacher: Dict[str, list] = {}  # sample id -> the oracle's decisions (per run)
         super().__init__(processor, env_factory=lambda: StreamEnvironment(self.cfg, self.count),
                          max_turns=self.cfg.max_turns + 1, max_total_tokens=self.cfg.max_total_tokens)
         # + 1: the multi_turn loop ends at its max_turns-th turn without passing it to the environment; the
@@ -54,10 +55,16 @@ class StreamLoop(MultiTurnLoop):
         t = MultiTurnLoop._trajectory(e, req)
         rec: EpisodeRecord = e.env.record
         rec.end = e.end
-        if self.with_teacher:
-            rec.teacher_actions = teacher_episode(req.sample, self.cfg, self.count).subturns
+        if self.with_teacher:  # once per sample and run: the n episodes of a group share the oracle's
+            if req.sample_id not in self._teacher:
+                self._teacher[req.sample_id] = teacher_episode(req.sample, self.cfg, self.count).subturns
+            rec.teacher_actions = self._teacher[req.sample_id]
         t.turns[-1][RECORD_KEY] = rec
         return t
+
+    def run(self, engine: RolloutEngine, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
+        self._teacher = {}
+        return super().run(engine, requests, params)
 
     def run_samples(self, engine: RolloutEngine, samples: Sequence[Sample], params: SamplingParams,
                     n: int = 1) -> List[Trajectory]:

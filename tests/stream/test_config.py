@@ -30,5 +30,5 @@ def test_run_config_with_the_stream_loop():
     for bad in ("train.backend=deepspeed", "rollout.engine=vllm"):
         with pytest.raises(ConfigError, match="'stream' runs with rollout.engine=hf"):
             load_config([], ["rollout.agent_loop=stream", bad])
-    with pytest.raises(ConfigError, match="video_seek.yaml: key 'max_turns'"):  # a tool suite is no stream config
+    with pytest.raises(ConfigError, match="video_seek.yaml: key 'description'"):  # a tool suite is no stream config
         check_rollout_config(load_config([], ["rollout.agent_loop=stream", "rollout.tools=tools/video_seek.yaml"]).rollout)
