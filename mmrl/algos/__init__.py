@@ -7,6 +7,7 @@ from mmrl.algos.spec import (ALGORITHMS, AlgorithmSpec, Intervention, Needs, Sel
                              build_algorithm, build_spec, register_algorithm)
 from mmrl.algos.grpo import GRPOParams, drgrpo_advantages, group_normalize, grpo, grpo_advantages
 from mmrl.algos.gdpo import GDPOParams, gdpo, gdpo_advantages
+from mmrl.algos.stream_gdpo import StreamGDPO, StreamGDPOParams, stream_gdpo_advantages
 from mmrl.algos.dapo import DAPOParams, DynamicSamplingPlan, dynamic_sampling_keep, dynamic_sampling_plan, overlong_penalty
 from mmrl.algos.tgrpo import TGRPOParams, tgrpo, tgrpo_advantages, tgrpo_length_bonus, tgrpo_temporal_bonus
 from mmrl.algos.bpo import (
@@ -38,7 +39,7 @@ __all__ = [
     "build_algorithm", "build_spec", "register_algorithm",
     "POLICY_LOSSES", "AdvantageInputs", "AdvantageOutput", "LossParams",
     "GRPOParams", "grpo", "grpo_advantages", "drgrpo_advantages", "group_normalize",
-    "GDPOParams", "gdpo", "gdpo_advantages",
+    "GDPOParams", "gdpo", "gdpo_advantages", "StreamGDPO", "StreamGDPOParams", "stream_gdpo_advantages",
     "DAPOParams", "overlong_penalty", "dynamic_sampling_keep", "dynamic_sampling_plan", "DynamicSamplingPlan",
     "TGRPOParams", "tgrpo", "tgrpo_advantages", "tgrpo_temporal_bonus", "tgrpo_length_bonus",
     "BPOParams", "bpo", "contract_reward", "contract_rewards", "anchor_baseline", "bpo_advantages", "paired_advantages",

@@ -1,5 +1,8 @@
 """Supervised warm-up on the same data: teacher-forced cross-entropy of the gold answer ``{letter}<|im_end|>``
-(or of ``{meta.sft_response}<|im_end|>`` where a sample carries a reasoning trace, e.g. the claims world).
+(or of ``{meta.sft_response}<|im_end|>`` where a sample carries a reasoning trace, e.g. the claims world). In a
+streaming run (``rollout.agent_loop: stream``) it is masked SFT on the world oracle's streams: the cross-entropy of
+the teacher's own turns (think updates, actions, recalls, memory lines), observations masked, averaged over those
+tokens.
 
 Needed before RL from a random init (the tiny model) and used by real users before RL. Prompt inputs are built
 once per sample and reused across epochs (media decoded once per sample).
@@ -36,6 +39,23 @@ from mmrl.rollout.step_inputs import budget_from, style_from
 def answer_ids(tokenizer, text: str) -> torch.Tensor:
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     return torch.tensor(tokenizer.encode(text, add_special_tokens=False) + [eos], dtype=torch.long)
+
+
+def target_mask(item) -> torch.Tensor:
+    """The trained tokens of an SFT item ``(inputs, response_ids[, loss_mask])``: all of a plain answer; a multi-turn
+    teacher trajectory's own turns only (observations masked)."""
+    return item[2] if len(item) > 2 else torch.ones(item[1].numel(), dtype=torch.bool)
+
+
+def teacher_items(cfg: Config, processor):
+    """``sample -> (SequenceInputs, response_ids, loss_mask)`` of the oracle's stream when the run is a streaming run
+    (``rollout.agent_loop: stream``): masked SFT on the teacher's actions, recalls and memory lines
+    (``mmrl.train.sft_stream``); ``None`` otherwise."""
+    if cfg.rollout.agent_loop != "stream":
+        return None
+    from mmrl.train.sft_stream import teacher_item_builder
+
+    return teacher_item_builder(cfg, processor)
 
 
 def sft_target(sample) -> str:
@@ -79,7 +99,13 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
     autocast = autocast_factory(cfg.train.precision, next(model.parameters()).device)
     history = []
 
+    teacher = teacher_items(cfg, processor)  # streaming runs: masked SFT on the oracle's streams
+
     def item(sample):
+        if teacher is not None:
+            if sample.id not in cache:
+                cache[sample.id] = teacher(sample)
+            return cache[sample.id]
         if sample.id not in cache:
             media = load_media(sample, budget)
             msgs = build_messages(sample.question, sample.candidates, media, style)
@@ -108,12 +134,12 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
             loss_sum = 0.0
             if items:
                 opt.zero_grad(set_to_none=True)
-                n_tok = sum(int(r.numel()) for _, r in items)
+                n_tok = sum(int(target_mask(it).sum()) for it in items)
                 for i in range(0, len(items), cfg.train.micro_batch):
                     chunk = items[i : i + cfg.train.micro_batch]
                     with autocast():
-                        lps = response_logprobs(model, chunk, micro_batch=len(chunk), pad_id=pad_id)
-                    loss = -torch.cat(lps).sum() / n_tok
+                        lps = response_logprobs(model, [it[:2] for it in chunk], micro_batch=len(chunk), pad_id=pad_id)
+                    loss = -sum((lp * target_mask(it).to(lp.dtype)).sum() for lp, it in zip(lps, chunk)) / max(n_tok, 1)
                     loss.backward()
                     loss_sum += float(loss.detach())
                 torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.train.grad_clip)

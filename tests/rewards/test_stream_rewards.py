@@ -1,0 +1,127 @@
+"""Stream-GDPO rewards on hand-built episode records (specs/algorithms.md §5, unit tests 4 and 5 and causality)."""
+import pytest
+
+from mmrl.rewards import stream as sr
+from mmrl.stream import record as rec_mod
+from mmrl.stream.actions import check_recall, parse_action, recall, response, silence
+from mmrl.stream.record import AnswerEvent, Compaction, EpisodeRecord, MemoryLine, Probe, StreamQuestion, SubTurn
+
+
+def _sub(t, action, active=("q1",), reason="__grammar__", rec=None):
+    a = parse_action(action.render()) if not isinstance(action, str) else parse_action(action)
+    if reason == "__grammar__":
+        reason = a.reason
+    return SubTurn(time=t, chunk=int(t) - 1, chunk_start=t - 1, sub=0, text="", action=a, reason=reason,
+                   recall=rec, active=list(active))
+
+
+def _record(subturns, answers, teacher=(), alpha=3.0, gold=("B",), compactions=(), facts=()):
+    q = StreamQuestion(qid="q1", task="EPM", mode="backward", text="?", asked=1.0, alpha=alpha, gold=list(gold))
+    return EpisodeRecord(sample_id="s", chunk_s=1.0, first_chunk=0, n_chunks=8, questions=[q], subturns=list(subturns),
+                         answers=list(answers), teacher_actions=list(teacher), compactions=list(compactions),
+                         facts=list(facts))
+
+
+TEACHER = [_sub(4.0, recall(0, 2)), _sub(4.0, response("q1", "B"))]
+
+
+def test_correct_causal_answer_with_matching_recall():
+    subs = [_sub(4.0, recall(0, 2)), _sub(4.0, response("q1", "B"))]
+    c = sr.stream_components(_record(subs, [AnswerEvent("q1", "B", 4.0, 3)], TEACHER))
+    assert c == {"out": 1.0, "fmt": 1.0, "tool": 1.0, "mem": 0.0}
+
+
+def test_tool_is_zero_when_the_answer_is_wrong_even_if_the_recall_matches_the_teacher():  # spec unit test 4
+    subs = [_sub(4.0, recall(0, 2)), _sub(4.0, response("q1", "C"))]
+    c = sr.stream_components(_record(subs, [AnswerEvent("q1", "C", 4.0, 3)], TEACHER))
+    assert c["out"] == 0.0 and c["tool"] == 0.0 and c["fmt"] == 1.0
+
+
+def test_recall_ending_at_or_after_the_chunk_start_is_invalid_and_earns_no_tool_reward():  # spec unit test 5
+    assert check_recall(0.0, 3.0, 3.0) == "recall_future" and check_recall(0.0, 2.9, 3.0) is None
+    bad = _sub(4.0, recall(0, 3), reason=check_recall(0.0, 3.0, 3.0))
+    subs = [bad, _sub(4.0, response("q1", "B"))]
+    c = sr.stream_components(_record(subs, [AnswerEvent("q1", "B", 4.0, 3)], TEACHER))
+    assert c["out"] == 1.0 and c["tool"] == 0.0
+    assert c["fmt"] == 1.0  # the grammar held; the time rule is the tool reward's concern
+
+
+def test_no_teacher_recall_means_no_tool_reward():
+    subs = [_sub(4.0, recall(0, 2)), _sub(4.0, response("q1", "B"))]
+    c = sr.stream_components(_record(subs, [AnswerEvent("q1", "B", 4.0, 3)], [_sub(4.0, response("q1", "B"))]))
+    assert c["tool"] == 0.0
+
+
+def test_causality_an_answer_before_alpha_scores_zero():
+    subs = [_sub(2.0, response("q1", "B")), _sub(4.0, response("q1", "B"))]
+    early = _record(subs, [AnswerEvent("q1", "B", 2.0, 1), AnswerEvent("q1", "B", 4.0, 3)], alpha=3.0)
+    assert sr.stream_components(early)["out"] == 0.0  # the first answer is the one scored, and it came too early
+    on_time = _record(subs[1:], [AnswerEvent("q1", "B", 3.0, 2)], alpha=3.0)
+    assert sr.stream_components(on_time)["out"] == 1.0  # at alpha counts
+    for t, a in [(2.0, 3.0), (3.0, 3.0), (4.0, 3.0)]:
+        assert sr.causal(t, a) == rec_mod.causal(t, a)
+
+
+def test_format_is_one_only_when_every_decision_in_the_interval_parses():
+    subs = [_sub(2.0, "<think>x</think> oops"), _sub(4.0, response("q1", "B"))]
+    c = sr.stream_components(_record(subs, [AnswerEvent("q1", "B", 4.0, 3)]))
+    assert c["fmt"] == 0.0
+    # a broken decision outside q1's interval does not count against q1
+    subs = [_sub(2.0, "garbage", active=()), _sub(4.0, response("q1", "B"))]
+    assert sr.stream_components(_record(subs, [AnswerEvent("q1", "B", 4.0, 3)]))["fmt"] == 1.0
+
+
+def test_forward_question_scores_its_probes_with_the_latest_causal_answer():
+    q = StreamQuestion(qid="f", task="CRR", mode="forward", text="?", asked=0.0, alpha=0.0, kind="forward",
+                       probes=[Probe(2.0, "No", 0.0), Probe(5.0, "Yes", 4.0), Probe(20.0, "Yes", 4.0)])
+    subs = [_sub(t, silence(), active=("f",)) for t in (1.0, 2.0, 5.0)]
+    rec = EpisodeRecord(sample_id="s", chunk_s=1.0, first_chunk=0, n_chunks=8, questions=[q], subturns=subs,
+                        answers=[AnswerEvent("f", "No", 1.0, 0), AnswerEvent("f", "yes", 5.0, 4)])
+    assert sr.stream_components(rec)["out"] == 1.0  # the probe at 20 s lies outside this 8-chunk episode
+    rec.answers = [AnswerEvent("f", "No", 1.0, 0), AnswerEvent("f", "Yes", 3.0, 2)]  # 'Yes' before the event (4 s)
+    assert sr.stream_components(rec)["out"] == 0.5
+    for t in (0.5, 1.0, 3.0, 9.0):
+        assert sr.answer_at(rec, "f", t) == rec_mod.answer_at(rec, "f", t)
+
+
+def test_memory_reward_averages_compactions_and_uses_facts_seen_so_far():
+    facts = [MemoryLine("red square left", 1.0, 2.0), MemoryLine("blue flash", 6.0, 7.0)]
+    good = Compaction(time=4.0, chunk=3, pre=[], post=[MemoryLine("red square left", 1.0, 2.0)])
+    keep = Compaction(time=8.0, chunk=7, pre=[MemoryLine("red square left", 1.0, 2.0)],
+                      post=[MemoryLine("red square left", 1.0, 2.0)])
+    rec = _record([_sub(4.0, silence())], [], compactions=[good, keep], facts=facts)
+    # at 4 s only the first fact is seen: S_time 0 -> 1, S_keep 0 -> 1, R = 1; at 8 s nothing changes: R = 0
+    assert sr.memory_reward(rec) == pytest.approx(0.5)
+    assert sr.stream_components(rec)["mem"] == pytest.approx(0.5)
+
+
+def test_match():
+    assert sr.match(" (b). ", ["B"]) and sr.match("3.0", ["3"]) and sr.match("yes", ["Yes"])
+    assert not sr.match("C", ["B"]) and not sr.match(None, ["B"]) and not sr.match("", ["B"])
+
+
+def test_registered_reward_returns_components_and_weighted_sum(monkeypatch):
+    from mmrl.rewards.base import REWARDS
+
+    subs = [_sub(4.0, recall(0, 2)), _sub(4.0, response("q1", "B"))]
+    rec = _record(subs, [AnswerEvent("q1", "B", 4.0, 3)], TEACHER)
+    monkeypatch.setattr(sr, "record_of", lambda ctx: rec)
+    out = REWARDS.get("stream")([object(), object()])
+    assert out["stream_out"] == [1.0, 1.0] and out["stream_tool"] == [1.0, 1.0]
+    assert out["stream"] == [1.0 + 1.0 + 0.5 * 1.0 + 0.5 * 0.0] * 2
+    assert REWARDS.get("stream")([object()], weights={"tool": 2.0})["stream"] == [4.0]
+    with pytest.raises(ValueError, match="weights.speed"):
+        REWARDS.get("stream")([object()], weights={"speed": 1.0})
+
+
+def test_reward_reads_the_record_where_the_stream_loop_keeps_it():
+    from types import SimpleNamespace
+
+    from mmrl.stream.loop import RECORD_KEY
+
+    assert sr.RECORD_KEY == RECORD_KEY
+    rec = _record([_sub(4.0, silence())], [])
+    traj = SimpleNamespace(turns=[{"turn": 0}, {"turn": 1, RECORD_KEY: rec}])
+    assert sr.record_of(SimpleNamespace(trajectory=traj, sample=None)) is rec
+    with pytest.raises(ValueError, match="agent_loop: stream"):
+        sr.record_of(SimpleNamespace(trajectory=SimpleNamespace(turns=[{}]), sample=SimpleNamespace(id="x")))
