@@ -118,6 +118,7 @@ class SFTConfig:
     steps: int = 500
     batch_size: int = 32
     lr: float = 3e-4
+    turns: Optional[str] = None  # multi-turn tool scripts (JSONL {id, turns}: teacher.jsonl, mmrl rectify's set); needs rollout.tools
 
 
 @dataclass

@@ -1,5 +1,7 @@
 """Supervised warm-up on the same data: teacher-forced cross-entropy of the gold answer ``{letter}<|im_end|>``
-(or of ``{meta.sft_response}<|im_end|>`` where a sample carries a reasoning trace, e.g. the claims world).
+(or of ``{meta.sft_response}<|im_end|>`` where a sample carries a reasoning trace, e.g. the claims world); with
+``sft.turns``, of the model turns of scripted multi-turn tool episodes (``mmrl.tools.turn_sft``; loss on model
+tokens only).
 
 Needed before RL from a random init (the tiny model) and used by real users before RL. Prompt inputs are built
 once per sample and reused across epochs (media decoded once per sample).
@@ -60,6 +62,12 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
     model, processor = load_model_and_processor(cfg.model)
     samples, load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
     check_loaded(cfg.data, samples, load_skipped)
+    turn_items = None
+    if cfg.sft.turns:  # multi-turn tool episodes (mmrl.tools.turn_sft): only the samples the scripts cover
+        from mmrl.tools.turn_sft import TurnItems
+
+        turn_items = TurnItems(cfg.sft.turns, cfg.rollout.tools, samples)
+        samples = turn_items.samples(samples)
     out_dir = Path(cfg.train.out_dir)
     skips = skip_log_for(str(out_dir), cfg.data, samples, load_skipped, rd.resume_step)
     stream = DataStream(samples, cfg.train.seed, cfg.data.shuffle)
@@ -80,12 +88,18 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
     history = []
 
     def item(sample):
+        """``(inputs, response ids, loss mask or None)``."""
         if sample.id not in cache:
             media = load_media(sample, budget)
             msgs = build_messages(sample.question, sample.candidates, media, style)
             cache[sample.id] = (build_prompt_inputs(processor, msgs, media, max_prompt_tokens=cfg.data.max_prompt_tokens,
                                                     sample_id=sample.id), answer_ids(processor.tokenizer, sft_target(sample)))
-        return cache[sample.id]
+        if turn_items is not None:
+            from mmrl.rollout.base import RolloutRequest
+
+            req = RolloutRequest(inputs=cache[sample.id][0], sample_id=sample.id, sample=sample)
+            return turn_items.item(sample, req, processor, stream.epoch)
+        return cache[sample.id] + (None,)
 
     def save(step: int) -> Path:
         return save_checkpoint(str(out_dir), step, model, opt, sched, {"data": stream.state_dict()},
@@ -108,12 +122,13 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
             loss_sum = 0.0
             if items:
                 opt.zero_grad(set_to_none=True)
-                n_tok = sum(int(r.numel()) for _, r in items)
+                n_tok = sum(int(r.numel()) if m is None else int(m.sum()) for _, r, m in items)
                 for i in range(0, len(items), cfg.train.micro_batch):
                     chunk = items[i : i + cfg.train.micro_batch]
                     with autocast():
-                        lps = response_logprobs(model, chunk, micro_batch=len(chunk), pad_id=pad_id)
-                    loss = -torch.cat(lps).sum() / n_tok
+                        lps = response_logprobs(model, [(p, r) for p, r, _ in chunk], micro_batch=len(chunk),
+                                                pad_id=pad_id)
+                    loss = -torch.cat([lp if m is None else lp[m] for lp, (_, _, m) in zip(lps, chunk)]).sum() / n_tok
                     loss.backward()
                     loss_sum += float(loss.detach())
                 torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.train.grad_clip)
