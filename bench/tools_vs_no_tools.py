@@ -37,7 +37,8 @@ def base_overrides(args, world: dict, out: Path, seed: int) -> list:
             f"sft.lr={args.sft_lr}", "train.eval_every=0"]
 
 
-TOOLS = ["rollout.agent_loop=multi_turn", f"rollout.tools={SUITE}", "rollout.max_new_tokens=40"]
+TOOL_TOKENS = 96  # a turn: the teacher's seek call is about 80 tokens of the tiny tokenizer
+TOOLS = ["rollout.agent_loop=multi_turn", f"rollout.tools={SUITE}", f"rollout.max_new_tokens={TOOL_TOKENS}"]
 PLAIN = ["rollout.max_new_tokens=4"]
 
 
@@ -56,7 +57,8 @@ def eval_tools(model_path, cfg) -> dict:
 
     samples, errors = load_samples(cfg.data.test, cfg.data.media_root, on_error="skip")
     model = load_model(model_path).eval()
-    return evaluate_tool_episodes(model, load_processor(model_path), samples, cfg.data, SUITE, 40, load_errors=errors)
+    return evaluate_tool_episodes(model, load_processor(model_path), samples, cfg.data, SUITE, TOOL_TOKENS,
+                                  load_errors=errors)
 
 
 def eval_plain(model_path, cfg, out: Path) -> dict:
@@ -88,16 +90,20 @@ def run_seed(args, seed: int) -> dict:
 
     root = Path(args.out) / f"seed{seed}"
     t0 = time.time()
-    world = make_seek_world(str(root / "world"), args.n_train, args.n_test, seed=seed)
+    world = make_seek_world(str(root / "world"), args.n_train, args.n_test, seed=seed)  # deterministic given the seed
     ov = lambda name: base_overrides(args, world, root / name, seed)  # noqa: E731
     warm = f"sft.steps={args.sft_steps}"
-    run_sft(tool_cfg(ov("sft_tools"), warm, f"sft.turns={world['teacher']}"), quiet=True, overwrite=True)
-    run_sft(load_config([], ov("sft_plain") + PLAIN + [warm]), quiet=True, overwrite=True)
+    # a stage whose final model exists is kept (an interrupted seed continues where it stopped)
+    if not (root / "sft_tools" / "final").exists():
+        run_sft(tool_cfg(ov("sft_tools"), warm, f"sft.turns={world['teacher']}"), quiet=True, overwrite=True)
+    if not (root / "sft_plain" / "final").exists():
+        run_sft(load_config([], ov("sft_plain") + PLAIN + [warm]), quiet=True, overwrite=True)
     out = {"seed": seed, "chance": None}
     out["sft_plain"] = eval_plain(str(root / "sft_plain" / "final"), load_config([], ov("x") + PLAIN), root / "sft_plain")
     out["sft_tools"] = eval_tools(str(root / "sft_tools" / "final"), tool_cfg(ov("x")))
     a = load_config([], ov("a") + PLAIN + [f"model.path={root / 'sft_plain' / 'final'}"])
-    RLTrainer(a, quiet=True).run(overwrite=True)
+    if not (root / "a" / "final").exists():
+        RLTrainer(a, quiet=True).run(overwrite=True)
     out["a"] = eval_plain(str(root / "a" / "final"), a, root / "a")
     # (b) is the pipeline's first RL stage: (c) continues from it (rectify -> SFT -> RL)
     c = tool_cfg(ov("c"), f"model.path={root / 'sft_tools' / 'final'}", f"sft.steps={args.rectify_sft_steps}")
@@ -164,11 +170,11 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=80)
     ap.add_argument("--sft-batch", type=int, default=8)
     ap.add_argument("--sft-lr", type=float, default=1e-3)
-    ap.add_argument("--rl-steps", type=int, default=8)
+    ap.add_argument("--rl-steps", type=int, default=4)
     ap.add_argument("--rl-lr", type=float, default=1e-4)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--rectify-sft-steps", type=int, default=20)
+    ap.add_argument("--rectify-sft-steps", type=int, default=10)
     ap.add_argument("--results", default=str(REPO / "bench" / "results" / "tools_vs_no_tools.md"))
     args = ap.parse_args()
     import torch

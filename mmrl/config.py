@@ -173,6 +173,9 @@ def _check_agent_loop(cfg: Config) -> None:
     if multi and not r.tools:
         raise ConfigError("config key 'rollout.tools' must name a tool suite (e.g. tools/video_seek.yaml) when "
                           "rollout.agent_loop is 'multi_turn'")
+    if cfg.sft.turns and not r.tools:
+        raise ConfigError("config key 'sft.turns' needs rollout.tools (the suite the scripts' calls run in) and "
+                          "rollout.agent_loop=multi_turn")
     if r.tools and not multi:
         raise ConfigError(f"config key 'rollout.tools' = {r.tools!r} needs rollout.agent_loop=multi_turn")
     if multi and (r.engine != "hf" or cfg.train.backend != "torch" or r.seed_per_group):

@@ -76,6 +76,8 @@ def test_bad_scripts_name_their_line(world, tiny_model_path, tmp_path):
         items.item(samples[0], _request(proc, samples[0]), proc, 0)
     with pytest.raises(ConfigError, match="sft.turns.*rollout.tools"):
         TurnItems(str(bad), None, samples)
+    with pytest.raises(ConfigError, match="config key 'sft.turns' needs rollout.tools"):
+        load_config([], [f"sft.turns={bad}"])
 
 
 def test_mmrl_sft_trains_on_the_teacher_turns(world, tiny_model_path, tmp_path):
