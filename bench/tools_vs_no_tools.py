@@ -30,7 +30,7 @@ ARM_LABEL = {"a": "(a) GRPO, no tools (overview)", "b": "(b) GRPO + video_seek",
 def base_overrides(args, world: dict, out: Path, seed: int) -> list:
     from mmrl.models.tiny import ensure_tiny_model
 
-    return [f"model.path={ensure_tiny_model()}", f"data.train={world['train']}", f"data.test={world['test']}",
+    return [f"model.path={args.model or ensure_tiny_model()}", f"data.train={world['train']}", f"data.test={world['test']}",
             "data.nframes=4", "data.max_pixels=3136", f"train.seed={seed}", "train.num_threads=1",
             f"train.out_dir={out}", f"train.steps={args.rl_steps}", f"train.prompts_per_step={args.prompts}",
             f"rollout.n={args.n}", "train.micro_batch=16", f"train.lr={args.rl_lr}", f"sft.batch_size={args.sft_batch}",
@@ -161,8 +161,9 @@ def table(results: list, cmd: str, args) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv=None) -> str:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--model", help="initial checkpoint (default: the embedded tiny model)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default="runs/tools_vs_no_tools")
     ap.add_argument("--n-train", type=int, default=48)
@@ -176,11 +177,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--rectify-sft-steps", type=int, default=10)
     ap.add_argument("--results", default=str(REPO / "bench" / "results" / "tools_vs_no_tools.md"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
-    cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/tools_vs_no_tools.py " + shlex.join(sys.argv[1:])
+    cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/tools_vs_no_tools.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     results = []
     for seed in args.seeds:  # a seed whose results file exists is read, not rerun (seeds may run as separate processes)
         done = Path(args.out) / f"results_seed{seed}.json"
@@ -195,6 +196,7 @@ def main() -> None:
     print(text)
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text("# Tools vs no tools (bench/tools_vs_no_tools.py)\n\n" + text + "\n")
+    return text
 
 
 if __name__ == "__main__":

@@ -207,7 +207,8 @@ def cmd_views_preview(args) -> None:
 def cmd_rectify(args) -> None:
     from mmrl.train.rectify_pipeline import rectify_main
 
-    rectify_main(args)
+    args.no_data_check = False
+    rectify_main(args, lambda: _cfg(args, "train"))
 
 
 def cmd_demo(args) -> None:

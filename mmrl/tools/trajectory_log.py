@@ -30,7 +30,7 @@ def trajectory_record(traj, sample, candidates, step: int) -> Dict:
 
 def log_trajectories(tr, si, trajs) -> None:
     """Append the step's episodes to ``<out_dir>/trajectories.jsonl`` (multi-turn runs, main rank)."""
-    if not tr.cfg.rollout.tools or not tr.backend.is_main():
+    if tr.cfg.rollout.agent_loop != "multi_turn" or not tr.backend.is_main():
         return
     path = Path(tr.cfg.train.out_dir) / FILE
     with open(path, "a") as f:

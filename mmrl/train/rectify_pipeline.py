@@ -93,7 +93,8 @@ def add_arguments(s) -> None:
     s.add_argument("overrides", nargs="*", help="with --config: dotted overrides key=value")
 
 
-def rectify_main(args) -> None:
+def rectify_main(args, load_cfg) -> None:
+    """``mmrl rectify``; ``load_cfg()`` builds and validates the pipeline's config (the CLI's ``--config`` rules)."""
     if bool(args.run) == bool(args.config):
         raise ConfigError("mmrl rectify: give --run RUN_DIR (rectify a run) or --config cfg.yaml (the pipeline)")
     if args.nframes < 2 or args.nframes % 2:
@@ -105,10 +106,4 @@ def rectify_main(args) -> None:
         return
     if args.out:
         raise ConfigError("--out applies to --run; the pipeline writes into train.out_dir")
-    from mmrl.config import load_config
-    from mmrl.validate import check_yaml, validate
-
-    check_yaml(args.config)
-    cfg = load_config(args.config, args.overrides)
-    validate(cfg, "train")
-    print(json.dumps(run_pipeline(cfg, quiet=args.quiet, nframes=args.nframes), indent=2))
+    print(json.dumps(run_pipeline(load_cfg(), quiet=args.quiet, nframes=args.nframes), indent=2))
