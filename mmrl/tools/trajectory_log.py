@@ -33,6 +33,7 @@ def log_trajectories(tr, si, trajs) -> None:
     if tr.cfg.rollout.agent_loop != "multi_turn" or not tr.backend.is_main():
         return
     path = Path(tr.cfg.train.out_dir) / FILE
+    path.parent.mkdir(parents=True, exist_ok=True)  # a bare train_step() runs before run() made the directory
     with open(path, "a") as f:
         for t in trajs:
             rec = trajectory_record(t, si.samples[t.sample_id], si.candidates[(t.sample_id, t.view)], tr.step + 1)
