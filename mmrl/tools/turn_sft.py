@@ -21,6 +21,7 @@ import torch
 from mmrl.data.schema import Sample, Trajectory
 from mmrl.errors import ConfigError, DataError
 from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
+from mmrl.tools.calls import CALL_RE
 
 
 def read_scripts(path: str) -> List[dict]:
@@ -93,7 +94,11 @@ def check_replay(traj: Trajectory, script: List[str], where: str) -> None:
     if bad:
         raise DataError(f"{where}: the tools refuse call {bad[0]['turn']} of the script "
                         f"({bad[0].get('reason')}: {bad[0].get('error', '')[:120]})")
-    if len(model_turns) != len(script) or traj.turns[-1].get("end") != "done":
+    # the script's last turn answers: the environment ends the episode ("done"), or the suite's max_turns-th turn
+    # does (the environment is not asked then, so the answer must hold no call)
+    end = traj.turns[-1].get("end")
+    answered = end == "done" or (end == "max_turns" and not CALL_RE.search(script[-1]))
+    if len(model_turns) != len(script) or not answered:
         raise DataError(f"{where}: the suite ends the episode after {len(model_turns)} of the script's "
                         f"{len(script)} turns ({traj.turns[-1].get('end')}); raise max_turns / the budgets or "
                         f"shorten the script")

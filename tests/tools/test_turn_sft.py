@@ -90,3 +90,21 @@ def test_mmrl_sft_trains_on_the_teacher_turns(world, tiny_model_path, tmp_path):
     losses = [h["sft/loss"] for h in hist]
     assert len(losses) == 6 and losses[-1] < losses[0]  # the same 3 episodes every step: the NLL falls
     assert (tmp_path / "sft" / "final").exists()
+
+
+def test_a_script_as_long_as_max_turns_replays(world, tiny_model_path):
+    """The suite's last turn is not shown to the environment (the episode ends on max_turns): an answer there is a
+    complete script; a call there is not."""
+    proc = load_processor(tiny_model_path)
+    sample = load_samples(str(world / "train.json"))[0][0]
+    (t0, t1), = sample.evidence.segments
+    look = '<tool_call>{"name": "video_seek", "arguments": {"start": %s, "end": %s}}</tool_call>'
+    suite = load_suite(SUITE)  # max_turns 3
+    full = [look % (t0, t1), look % (t0, t1), sample.answer_letter]
+    (t,) = replay(proc, suite, [_request(proc, sample)], [full])
+    assert t.turns[-1]["end"] == "max_turns"
+    check_replay(t, full, "test")
+    cut = [look % (t0, t1), look % (t0, t1), look % (t0, t1)]
+    (t,) = replay(proc, suite, [_request(proc, sample)], [cut])
+    with pytest.raises(DataError, match="ends the episode after 3 of the script's 3 turns"):
+        check_replay(t, cut, "test")
