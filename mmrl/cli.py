@@ -222,6 +222,13 @@ def cmd_views_preview(args) -> None:
     preview_main(args)
 
 
+def cmd_rectify(args) -> None:
+    from mmrl.train.rectify_pipeline import rectify_main
+
+    args.no_data_check = False
+    rectify_main(args, lambda: _cfg(args, "train"))
+
+
 def cmd_demo(args) -> None:
     from mmrl.demo import run_demo
 
@@ -312,6 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--nframes", type=int, help="frames to show (default: every frame of the clip)")
     s.add_argument("--seed", type=int, default=0, help="seed of the random views")
     s.set_defaults(fn=cmd_views_preview)
+
+    from mmrl.tools.preview_cli import add_parser as add_tools
+    from mmrl.train.rectify_pipeline import add_arguments as add_rectify
+
+    add_tools(sub, common)
+    s = _sub(sub, "rectify", "rectified bootstrapping: rewrite a tool run's wrong or evidence-blind episodes into an "
+                             "SFT set (--run), or run RL -> rectify -> SFT -> RL from one config (--config)", common)
+    add_rectify(s)
+    s.set_defaults(fn=cmd_rectify)
 
     from mmrl.diagnose.cli import add_parser as add_diagnose
 

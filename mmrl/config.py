@@ -118,6 +118,7 @@ class SFTConfig:
     steps: int = 500
     batch_size: int = 32
     lr: float = 3e-4
+    turns: Optional[str] = None  # multi-turn tool scripts (JSONL {id, turns}: teacher.jsonl, mmrl rectify's set); needs rollout.tools
 
 
 @dataclass
@@ -172,6 +173,9 @@ def _check_agent_loop(cfg: Config) -> None:
     if r.agent_loop == "multi_turn" and not r.tools:
         raise ConfigError("config key 'rollout.tools' must name a tool suite (e.g. tools/video_seek.yaml) when "
                           "rollout.agent_loop is 'multi_turn'")
+    if cfg.sft.turns and (not r.tools or r.agent_loop != "multi_turn"):
+        raise ConfigError("config key 'sft.turns' needs rollout.tools (the suite the scripts' calls run in) and "
+                          "rollout.agent_loop=multi_turn")
     if r.tools and not multi:
         raise ConfigError(f"config key 'rollout.tools' = {r.tools!r} needs rollout.agent_loop=multi_turn or stream")
     if multi and (cfg.train.backend != "torch" or r.seed_per_group):

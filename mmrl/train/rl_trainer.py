@@ -173,12 +173,22 @@ class RLTrainer:
             self.test_samples, self.test_errors = load_samples(self.cfg.data.test, self.cfg.data.media_root, on_error="skip")
             if self.cfg.train.eval_limit:
                 self.test_samples = self.test_samples[: self.cfg.train.eval_limit]
+        preds = str(Path(self.cfg.train.out_dir) / "predictions" / f"step_{self.step:06d}.jsonl")
+        if self.cfg.rollout.agent_loop == "multi_turn":  # tool episodes, greedy, with the run's suite (mmrl.tools.evaluate)
+            from mmrl.tools.evaluate import evaluate_tool_episodes
+
+            with self.backend.rollout_context():
+                res = evaluate_tool_episodes(self.model, self.processor, self.test_samples, self.cfg.data,
+                                             self.cfg.rollout.tools, self.cfg.rollout.max_new_tokens, engine=self.engine,
+                                             load_errors=self.test_errors,
+                                             predictions_path=preds if self.backend.is_main() else None)
+            tools = {f"eval/tools/{k}": float(v) for k, v in res.items() if k not in ("accuracy", "per_qtype", "n", "errors")}
+            return {"eval/accuracy": res["accuracy"], **tools, **{f"eval/acc_{k}": v for k, v in res["per_qtype"].items()}}
         with self.backend.rollout_context():
             res = evaluate_samples(self.model, self.processor, self.test_samples, self.cfg.data,
                                    max_new_tokens=self.cfg.rollout.max_new_tokens, viewset=None, engine=self.engine,
                                    load_errors=self.test_errors,  # unusable test items count, scored wrong
-                                   predictions_path=str(Path(self.cfg.train.out_dir) / "predictions" /
-                                                        f"step_{self.step:06d}.jsonl") if self.backend.is_main() else None)
+                                   predictions_path=preds if self.backend.is_main() else None)
         return {"eval/accuracy": res["accuracy"], **{f"eval/acc_{k}": v for k, v in res["per_qtype"].items()}}
 
     # ---- run ----------------------------------------------------------------------------------------------------
@@ -195,6 +205,10 @@ class RLTrainer:
         rd = rd or open_run(cfg.train.out_dir, "train", resume, overwrite, check_only=True, say=lambda _: None)
         if rd.checkpoint is not None:
             self.resume(str(rd.checkpoint))
+            if be.is_main():
+                from mmrl.tools.trajectory_log import truncate_after
+
+                truncate_after(cfg.train.out_dir, self.step)
         self.skips = skip_log_for(str(out_dir), cfg.data, self.samples, self.load_skipped, self.step, write=be.is_main())
         self.stream.excluded = self.skips.excluded
         logger = MetricsLogger(str(out_dir), resume_step=self.step, wandb_project=cfg.train.wandb_project,

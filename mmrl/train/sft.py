@@ -1,8 +1,9 @@
 """Supervised warm-up on the same data: teacher-forced cross-entropy of the gold answer ``{letter}<|im_end|>``
-(or of ``{meta.sft_response}<|im_end|>`` where a sample carries a reasoning trace, e.g. the claims world). In a
-streaming run (``rollout.agent_loop: stream``) it is masked SFT on the world oracle's streams: the cross-entropy of
-the teacher's own turns (think updates, actions, recalls, memory lines), observations masked, averaged over those
-tokens.
+(or of ``{meta.sft_response}<|im_end|>`` where a sample carries a reasoning trace, e.g. the claims world); with
+``sft.turns``, of the model turns of scripted multi-turn tool episodes (``mmrl.tools.turn_sft``; loss on model
+tokens only). In a streaming run (``rollout.agent_loop: stream``) it is masked SFT on the world oracle's
+streams: the cross-entropy of the teacher's own turns (think updates, actions, recalls, memory lines),
+observations masked, averaged over those tokens.
 
 Needed before RL from a random init (the tiny model) and used by real users before RL. Prompt inputs are built
 once per sample and reused across epochs (media decoded once per sample).
@@ -44,7 +45,8 @@ def answer_ids(tokenizer, text: str) -> torch.Tensor:
 def target_mask(item) -> torch.Tensor:
     """The trained tokens of an SFT item ``(inputs, response_ids[, loss_mask])``: all of a plain answer; a multi-turn
     teacher trajectory's own turns only (observations masked)."""
-    return item[2] if len(item) > 2 else torch.ones(item[1].numel(), dtype=torch.bool)
+    mask = item[2] if len(item) > 2 else None
+    return mask if mask is not None else torch.ones(item[1].numel(), dtype=torch.bool)
 
 
 def teacher_items(cfg: Config, processor):
@@ -80,6 +82,12 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
     model, processor = load_model_and_processor(cfg.model)
     samples, load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
     check_loaded(cfg.data, samples, load_skipped)
+    turn_items = None
+    if cfg.sft.turns:  # multi-turn tool episodes (mmrl.tools.turn_sft): only the samples the scripts cover
+        from mmrl.tools.turn_sft import TurnItems
+
+        turn_items = TurnItems(cfg.sft.turns, cfg.rollout.tools, samples)
+        samples = turn_items.samples(samples)
     out_dir = Path(cfg.train.out_dir)
     skips = skip_log_for(str(out_dir), cfg.data, samples, load_skipped, rd.resume_step)
     stream = DataStream(samples, cfg.train.seed, cfg.data.shuffle)
@@ -102,6 +110,7 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
     teacher = teacher_items(cfg, processor)  # streaming runs: masked SFT on the oracle's streams
 
     def item(sample):
+        """``(inputs, response ids, loss mask or None)``."""
         if teacher is not None:
             if sample.id not in cache:
                 cache[sample.id] = teacher(sample)
@@ -111,7 +120,12 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
             msgs = build_messages(sample.question, sample.candidates, media, style)
             cache[sample.id] = (build_prompt_inputs(processor, msgs, media, max_prompt_tokens=cfg.data.max_prompt_tokens,
                                                     sample_id=sample.id), answer_ids(processor.tokenizer, sft_target(sample)))
-        return cache[sample.id]
+        if turn_items is not None:
+            from mmrl.rollout.base import RolloutRequest
+
+            req = RolloutRequest(inputs=cache[sample.id][0], sample_id=sample.id, sample=sample)
+            return turn_items.item(sample, req, processor, stream.epoch)
+        return cache[sample.id] + (None,)
 
     def save(step: int) -> Path:
         return save_checkpoint(str(out_dir), step, model, opt, sched, {"data": stream.state_dict()},

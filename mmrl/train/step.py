@@ -23,6 +23,7 @@ from mmrl.train.skips import record_step_skips
 from mmrl.train.update import policy_update
 from mmrl.stream.metrics import stream_metrics
 from mmrl.tools.metrics import tool_metrics
+from mmrl.tools.trajectory_log import log_trajectories
 
 
 def merge_step_inputs(si, trajs, si2, trajs2):
@@ -133,6 +134,7 @@ def train_step(tr) -> Dict[str, float]:
         rescore(tr, si, trajs)
         batch, (lo, hi) = gather_batch(tr, trajs, comps, total)
     metrics.update(record_step_skips(tr, si.skipped))  # those of the resampling rounds
+    log_trajectories(tr, si, trajs)  # multi-turn runs: <out_dir>/trajectories.jsonl (mmrl rectify reads it)
     t1 = time.perf_counter()
     adv = out.advantages.float()
     train_idx = sel.train_mask[lo:hi].nonzero().flatten().tolist()

@@ -161,7 +161,13 @@ def test_resume_in_a_multi_turn_run_matches_a_straight_run(video_world, tiny_mod
 
     straight = RLTrainer(cfg(tmp_path / "a", 4), quiet=True).run()
     RLTrainer(cfg(tmp_path / "b", 2), quiet=True).run()
+    with open(tmp_path / "b" / "trajectories.jsonl", "a") as f:  # an episode of a step past the checkpoint
+        f.write(json.dumps({"step": 3, "id": "lost"}) + "\n")
     RLTrainer(cfg(tmp_path / "b", 4), quiet=True).run(resume=True)
+    # the saved episodes (mmrl rectify's input) match too: the resume dropped the stale line first
+    saved = (tmp_path / "b" / "trajectories.jsonl").read_text()
+    assert saved == (tmp_path / "a" / "trajectories.jsonl").read_text() and '"lost"' not in saved
+    assert sorted({json.loads(x)["step"] for x in saved.splitlines()}) == [1, 2, 3, 4]
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/") and k not in ("tokens_per_s", "view_time_share")}
                         for r in rs]  # noqa: E731

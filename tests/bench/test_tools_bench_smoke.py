@@ -1,0 +1,30 @@
+"""Smoke run of bench/tools_vs_no_tools.py: one seed, every arm, a tiny seek world, a few SFT and RL steps (plumbing
+only)."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "tools_vs_no_tools.py"
+
+
+@pytest.mark.slow
+def test_tools_bench_smoke(tiny_model_path, tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_tools_vs_no_tools", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench"
+    table = bench.main(["--seeds", "0", "--out", str(out), "--n-train", "6", "--n-test", "3", "--sft-steps", "2",
+                        "--sft-batch", "3", "--rl-steps", "1", "--prompts", "2", "--n", "2", "--rectify-sft-steps", "1",
+                        "--model", tiny_model_path, "--results", str(tmp_path / "table.md")])
+    for label in bench.ARM_LABEL.values():
+        assert f"| {label} |" in table
+    res = json.loads((out / "results_seed0.json").read_text())
+    assert all(res[k]["n"] == 3 for k in ("sft_plain", "sft_tools", "a", "b", "c"))
+    assert res["rectify"]["episodes"] == 4 and Path(res["rectify"]["final"]).exists()
+    assert 0 < res["chance"] < 1 and (tmp_path / "table.md").read_text().count("| (") == 3
+    # a second call reads the seed's results instead of rerunning it: the same rows
+    again = bench.main(["--seeds", "0", "--out", str(out), "--results", str(tmp_path / "again.md")])
+    rows = lambda text: [x for x in text.splitlines() if x.startswith("| ")]  # noqa: E731
+    assert rows(again) == rows(table)
