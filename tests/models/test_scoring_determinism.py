@@ -7,7 +7,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from mmrl.data.schema import Segment
-from mmrl.models.kv_cache import select_rows
+from mmrl.models.kv_cache import growing_cache, select_rows
 from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import backbone, response_logprobs
 from mmrl.models.sequence_scoring import score_shared
@@ -41,6 +41,9 @@ def test_select_rows_sums_repeated_rows_in_index_order(two_threads):
         assert torch.equal(cache.layers[0].keys.detach(), src[rows])
         cache.layers[0].keys.backward(up)
         assert torch.equal(keys.grad, ref)
+    grown = growing_cache(cache, torch.tensor([1, 0]), capacity=8)  # a decoding cache keeps its own buffers
+    select_rows(grown, torch.tensor([1, 1, 0]))
+    assert torch.equal(grown.layers[0].keys, src[[0, 0, 1]]) and grown.layers[0]._k.shape == (3, 2, 64, 32)
 
 
 def _grads_of_passes(model, score, passes: int = 3):
@@ -57,13 +60,13 @@ def _grads_of_passes(model, score, passes: int = 3):
 
 def test_shared_prompt_scorers_give_bit_identical_gradients_with_two_threads(tiny_model_path, two_threads):
     """The multi-turn scorer (``score_shared``) and the single-turn ``expand`` layout over 3 prompts x 6 responses
-    of 24 tokens: three passes give the same log-probs and gradients, bit for bit."""
+    of 12 tokens: three passes give the same log-probs and gradients, bit for bit."""
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
     model.train()
     core, head = backbone(model)
     g = torch.Generator().manual_seed(0)
     reqs = mixed_requests(proc, lambda i: 6, lambda i: "What colour is the square? Answer with one word." + " x" * i)
-    single = [(r.inputs, torch.randint(0, 500, (24,), generator=g)) for r in reqs for _ in range(6)]
+    single = [(r.inputs, torch.randint(0, 500, (12,), generator=g)) for r in reqs for _ in range(6)]
     multi = [(sequence_inputs(p, [Segment("model", resp)]), resp) for p, resp in single]
     assert all(s.prompt is p for (s, _), (p, _) in zip(multi, single))
     differ = {}
