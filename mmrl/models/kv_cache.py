@@ -62,6 +62,23 @@ class GrowingLayer(DynamicLayer):
         self._views()
 
 
+def select_rows(cache: Cache, rows: torch.Tensor) -> None:
+    """Row ``i`` of every layer of ``cache`` becomes its row ``rows[i]`` (rows may repeat: a prompt's cache copied
+    for each of its responses), by ``index_select`` on the batch axis, with gradients.
+
+    Not ``Cache.batch_select_indices``: ``transformers``' ``DynamicLayer`` does it as ``keys[rows, ...]``, whose
+    backward (``index_put_`` with ``accumulate=True``) adds the gradients of repeated rows with parallel atomic float
+    adds on CPU once ``torch.get_num_threads() > 1`` and the tensor has >= 32768 elements (ATen ``index_put_kernel``):
+    the order of the adds, hence the last bits of every gradient upstream (the prompt's keys/values, the whole
+    prefill, the vision tower), changes from run to run. ``index_select``'s backward (``index_add_``, a
+    ``scatter_add_`` on the batch axis) adds them in a fixed order."""
+    for layer in cache.layers:
+        if isinstance(layer, GrowingLayer):
+            layer.batch_select_indices(rows)
+        else:
+            layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
+
+
 def growing_cache(prefix: Cache, rows: torch.Tensor, capacity: int) -> Cache:
     """A cache whose row ``i`` starts as row ``rows[i]`` of ``prefix`` (e.g. each sample its prompt's keys/values,
     gathered once), with room for ``capacity`` columns before any reallocation."""

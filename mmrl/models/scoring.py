@@ -23,6 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 
 from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision, pad_right
+from mmrl.models.kv_cache import select_rows
 
 
 def backbone(model):
@@ -246,7 +247,8 @@ def _score_packed(core, head, chunk, temperature: float, pad_id: int, device) ->
     hid = core(input_ids=ids.view(U, K * W), attention_mask=packed_mask(pmask, K, W),
                position_ids=pos.unsqueeze(0).expand(3, -1, -1), cache=cache, use_cache=True).last_hidden_state
     hid = hid.view(U, K, W, -1)[owner, slot]  # [N, W, H]
-    hidden = torch.cat([last[owner].unsqueeze(1), hid], dim=1)[:, :R]  # [N, R, H]: position t predicts token t
+    # [N, R, H]: position t predicts token t
+    hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, :R]
     return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
 
 
@@ -283,13 +285,14 @@ def _score_expand(core, head, chunk, temperature: float, pad_id: int, device) ->
     R = int(rlen.max())
     W, N, P = max(R - 1, 1), len(chunk), pmask.shape[1]  # a dummy column when no response has a second token (ZeRO-3)
     cols = pad_right([r[:W] for r in resp] + [resp[0].new_full((W,), pad_id)], pad_id)[:-1]  # [N, W]
-    cache.batch_select_indices(owner)
+    select_rows(cache, owner)  # not cache.batch_select_indices: its backward is nondeterministic on CPU
     causal = torch.ones(W, W, dtype=torch.bool, device=device).tril()
     attn = torch.cat([pmask.bool()[owner][:, None, None, :].expand(N, 1, W, P), causal.expand(N, 1, W, W)], dim=-1)
     pos = start[owner].view(N, 1) + torch.arange(W, device=device).view(1, W)
     hid = core(input_ids=cols, attention_mask=attn, position_ids=pos.unsqueeze(0).expand(3, -1, -1), cache=cache,
                use_cache=True).last_hidden_state  # [N, W, H]
-    return _head_logprobs(head, torch.cat([last[owner].unsqueeze(1), hid], dim=1)[:, :R], resp, rlen, temperature, pad_id)
+    hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, :R]
+    return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
 
 
 def _head_logprobs(head, hidden, resp, rlen, temperature: float, pad_id: int) -> List[torch.Tensor]:

@@ -23,6 +23,7 @@ from typing import List, Sequence, Tuple
 import torch
 
 from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision
+from mmrl.models.kv_cache import select_rows
 from mmrl.models.scoring import (_GRID_KEYS, _can_share, _head_logprobs, backbone, prefill_prompts, prompt_positions,
                                  response_logprobs, right_padded, unique_prompts)
 from mmrl.media.inputs import pad_right
@@ -72,8 +73,9 @@ def tail_vision(seq: SequenceInputs) -> dict:
 def score_shared(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]], temperature: float,
                  pad_id: int, device) -> List[torch.Tensor]:
     """Like ``score_sequences``, with each distinct prompt prefilled once: every sequence's response (model turns
-    and observations, with their media) is forwarded over its prompt's cache (``index_select`` on the batch axis,
-    so gradients reach the prompt's keys/values), at the positions ``get_rope_index`` gives the whole sequence."""
+    and observations, with their media) is forwarded over its prompt's cache (``select_rows``: ``index_select`` on
+    the batch axis, so gradients reach the prompt's keys/values, summed in a fixed order), at the positions
+    ``get_rope_index`` gives the whole sequence."""
     seqs = [s for s, _ in chunk]
     for s, r in chunk:
         check_item(s, r)
@@ -91,14 +93,14 @@ def score_shared(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]
     for i, s in enumerate(seqs):
         k = min(W, int(rlen[i]))
         tail_pos[:, i, :k] = pos[:, i, s.prompt_len : s.prompt_len + k]
-    cache.batch_select_indices(owner)
+    select_rows(cache, owner)
     causal = torch.ones(W, W, dtype=torch.bool, device=device).tril()
     attn = torch.cat([pmask.bool()[owner][:, None, None, :].expand(N, 1, W, P), causal.expand(N, 1, W, W)], dim=-1)
     vision = {k: v.to(device) for k, v in collate_vision([PromptInputs(s.input_ids, vision=tail_vision(s))
                                                           for s in seqs]).items()}
     hid = core(input_ids=cols, attention_mask=attn, position_ids=tail_pos, cache=cache, use_cache=True,
                **vision).last_hidden_state
-    hidden = torch.cat([last[owner].unsqueeze(1), hid], dim=1)[:, : int(rlen.max())]
+    hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, : int(rlen.max())]
     return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
 
 
