@@ -151,25 +151,34 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     t0 = time.time()
     world = out / "world"
     info = make_video_world(str(world), args.n_sft, args.n_test, seed=seed, **WORLD)
-    add_reasoning_targets(info["train"])
-    items = json.loads(Path(info["train"]).read_text())
+    reasoning = world / "train_reasoning.json"  # the letter-answer split stays as it is, for the warm-up
+    reasoning.write_text(Path(info["train"]).read_text())
+    add_reasoning_targets(str(reasoning))
+    items = json.loads(reasoning.read_text())
     rl_train = world / "rl_train.json"
     rl_train.write_text(json.dumps(items[: args.n_rl], indent=1))
-    ensure_tiny_model()
+    tiny = ensure_tiny_model()
     common = [f"data.test={info['test']}", f"train.seed={seed}", f"train.prompts_per_step={args.prompts_per_step}",
               f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", "train.save_every=0", REWARDS]
-    sft_cfg = load_config([str(DEMO)], common + [f"data.train={info['train']}", f"train.out_dir={out / 'sft'}",
-                                                 f"sft.steps={args.sft_steps}"] + list(args.overrides))
     sft_path = str(out / "sft" / "final")
     done = out / "sft" / "sft_done.json"
-    want = {"sft_steps": args.sft_steps, "n_sft": args.n_sft, "seed": seed, "overrides": list(args.overrides)}
+    want = {"warmup_steps": args.warmup_steps, "sft_steps": args.sft_steps, "n_sft": args.n_sft, "seed": seed,
+            "overrides": list(args.overrides)}
     if args.reuse_sft and done.exists() and json.loads(done.read_text()) == want:
         log(f"[seed {seed}] reusing the SFT checkpoint {sft_path}")
     else:
-        run_sft(sft_cfg, quiet=True)
+        start = tiny
+        if args.warmup_steps:  # perception first, on letter answers (the demo's SFT), then the reasoning format
+            run_sft(load_config([str(DEMO)], common + [f"data.train={info['train']}", f"train.out_dir={out / 'warmup'}",
+                                                       f"sft.steps={args.warmup_steps}"] + list(args.overrides)), quiet=True)
+            start = str(out / "warmup" / "final")
+        run_sft(load_config([str(DEMO)], common + [f"data.train={reasoning}", f"train.out_dir={out / 'sft'}",
+                                                   f"model.path={start}", f"sft.steps={args.sft_steps}"]
+                            + list(args.overrides)), quiet=True)
         done.write_text(json.dumps(want))
     sft_min = (time.time() - t0) / 60
-    log(f"[seed {seed}] SFT {args.sft_steps} steps on {args.n_sft} reasoning targets: {sft_min:.1f} min")
+    log(f"[seed {seed}] SFT {args.warmup_steps} letter + {args.sft_steps} reasoning steps on {args.n_sft} clips: "
+        f"{sft_min:.1f} min")
 
     arms: Dict[str, Arm] = {}
     acc0 = None
@@ -304,7 +313,7 @@ def plot(results: List[Dict], args, path: Path) -> None:
 def run_seeds_in_processes(args, out: Path) -> List[Dict]:
     def one(seed: int) -> Dict:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--seeds", str(seed), "--out", str(out), "--jobs", "1"]
-        for k in ("sft_steps", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
+        for k in ("warmup_steps", "sft_steps", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
                   "max_new_tokens", "tau", "ngram"):
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
         cmd += ["--bases", *args.bases, *(["--reuse-sft"] if args.reuse_sft else []), *args.overrides]
@@ -322,7 +331,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--bases", nargs="+", default=list(BASES), choices=list(BASES))
-    ap.add_argument("--sft-steps", type=int, default=400)
+    ap.add_argument("--warmup-steps", type=int, default=0, help="letter-answer SFT steps before the reasoning SFT")
+    ap.add_argument("--sft-steps", type=int, default=400, help="SFT steps on the reasoning targets")
     ap.add_argument("--rl-steps", type=int, default=40)
     ap.add_argument("--n-sft", type=int, default=512, help="train clips (SFT split)")
     ap.add_argument("--n-rl", type=int, default=64, help="first clips of the train split used for RL")
