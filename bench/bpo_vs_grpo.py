@@ -3,7 +3,7 @@ from the same SFT checkpoint, on the synthetic video world (optionally with a pr
 
     .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--arms grpo grpo_g2 ...] [--sft-steps 600]
         [--rl-steps 300] [--n-train 1024] [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.05]
-        [--prior frequent|phrasing] [--prior-strength 0.8] [--cost-tokens 256] [--jobs 1] [--out runs/bpo_vs_grpo]
+        [--prior frequent|phrasing|tint] [--prior-strength 0.8] [--cost-tokens 256] [--jobs 1] [--out runs/bpo_vs_grpo]
         [--report FILE] [--arm 'NAME CONFIG... KEY=VALUE...' ...] [--render-only] [overrides ...]
 
 Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
@@ -390,7 +390,7 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts-per-step", type=int, default=None, help="default: configs/demo.yaml's")
     ap.add_argument("--sft-null-share", type=float, default=0.05,
                     help="empty-scene items answered with the abstention option, as a share of the SFT data")
-    ap.add_argument("--prior", choices=["frequent", "phrasing"], default=None,
+    ap.add_argument("--prior", choices=["frequent", "phrasing", "tint"], default=None,
                     help="a world with a prior to unlearn (train biased, held-out split debiased)")
     ap.add_argument("--prior-strength", type=float, default=0.8)
     ap.add_argument("--cost-tokens", type=int, default=256, help="response length of the step-ratio check (0: skip)")
