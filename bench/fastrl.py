@@ -33,15 +33,15 @@ import argparse
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # this checkout's mmrl, not another installed copy
+sys.path[:0] = [str(REPO), str(REPO / "bench")]  # this checkout's mmrl, not another installed copy
+from _arms import Arm, log, run_seeds_in_processes, step_round_robin  # noqa: E402
+
 DEMO = REPO / "configs" / "demo.yaml"
 BASES: Dict[str, List[str]] = {  # base -> overrides (loss side of the method; the spec is algorithm.name)
     "grpo": ["algorithm.loss=ppo", "algorithm.loss_agg=seq-mean-token-mean"],
@@ -51,32 +51,12 @@ BASES: Dict[str, List[str]] = {  # base -> overrides (loss side of the method; t
 REWARDS = "rewards=[{name: accuracy, weight: 1.0}, {name: answer_tag_format, weight: 0.5}]"
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # ---- one arm, stepped and evaluated on its own RNG stream -------------------------------------------------------
-def _rng_state():
-    from mmrl.train.checkpoint import rng_state
-
-    return rng_state()
-
-
-def _set_rng(state) -> None:
-    from mmrl.train.checkpoint import set_rng_state
-
-    set_rng_state(state)
-
-
-class Arm:
-    """One RL run that advances one step at a time and records its cost and its held-out accuracy curve."""
+class TimedArm(Arm):
+    """An arm (``bench/_arms.py``) that also records its cost and its held-out accuracy curve."""
 
     def __init__(self, name: str, cfg, acc0: float):
-        from mmrl.train.rl_trainer import RLTrainer
-
-        self.name, self.cfg = name, cfg
-        self.trainer = RLTrainer(cfg, quiet=True)
-        self.rng = _rng_state()
+        super().__init__(name, cfg)
         self.wall = self.tokens = 0.0
         self.points = [{"step": 0, "wall": 0.0, "tokens": 0.0, "acc": acc0}]
         self.steps: List[Dict[str, float]] = []
@@ -92,10 +72,8 @@ class Arm:
 
         self.trainer.spec.select = recorded
 
-    def step(self) -> None:
-        _set_rng(self.rng)
-        m = self.trainer.train_step()
-        self.rng = _rng_state()
+    def step(self) -> Dict[str, float]:
+        m = super().step()
         epochs = self.cfg.algorithm.ppo_epochs
         gen, trained = m.get("work/response_tokens", 0.0), self._seen.get("trained_tokens", 0.0) * epochs
         self.wall += m["time/step"]
@@ -106,11 +84,10 @@ class Arm:
                            "kept_frac": m.get("algo/fastrl/kept_frac", 1.0),
                            "rollouts_per_prompt": self._seen.get("rows", 0.0) / max(self._seen.get("prompts", 1.0), 1.0),
                            "reward": m.get("reward/accuracy", float("nan"))})
+        return m
 
     def evaluate(self) -> float:
-        _set_rng(self.rng)
-        acc = float(self.trainer.evaluate()["eval/accuracy"])
-        self.rng = _rng_state()
+        acc = float(self.on_own_stream(self.trainer.evaluate)["eval/accuracy"])
         self.points.append({"step": self.trainer.step, "wall": self.wall, "tokens": self.tokens, "acc": acc})
         return acc
 
@@ -162,25 +139,30 @@ def run_seed(seed: int, args, out: Path) -> Dict:
               f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", "train.save_every=0", REWARDS]
     sft_path = str(out / "sft" / "final")
     done = out / "sft" / "sft_done.json"
-    want = {"warmup_steps": args.warmup_steps, "sft_steps": args.sft_steps, "n_sft": args.n_sft, "seed": seed,
-            "overrides": list(args.overrides)}
+    warm = {"warmup_steps": args.warmup_steps, "n_sft": args.n_sft, "seed": seed, "overrides": list(args.overrides)}
+    want = dict(warm, sft_steps=args.sft_steps, sft_lr=args.sft_lr)
     if args.reuse_sft and done.exists() and json.loads(done.read_text()) == want:
         log(f"[seed {seed}] reusing the SFT checkpoint {sft_path}")
     else:
-        start = tiny
+        start = str(tiny)
         if args.warmup_steps:  # perception first, on letter answers (the demo's SFT), then the reasoning format
-            run_sft(load_config([str(DEMO)], common + [f"data.train={info['train']}", f"train.out_dir={out / 'warmup'}",
-                                                       f"sft.steps={args.warmup_steps}"] + list(args.overrides)), quiet=True)
+            warm_done = out / "warmup" / "warmup_done.json"
+            if not (args.reuse_sft and warm_done.exists() and json.loads(warm_done.read_text()) == warm):
+                run_sft(load_config([str(DEMO)], common + [f"data.train={info['train']}", f"train.out_dir={out / 'warmup'}",
+                                                           f"sft.steps={args.warmup_steps}"] + list(args.overrides)),
+                        quiet=True, overwrite=True)
+                warm_done.write_text(json.dumps(warm))
             start = str(out / "warmup" / "final")
+        lr = [f"sft.lr={args.sft_lr}"] if args.sft_lr else []
         run_sft(load_config([str(DEMO)], common + [f"data.train={reasoning}", f"train.out_dir={out / 'sft'}",
-                                                   f"model.path={start}", f"sft.steps={args.sft_steps}"]
-                            + list(args.overrides)), quiet=True)
+                                                   f"model.path={start}", f"sft.steps={args.sft_steps}"] + lr
+                            + list(args.overrides)), quiet=True, overwrite=True)
         done.write_text(json.dumps(want))
     sft_min = (time.time() - t0) / 60
     log(f"[seed {seed}] SFT {args.warmup_steps} letter + {args.sft_steps} reasoning steps on {args.n_sft} clips: "
         f"{sft_min:.1f} min")
 
-    arms: Dict[str, Arm] = {}
+    arms: Dict[str, TimedArm] = {}
     acc0 = None
     for base in args.bases:
         for fast in (False, True):
@@ -188,7 +170,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
             cfg = load_config([str(DEMO)], common + [f"data.train={rl_train}", f"train.out_dir={out / name}",
                                                      f"model.path={sft_path}", f"train.steps={args.rl_steps}"]
                               + arm_overrides(base, fast, args) + list(args.overrides))
-            arms[name] = Arm(name, cfg, acc0 if acc0 is not None else 0.0)
+            arms[name] = TimedArm(name, cfg, acc0 if acc0 is not None else 0.0)
             if acc0 is None:  # every arm starts from the same checkpoint: evaluate it once
                 acc0 = float(arms[name].trainer.evaluate()["eval/accuracy"])
                 arms[name].points[0]["acc"] = acc0
@@ -197,9 +179,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     t1 = time.time()
     order = list(arms)
     for step in range(args.rl_steps):
-        rot = order[step % len(order):] + order[: step % len(order)]
-        for name in rot:
-            arms[name].step()
+        step_round_robin(arms, step)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.rl_steps:
             accs = {n: arms[n].evaluate() for n in order}
             log(f"[seed {seed}] step {step + 1}: " + ", ".join(
@@ -310,21 +290,14 @@ def plot(results: List[Dict], args, path: Path) -> None:
 
 
 # ---- driver -----------------------------------------------------------------------------------------------------
-def run_seeds_in_processes(args, out: Path) -> List[Dict]:
-    def one(seed: int) -> Dict:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--seeds", str(seed), "--out", str(out), "--jobs", "1"]
-        for k in ("warmup_steps", "sft_steps", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
-                  "max_new_tokens", "tau", "ngram"):
+def child_argv(args, out: Path, seed: int) -> List[str]:
+    """The command line of one seed's child process (``--jobs``)."""
+    cmd = ["--seeds", str(seed), "--out", str(out), "--jobs", "1"]
+    for k in ("warmup_steps", "sft_steps", "sft_lr", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
+              "max_new_tokens", "tau", "ngram"):
+        if getattr(args, k) is not None:
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
-        cmd += ["--bases", *args.bases, *(["--reuse-sft"] if args.reuse_sft else []), *args.overrides]
-        log(f"[seed {seed}] child process: {shlex.join(cmd)}")
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            raise RuntimeError(f"seed {seed} failed (exit {proc.returncode}); its log is above")
-        return json.loads((out / f"seed{seed}" / "seed_result.json").read_text())
-
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        return list(pool.map(one, args.seeds))
+    return cmd + ["--bases", *args.bases, *(["--reuse-sft"] if args.reuse_sft else []), *args.overrides]
 
 
 def main(argv=None) -> None:
@@ -333,6 +306,7 @@ def main(argv=None) -> None:
     ap.add_argument("--bases", nargs="+", default=list(BASES), choices=list(BASES))
     ap.add_argument("--warmup-steps", type=int, default=0, help="letter-answer SFT steps before the reasoning SFT")
     ap.add_argument("--sft-steps", type=int, default=400, help="SFT steps on the reasoning targets")
+    ap.add_argument("--sft-lr", type=float, default=None, help="lr of the reasoning SFT (default: the config's sft.lr)")
     ap.add_argument("--rl-steps", type=int, default=40)
     ap.add_argument("--n-sft", type=int, default=512, help="train clips (SFT split)")
     ap.add_argument("--n-rl", type=int, default=64, help="first clips of the train split used for RL")
@@ -361,7 +335,8 @@ def main(argv=None) -> None:
     if args.render_only:
         results = [json.loads((out / f"seed{s}" / "seed_result.json").read_text()) for s in args.seeds]
     elif args.jobs > 1 and len(args.seeds) > 1:
-        results = run_seeds_in_processes(args, out)
+        results = run_seeds_in_processes(Path(__file__), args.seeds, args.jobs, out,
+                                         lambda seed: child_argv(args, out, seed))
     else:
         results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
     table = render(results, args)
