@@ -2,12 +2,18 @@
 ``fastrl`` wrapper, from the same SFT checkpoint, on a synthetic video world whose responses reason before they
 answer (about 40 tokens, ``mmrl.data.reasoning``), over seeds.
 
-    .venv/bin/python bench/fastrl.py [--seeds 0 1 2] [--bases grpo dapo gspo] [--sft-steps 400] [--rl-steps 40]
-        [--n-sft 512] [--n-rl 64] [--n-test 128] [--prompts-per-step 8] [--n 8] [--eval-every 5] [--tau 0.8]
-        [--jobs 1] [--out runs/fastrl] [--reuse-sft] [--render-only] [overrides ...]
+    .venv/bin/python bench/fastrl.py [--seeds 0 1 2] [--bases grpo dapo gspo] [--warmup-steps 600] [--sft-steps 150]
+        [--sft-lr 1e-3] [--[no-]answer-first] [--rl-lr 0] [--rl-steps 100] [--n-sft 1024] [--n-rl 256] [--n-test 128]
+        [--prompts-per-step 8] [--n 8] [--eval-every 10] [--tau 0.8] [--jobs 1] [--out runs/fastrl] [--reuse-sft]
+        [--render-only] [overrides ...]
 
 Per seed: one world (``make_video_world`` with the demo's clips) whose train split gets the reasoning SFT targets;
-an SFT warm-up on the whole train split (``--n-sft``); then every arm trains on the first ``--n-rl`` clips of that
+the SFT start point is the demo's letter-answer SFT (``--warmup-steps``: perception) followed by a short SFT on
+the reasoning targets (``--sft-steps`` at ``--sft-lr``), both on the whole train split (``--n-sft``). By default
+the reasoning target opens with the chosen letter (``--answer-first``): trained to reason first, the tiny model
+loses its perception and sits at chance (25-34% held-out, where RL does not move it; bench/results/fastrl.md
+keeps those runs), while opening with the letter keeps the warm-up's perception (~60%), leaving RL room to improve.
+Then every arm trains on the first ``--n-rl`` clips of that
 split (a small RL split, so that the run spans several epochs and ARS, which acts at epoch boundaries, acts), with
 the same steps, lr, prompts per step and rewards (accuracy + 0.5 x ``answer_tag_format``: FastRL's r = acc + 0.5 fmt).
 Arms: ``grpo`` (PPO clip, seq-mean), ``dapo`` (clip 0.2/0.28, token-mean, dynamic sampling), ``gspo`` (sequence
@@ -130,7 +136,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     info = make_video_world(str(world), args.n_sft, args.n_test, seed=seed, **WORLD)
     reasoning = world / "train_reasoning.json"  # the letter-answer split stays as it is, for the warm-up
     reasoning.write_text(Path(info["train"]).read_text())
-    add_reasoning_targets(str(reasoning))
+    add_reasoning_targets(str(reasoning), answer_first=args.answer_first)
     items = json.loads(reasoning.read_text())
     rl_train = world / "rl_train.json"
     rl_train.write_text(json.dumps(items[: args.n_rl], indent=1))
@@ -140,7 +146,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     sft_path = str(out / "sft" / "final")
     done = out / "sft" / "sft_done.json"
     warm = {"warmup_steps": args.warmup_steps, "n_sft": args.n_sft, "seed": seed, "overrides": list(args.overrides)}
-    want = dict(warm, sft_steps=args.sft_steps, sft_lr=args.sft_lr)
+    want = dict(warm, sft_steps=args.sft_steps, sft_lr=args.sft_lr, answer_first=args.answer_first)
     if args.reuse_sft and done.exists() and json.loads(done.read_text()) == want:
         log(f"[seed {seed}] reusing the SFT checkpoint {sft_path}")
     else:
@@ -169,6 +175,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
             name = f"{base}_fastrl" if fast else base
             cfg = load_config([str(DEMO)], common + [f"data.train={rl_train}", f"train.out_dir={out / name}",
                                                      f"model.path={sft_path}", f"train.steps={args.rl_steps}"]
+                              + ([f"train.lr={args.rl_lr}"] if args.rl_lr else [])
                               + arm_overrides(base, fast, args) + list(args.overrides))
             arms[name] = TimedArm(name, cfg, acc0 if acc0 is not None else 0.0)
             if acc0 is None:  # every arm starts from the same checkpoint: evaluate it once
@@ -213,9 +220,11 @@ def render(results: List[Dict], args) -> str:
     seeds = [r["seed"] for r in results]
     lines = [f"# FastRL on GRPO / DAPO / GSPO, miniature (seeds {seeds})", "",
              "Command: `.venv/bin/python bench/fastrl.py " + shlex.join(args.argv) + "`", "",
-             f"World: synthetic video clips (the demo's), {args.n_sft} train clips with a ~40-token reasoning span "
-             f"before `<answer>L</answer>` as SFT targets, {args.n_rl} of them as the RL split, {args.n_test} held-out. "
-             f"SFT {args.sft_steps} steps; RL {args.rl_steps} steps x {args.prompts_per_step} prompts x G = {args.n}, "
+             f"World: synthetic video clips (the demo's), {args.n_sft} train clips, {args.n_rl} of them as the RL split, "
+             f"{args.n_test} held-out. SFT: {args.warmup_steps} steps on letter answers (the demo's SFT), then "
+             f"{args.sft_steps} steps (lr {args.sft_lr or 'of configs/demo.yaml'}) on targets with a ~40-token "
+             f"reasoning span before `<answer>L</answer>`{' that opens with the chosen letter' if args.answer_first else ''}. "
+             f"RL (lr {args.rl_lr or 'of configs/demo.yaml, 1e-4'}) {args.rl_steps} steps x {args.prompts_per_step} prompts x G = {args.n}, "
              f"max {args.max_new_tokens} new tokens, reward accuracy + 0.5 x format. FastRL: τ = {args.tau}, "
              f"{args.ngram}-grams, ARS over {args.rl_steps * args.prompts_per_step // max(args.n_rl, 1)} RL epochs. "
              f"Held-out accuracy (greedy) every {args.eval_every} steps. Percent / seconds, mean ± std over seeds.", "",
@@ -293,27 +302,32 @@ def plot(results: List[Dict], args, path: Path) -> None:
 def child_argv(args, out: Path, seed: int) -> List[str]:
     """The command line of one seed's child process (``--jobs``)."""
     cmd = ["--seeds", str(seed), "--out", str(out), "--jobs", "1"]
-    for k in ("warmup_steps", "sft_steps", "sft_lr", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
+    for k in ("warmup_steps", "sft_steps", "sft_lr", "rl_lr", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
               "max_new_tokens", "tau", "ngram"):
         if getattr(args, k) is not None:
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
-    return cmd + ["--bases", *args.bases, *(["--reuse-sft"] if args.reuse_sft else []), *args.overrides]
+    flags = (["--reuse-sft"] if args.reuse_sft else []) + (["--answer-first"] if args.answer_first else ["--no-answer-first"])
+    return cmd + ["--bases", *args.bases, *flags, *args.overrides]
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--bases", nargs="+", default=list(BASES), choices=list(BASES))
-    ap.add_argument("--warmup-steps", type=int, default=0, help="letter-answer SFT steps before the reasoning SFT")
-    ap.add_argument("--sft-steps", type=int, default=400, help="SFT steps on the reasoning targets")
-    ap.add_argument("--sft-lr", type=float, default=None, help="lr of the reasoning SFT (default: the config's sft.lr)")
-    ap.add_argument("--rl-steps", type=int, default=40)
-    ap.add_argument("--n-sft", type=int, default=512, help="train clips (SFT split)")
-    ap.add_argument("--n-rl", type=int, default=64, help="first clips of the train split used for RL")
+    ap.add_argument("--warmup-steps", type=int, default=600, help="letter-answer SFT steps (the demo's SFT, at "
+                    "configs/demo.yaml's sft.lr) before the reasoning SFT; 0 = none")
+    ap.add_argument("--sft-steps", type=int, default=150, help="SFT steps on the reasoning targets")
+    ap.add_argument("--sft-lr", type=float, default=1e-3, help="lr of the reasoning SFT (0: configs/demo.yaml's sft.lr)")
+    ap.add_argument("--answer-first", action=argparse.BooleanOptionalAction, default=True,
+                    help="reasoning targets open with the chosen letter (mmrl.data.reasoning)")
+    ap.add_argument("--rl-lr", type=float, default=0.0, help="lr of the RL arms (0: configs/demo.yaml's train.lr, 1e-4)")
+    ap.add_argument("--rl-steps", type=int, default=100)
+    ap.add_argument("--n-sft", type=int, default=1024, help="train clips (SFT split)")
+    ap.add_argument("--n-rl", type=int, default=256, help="first clips of the train split used for RL")
     ap.add_argument("--n-test", type=int, default=128)
     ap.add_argument("--prompts-per-step", type=int, default=8)
     ap.add_argument("--n", type=int, default=8, help="rollout.n = G")
-    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--tau", type=float, default=0.8)
     ap.add_argument("--ngram", type=int, default=1)
