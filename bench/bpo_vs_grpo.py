@@ -3,7 +3,7 @@ from the same SFT checkpoint, on the synthetic video world (optionally with a pr
 
     .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--arms grpo grpo_g2 ...] [--sft-steps 600]
         [--rl-steps 300] [--n-train 1024] [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.05]
-        [--prior frequent|phrasing] [--prior-strength 0.8] [--cost-tokens 256] [--jobs 1] [--out runs/bpo_vs_grpo]
+        [--prior frequent|phrasing|tint] [--prior-strength 0.8] [--cost-tokens 256] [--jobs 1] [--out runs/bpo_vs_grpo]
         [--report FILE] [--arm 'NAME CONFIG... KEY=VALUE...' ...] [--render-only] [overrides ...]
 
 Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
@@ -45,9 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shlex
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -55,134 +53,14 @@ from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]  # this checkout's mmrl, not an installed one
-from bpo_table import ARM_LABEL, render, work  # noqa: E402
+from _arms import Arm, log, run_seeds_in_processes, step_round_robin  # noqa: E402
+from bpo_arms import ARMS, DEMO, budgets_text, check_budgets, cost_at_length, rollout_budget, step_costs  # noqa: E402
+from bpo_table import render  # noqa: E402
+from bpo_world import add_abstain_option, add_null_sft_items  # noqa: E402
 
-DEMO = REPO / "configs" / "demo.yaml"
-BPO_CFG = str(REPO / "configs" / "bpo_demo.yaml")
-ARMS: Dict[str, List[str]] = {  # name -> config files over configs/demo.yaml, then dotted overrides ("k=v")
-    "grpo": [],
-    "grpo_g2": ["rollout.n=2"],
-    "grpo_g32": ["rollout.n=32"],
-    "tgrpo": [str(REPO / "configs" / "tgrpo_demo.yaml")],
-    "bpo": [BPO_CFG],
-    "bpo_p8": [BPO_CFG, "rollout.n=32"],  # BPO: packs = rollout.n / views = 8
-    "bpo_anchor": [BPO_CFG, "rollout.n=2", f"algorithm.viewset={REPO / 'views' / 'bpo_anchor_only.yaml'}"],
-}
-MATCH = {"bpo": "grpo", "bpo_p8": "grpo_g32", "bpo_anchor": "grpo_g2"}  # BPO arm -> its budget-matched GRPO arm
 EVAL_VIEWS = REPO / "views" / "bpo_eval.yaml"
 TEMPORAL = ("direction", "order")
 SETTINGS = ("n_train", "n_test", "sft_steps", "rl_steps", "prompts_per_step", "sft_null_share", "prior", "prior_strength")
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def add_abstain_option(src: str, dst: str, text: str) -> None:
-    """Copy an annotation file with ``text`` appended as the last candidate of every question."""
-    items = json.loads(Path(src).read_text())
-    for it in items:
-        if text.lower() not in {c.lower() for c in it["candidates"]}:
-            it["candidates"] = list(it["candidates"]) + [text]
-    Path(dst).write_text(json.dumps(items, indent=1) + "\n")
-
-
-def add_null_sft_items(train: str, dst: str, share: float, text: str, world: Path, seed: int) -> int:
-    """Write the SFT data: ``train`` plus ``round(share * len(train))`` "nothing to see" items whose clip is the
-    world's empty background (no squares) and whose answer is the abstention option. Returns their count.
-
-    The tiny model has no prior for the abstention option; without a few such items it never samples it, and no
-    arm (BPO included) can ever be rewarded for it. Every arm starts from this same SFT checkpoint. The RL arms
-    train on ``train`` alone, and the eval's null view is a different canvas (uniform gray, ``gray`` transform).
-    """
-    import numpy as np
-
-    from mmrl.data.synth_video import render, write_mp4
-    from mmrl.demo import WORLD
-
-    items = json.loads(Path(train).read_text())
-    k = int(round(share * len(items)))
-    if k:
-        clip = "videos/empty.mp4"
-        frames = np.stack([render([], WORLD["size"]) for _ in range(WORLD["n_frames"])])
-        write_mp4(str(world / clip), frames, WORLD["fps"])
-        rng = np.random.default_rng(seed)
-        for j, i in enumerate(rng.choice(len(items), size=k, replace=False)):
-            src = items[int(i)]
-            items.append({"id": f"null-{j:05d}", "video": clip, "question": src["question"],
-                          "candidates": src["candidates"], "answer": text, "qtype": src["qtype"],
-                          "meta": {"null": True}})
-    Path(dst).write_text(json.dumps(items, indent=1) + "\n")
-    return k
-
-
-# ---- RL arms stepped side by side ------------------------------------------------------------------------------
-def _rng_state():
-    from mmrl.train.checkpoint import rng_state
-
-    return rng_state()
-
-
-def _set_rng(state) -> None:
-    from mmrl.train.checkpoint import set_rng_state
-
-    set_rng_state(state)
-
-
-class Arm:
-    """One RL run (``RLTrainer``) that can be advanced one step at a time with its own RNG stream."""
-
-    def __init__(self, name: str, cfg):
-        from mmrl.config import to_yaml
-        from mmrl.train.metrics import MetricsLogger
-        from mmrl.train.rl_trainer import RLTrainer
-
-        self.name, self.cfg = name, cfg
-        self.trainer = RLTrainer(cfg, quiet=True)  # seeds the global RNGs
-        self.rng = _rng_state()
-        out = Path(cfg.train.out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(to_yaml(cfg))
-        self.logger = MetricsLogger(str(out), tensorboard=False)
-        self.history: List[Dict[str, float]] = []
-
-    def step(self) -> Dict[str, float]:
-        _set_rng(self.rng)
-        m = self.trainer.train_step()
-        self.rng = _rng_state()
-        self.logger.log(self.trainer.step, m)
-        self.history.append(m)
-        return m
-
-    def finish(self) -> str:
-        self.trainer.save()
-        self.logger.close()
-        path = self.trainer.export(str(Path(self.cfg.train.out_dir) / "final"))
-        self.trainer = None  # free the model and optimizer before the next arm's eval
-        return str(path)
-
-
-def rollout_budget(arm: "Arm", samples) -> Dict[str, int]:
-    """Generations per prompt, per question type, as the arm's trainer would request them (no generation)."""
-    from mmrl.rollout.step_inputs import build_step_inputs
-
-    tr = arm.trainer
-    out = {}
-    for s in samples:
-        si = build_step_inputs([s], tr.processor, tr.cfg.data, tr.plan, tr.viewset)
-        out[s.qtype] = sum(r.n for r in si.requests)
-    return out
-
-
-def step_costs(history: List[Dict[str, float]]) -> Dict[str, float]:
-    steps = [h["time/step"] for h in history if "time/step" in h]
-    views = sum(h.get("time/views", 0.0) for h in history)
-    return {"median_step_s": statistics.median(steps) if steps else float("nan"), "total_step_s": sum(steps),
-            "view_share": views / max(sum(steps), 1e-9),
-            "rollout_s": statistics.median([h.get("time/rollout", 0.0) for h in history]) if history else 0.0,
-            "update_s": statistics.median([h.get("time/update", 0.0) for h in history]) if history else 0.0,
-            **{k: statistics.mean([h.get(f"work/{k}", 0.0) for h in history]) if history else 0.0
-               for k in ("prompts", "prompt_tokens", "response_tokens")}}
 
 
 def summarize(res: Dict, n_per_qtype: Dict[str, int], biased: Optional[Dict] = None) -> Dict:
@@ -253,7 +131,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
         cfg = load_config([str(DEMO)] + files, common + [f"train.out_dir={out / name}", f"model.path={sft_path}",
                                                          f"train.steps={args.rl_steps}"] + list(args.overrides)
                           + [i for i in items if "=" in i])
-        arms[name] = Arm(name, cfg)
+        arms[name] = Arm(name, cfg, run_dir=True)
     first = next(iter(arms.values()))
     one_per_qtype = list({s.qtype: s for s in first.trainer.samples}.values())
     budgets = {n: rollout_budget(a, one_per_qtype) for n, a in arms.items()}
@@ -261,9 +139,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     log(f"[seed {seed}] generations per prompt: " + ", ".join(f"{n} {sorted(set(b.values()))}" for n, b in budgets.items()))
     order = list(arms)
     for step in range(args.rl_steps):
-        rot = order[step % len(order):] + order[: step % len(order)]  # rotate who goes first
-        for name in rot:
-            arms[name].step()
+        step_round_robin(arms, step)
         if (step + 1) % max(1, args.rl_steps // 5) == 0:
             log(f"[seed {seed}] RL step {step + 1}/{args.rl_steps}: " + ", ".join(
                 f"{n} {arms[n].history[-1].get('time/step', 0):.1f}s acc {arms[n].history[-1].get('reward/accuracy', float('nan')):.2f}"
@@ -292,91 +168,19 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     return result
 
 
-def check_budgets(arms: Dict[str, "Arm"], budgets: Dict[str, Dict[str, int]]) -> None:
-    """A BPO arm requests as many generations per prompt, on every question type, as its matched GRPO arm
-    (``MATCH``; an extra BPO arm: any GRPO-family arm of the run)."""
-    grpo_like = [n for n, a in arms.items() if a.cfg.algorithm.name == "grpo"]
-    for n, a in arms.items():
-        if a.cfg.algorithm.name != "bpo":
-            continue
-        refs = [MATCH[n]] if n in MATCH and MATCH[n] in arms else ([] if n in MATCH else grpo_like)
-        if n in MATCH and not refs:
-            continue  # its matched arm is not in this run
-        if not any(budgets[n] == budgets[r] for r in refs):
-            raise RuntimeError(f"arm {n} (BPO) matches no GRPO arm's budget {refs}: {budgets}")
-
-
-def budgets_text(results: List[Dict]) -> str:
-    arms = list(results[0]["costs"])
-    return "; ".join(f"{ARM_LABEL.get(a, a)}: " + "/".join(str(v) for v in sorted({v for r in results for v in r["budgets"][a].values()}))
-                     for a in arms)
-
-
-def cost_at_length(args, out: Path) -> Dict:
-    """Plain step ratio BPO (2x4) / GRPO (G=8) when responses run to ``args.cost_tokens`` tokens: the untrained tiny
-    model (it rarely emits EOS), a fresh 32-clip world, ``args.cost_prompts`` prompts per step, 1 warm-up step then
-    ``args.cost_steps`` timed steps per arm, round-robin."""
-    from mmrl.config import load_config
-    from mmrl.data.synth_video import make_video_world
-    from mmrl.demo import WORLD
-    from mmrl.models.tiny import ensure_tiny_model
-
-    t0 = time.time()
-    info = make_video_world(str(out / "world"), 32, 0, seed=0, **WORLD)
-    tiny = ensure_tiny_model()
-    base = load_config([str(DEMO)], list(args.overrides))
-    train = out / "world" / "train_abst.json"
-    add_abstain_option(info["train"], str(train), base.data.prompt.abstain_text)
-    arms = {}
-    for name in ("grpo", "bpo"):
-        files = [i for i in ARMS[name] if "=" not in i]
-        cfg = load_config([str(DEMO)] + files, [f"data.train={train}", f"model.path={tiny}", "train.seed=0",
-                                                f"train.out_dir={out / name}", f"train.prompts_per_step={args.cost_prompts}",
-                                                f"rollout.max_new_tokens={args.cost_tokens}", "train.save_every=0"]
-                          + list(args.overrides))
-        arms[name] = Arm(name, cfg)
-    for step in range(1 + args.cost_steps):
-        for name in (list(arms) if step % 2 == 0 else list(arms)[::-1]):
-            arms[name].step()
-    h = {n: a.history[1:] for n, a in arms.items()}
-    med = {n: statistics.median(m["time/step"] for m in hs) for n, hs in h.items()}
-    wk = {n: statistics.mean(m["work/prompt_tokens"] + m["work/response_tokens"] for m in hs) for n, hs in h.items()}
-    resp = {n: statistics.mean(m["response_len"] for m in hs) for n, hs in h.items()}
-    res = {"max_new_tokens": args.cost_tokens, "prompts": args.cost_prompts, "steps": args.cost_steps,
-           "grpo_s": med["grpo"], "bpo_s": med["bpo"], "step_ratio": med["bpo"] / med["grpo"],
-           "work_ratio": wk["bpo"] / wk["grpo"], "grpo_resp": resp["grpo"], "bpo_resp": resp["bpo"],
-           "minutes": (time.time() - t0) / 60}
-    log(f"[cost] {args.cost_tokens}-token responses: BPO/GRPO step {res['step_ratio']:.2f}, work {res['work_ratio']:.2f} "
-        f"({res['minutes']:.1f} min)")
-    return res
-
-
-def run_seeds_in_processes(args, out: Path) -> List[Dict]:
-    """Each seed in a child process of this script (``--jobs`` at a time); their ``seed_result.json`` files are the
-    results. The step-time ratios stay side by side: a seed's arms share one process, so one load."""
-    import subprocess
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(seed: int) -> Dict:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--seeds", str(seed),
-               "--arms", *[a for a in args.arms if a in ARMS], "--out", str(out),
-               "--sft-steps", str(args.sft_steps), "--rl-steps", str(args.rl_steps), "--n-train", str(args.n_train),
-               "--n-test", str(args.n_test), "--prompts-per-step", str(args.prompts_per_step),
-               "--sft-null-share", str(args.sft_null_share), "--cost-tokens", "0"]
-        if args.prior:
-            cmd += ["--prior", args.prior, "--prior-strength", str(args.prior_strength)]
-        for name, items in args.arms.items():
-            if name not in ARMS:
-                cmd += ["--arm", shlex.join([name, *items])]
-        cmd += list(args.overrides)
-        log(f"[seed {seed}] child process: {shlex.join(cmd)}")
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            raise RuntimeError(f"seed {seed} failed (exit {proc.returncode}); its log is above")
-        return json.loads((out / f"seed{seed}" / "seed_result.json").read_text())
-
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        return list(pool.map(one, args.seeds))
+def child_argv(args, out: Path, seed: int) -> List[str]:
+    """The command line of one seed's child process (``--jobs``): the step-time ratios stay side by side, since a
+    seed's arms share one process and so one load."""
+    cmd = ["--seeds", str(seed), "--arms", *[a for a in args.arms if a in ARMS], "--out", str(out),
+           "--sft-steps", str(args.sft_steps), "--rl-steps", str(args.rl_steps), "--n-train", str(args.n_train),
+           "--n-test", str(args.n_test), "--prompts-per-step", str(args.prompts_per_step),
+           "--sft-null-share", str(args.sft_null_share), "--cost-tokens", "0"]
+    if args.prior:
+        cmd += ["--prior", args.prior, "--prior-strength", str(args.prior_strength)]
+    for name, items in args.arms.items():
+        if name not in ARMS:
+            cmd += ["--arm", shlex.join([name, *items])]
+    return cmd + list(args.overrides)
 
 
 def main(argv=None) -> None:
@@ -390,7 +194,7 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts-per-step", type=int, default=None, help="default: configs/demo.yaml's")
     ap.add_argument("--sft-null-share", type=float, default=0.05,
                     help="empty-scene items answered with the abstention option, as a share of the SFT data")
-    ap.add_argument("--prior", choices=["frequent", "phrasing"], default=None,
+    ap.add_argument("--prior", choices=["frequent", "phrasing", "tint"], default=None,
                     help="a world with a prior to unlearn (train biased, held-out split debiased)")
     ap.add_argument("--prior-strength", type=float, default=0.8)
     ap.add_argument("--cost-tokens", type=int, default=256, help="response length of the step-ratio check (0: skip)")
@@ -436,7 +240,8 @@ def main(argv=None) -> None:
             setattr(args, k, v)
     else:
         if args.jobs > 1 and len(args.seeds) > 1:
-            results = run_seeds_in_processes(args, out)
+            results = run_seeds_in_processes(Path(__file__), args.seeds, args.jobs, out,
+                                             lambda seed: child_argv(args, out, seed))
         else:
             results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
         cost_long = cost_at_length(args, out / "cost_long") if args.cost_tokens > 0 else None

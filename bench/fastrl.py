@@ -2,12 +2,18 @@
 ``fastrl`` wrapper, from the same SFT checkpoint, on a synthetic video world whose responses reason before they
 answer (about 40 tokens, ``mmrl.data.reasoning``), over seeds.
 
-    .venv/bin/python bench/fastrl.py [--seeds 0 1 2] [--bases grpo dapo gspo] [--sft-steps 400] [--rl-steps 40]
-        [--n-sft 512] [--n-rl 64] [--n-test 128] [--prompts-per-step 8] [--n 8] [--eval-every 5] [--tau 0.8]
-        [--jobs 1] [--out runs/fastrl] [--reuse-sft] [--render-only] [overrides ...]
+    .venv/bin/python bench/fastrl.py [--seeds 0 1 2] [--bases grpo dapo gspo] [--warmup-steps 600] [--sft-steps 150]
+        [--sft-lr 1e-3] [--[no-]answer-first] [--rl-lr 0] [--rl-steps 100] [--n-sft 1024] [--n-rl 256] [--n-test 128]
+        [--prompts-per-step 8] [--n 8] [--eval-every 10] [--tau 0.8] [--jobs 1] [--out runs/fastrl] [--reuse-sft]
+        [--render-only] [overrides ...]
 
 Per seed: one world (``make_video_world`` with the demo's clips) whose train split gets the reasoning SFT targets;
-an SFT warm-up on the whole train split (``--n-sft``); then every arm trains on the first ``--n-rl`` clips of that
+the SFT start point is the demo's letter-answer SFT (``--warmup-steps``: perception) followed by a short SFT on
+the reasoning targets (``--sft-steps`` at ``--sft-lr``), both on the whole train split (``--n-sft``). By default
+the reasoning target opens with the chosen letter (``--answer-first``): trained to reason first, the tiny model
+loses its perception and sits at chance (25-34% held-out, where RL does not move it; bench/results/fastrl.md
+keeps those runs), while opening with the letter keeps the warm-up's perception (~60%), leaving RL room to improve.
+Then every arm trains on the first ``--n-rl`` clips of that
 split (a small RL split, so that the run spans several epochs and ARS, which acts at epoch boundaries, acts), with
 the same steps, lr, prompts per step and rewards (accuracy + 0.5 x ``answer_tag_format``: FastRL's r = acc + 0.5 fmt).
 Arms: ``grpo`` (PPO clip, seq-mean), ``dapo`` (clip 0.2/0.28, token-mean, dynamic sampling), ``gspo`` (sequence
@@ -31,17 +37,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # this checkout's mmrl, not another installed copy
+sys.path[:0] = [str(REPO), str(REPO / "bench")]  # this checkout's mmrl, not another installed copy
+from _arms import Arm, log, run_seeds_in_processes, step_round_robin  # noqa: E402
+from fastrl_table import pair_stats, plot, render  # noqa: E402,F401  (pair_stats: the tests use it from here)
+
 DEMO = REPO / "configs" / "demo.yaml"
 BASES: Dict[str, List[str]] = {  # base -> overrides (loss side of the method; the spec is algorithm.name)
     "grpo": ["algorithm.loss=ppo", "algorithm.loss_agg=seq-mean-token-mean"],
@@ -51,32 +57,12 @@ BASES: Dict[str, List[str]] = {  # base -> overrides (loss side of the method; t
 REWARDS = "rewards=[{name: accuracy, weight: 1.0}, {name: answer_tag_format, weight: 0.5}]"
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # ---- one arm, stepped and evaluated on its own RNG stream -------------------------------------------------------
-def _rng_state():
-    from mmrl.train.checkpoint import rng_state
-
-    return rng_state()
-
-
-def _set_rng(state) -> None:
-    from mmrl.train.checkpoint import set_rng_state
-
-    set_rng_state(state)
-
-
-class Arm:
-    """One RL run that advances one step at a time and records its cost and its held-out accuracy curve."""
+class TimedArm(Arm):
+    """An arm (``bench/_arms.py``) that also records its cost and its held-out accuracy curve."""
 
     def __init__(self, name: str, cfg, acc0: float):
-        from mmrl.train.rl_trainer import RLTrainer
-
-        self.name, self.cfg = name, cfg
-        self.trainer = RLTrainer(cfg, quiet=True)
-        self.rng = _rng_state()
+        super().__init__(name, cfg)
         self.wall = self.tokens = 0.0
         self.points = [{"step": 0, "wall": 0.0, "tokens": 0.0, "acc": acc0}]
         self.steps: List[Dict[str, float]] = []
@@ -92,10 +78,8 @@ class Arm:
 
         self.trainer.spec.select = recorded
 
-    def step(self) -> None:
-        _set_rng(self.rng)
-        m = self.trainer.train_step()
-        self.rng = _rng_state()
+    def step(self) -> Dict[str, float]:
+        m = super().step()
         epochs = self.cfg.algorithm.ppo_epochs
         gen, trained = m.get("work/response_tokens", 0.0), self._seen.get("trained_tokens", 0.0) * epochs
         self.wall += m["time/step"]
@@ -106,11 +90,10 @@ class Arm:
                            "kept_frac": m.get("algo/fastrl/kept_frac", 1.0),
                            "rollouts_per_prompt": self._seen.get("rows", 0.0) / max(self._seen.get("prompts", 1.0), 1.0),
                            "reward": m.get("reward/accuracy", float("nan"))})
+        return m
 
     def evaluate(self) -> float:
-        _set_rng(self.rng)
-        acc = float(self.trainer.evaluate()["eval/accuracy"])
-        self.rng = _rng_state()
+        acc = float(self.on_own_stream(self.trainer.evaluate)["eval/accuracy"])
         self.points.append({"step": self.trainer.step, "wall": self.wall, "tokens": self.tokens, "acc": acc})
         return acc
 
@@ -122,14 +105,6 @@ class Arm:
                 "median_step_s": statistics.median(s["time"] for s in st) if st else float("nan"),
                 "rollout_s": mean("rollout"), "update_s": mean("update"),
                 "gen_tokens": sum(s["gen_tokens"] for s in st), "trained_tokens": sum(s["trained_tokens"] for s in st)}
-
-
-def reach(points: List[Dict], target: float) -> Optional[Dict]:
-    """The first eval point whose accuracy is >= ``target`` (None if the arm never gets there)."""
-    for p in points:
-        if p["acc"] >= target - 1e-9:
-            return p
-    return None
 
 
 # ---- one seed ---------------------------------------------------------------------------------------------------
@@ -151,35 +126,50 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     t0 = time.time()
     world = out / "world"
     info = make_video_world(str(world), args.n_sft, args.n_test, seed=seed, **WORLD)
-    add_reasoning_targets(info["train"])
-    items = json.loads(Path(info["train"]).read_text())
+    reasoning = world / "train_reasoning.json"  # the letter-answer split stays as it is, for the warm-up
+    reasoning.write_text(Path(info["train"]).read_text())
+    add_reasoning_targets(str(reasoning), answer_first=args.answer_first)
+    items = json.loads(reasoning.read_text())
     rl_train = world / "rl_train.json"
     rl_train.write_text(json.dumps(items[: args.n_rl], indent=1))
-    ensure_tiny_model()
+    tiny = ensure_tiny_model()
     common = [f"data.test={info['test']}", f"train.seed={seed}", f"train.prompts_per_step={args.prompts_per_step}",
               f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", "train.save_every=0", REWARDS]
-    sft_cfg = load_config([str(DEMO)], common + [f"data.train={info['train']}", f"train.out_dir={out / 'sft'}",
-                                                 f"sft.steps={args.sft_steps}"] + list(args.overrides))
     sft_path = str(out / "sft" / "final")
     done = out / "sft" / "sft_done.json"
-    want = {"sft_steps": args.sft_steps, "n_sft": args.n_sft, "seed": seed, "overrides": list(args.overrides)}
+    warm = {"warmup_steps": args.warmup_steps, "n_sft": args.n_sft, "seed": seed, "overrides": list(args.overrides)}
+    want = dict(warm, sft_steps=args.sft_steps, sft_lr=args.sft_lr, answer_first=args.answer_first)
     if args.reuse_sft and done.exists() and json.loads(done.read_text()) == want:
         log(f"[seed {seed}] reusing the SFT checkpoint {sft_path}")
     else:
-        run_sft(sft_cfg, quiet=True)
+        start = str(tiny)
+        if args.warmup_steps:  # perception first, on letter answers (the demo's SFT), then the reasoning format
+            warm_done = out / "warmup" / "warmup_done.json"
+            if not (args.reuse_sft and warm_done.exists() and json.loads(warm_done.read_text()) == warm):
+                run_sft(load_config([str(DEMO)], common + [f"data.train={info['train']}", f"train.out_dir={out / 'warmup'}",
+                                                           f"sft.steps={args.warmup_steps}"] + list(args.overrides)),
+                        quiet=True, overwrite=True)
+                warm_done.write_text(json.dumps(warm))
+            start = str(out / "warmup" / "final")
+        lr = [f"sft.lr={args.sft_lr}"] if args.sft_lr else []
+        run_sft(load_config([str(DEMO)], common + [f"data.train={reasoning}", f"train.out_dir={out / 'sft'}",
+                                                   f"model.path={start}", f"sft.steps={args.sft_steps}"] + lr
+                            + list(args.overrides)), quiet=True, overwrite=True)
         done.write_text(json.dumps(want))
     sft_min = (time.time() - t0) / 60
-    log(f"[seed {seed}] SFT {args.sft_steps} steps on {args.n_sft} reasoning targets: {sft_min:.1f} min")
+    log(f"[seed {seed}] SFT {args.warmup_steps} letter + {args.sft_steps} reasoning steps on {args.n_sft} clips: "
+        f"{sft_min:.1f} min")
 
-    arms: Dict[str, Arm] = {}
+    arms: Dict[str, TimedArm] = {}
     acc0 = None
     for base in args.bases:
         for fast in (False, True):
             name = f"{base}_fastrl" if fast else base
             cfg = load_config([str(DEMO)], common + [f"data.train={rl_train}", f"train.out_dir={out / name}",
                                                      f"model.path={sft_path}", f"train.steps={args.rl_steps}"]
+                              + ([f"train.lr={args.rl_lr}"] if args.rl_lr else [])
                               + arm_overrides(base, fast, args) + list(args.overrides))
-            arms[name] = Arm(name, cfg, acc0 if acc0 is not None else 0.0)
+            arms[name] = TimedArm(name, cfg, acc0 if acc0 is not None else 0.0)
             if acc0 is None:  # every arm starts from the same checkpoint: evaluate it once
                 acc0 = float(arms[name].trainer.evaluate()["eval/accuracy"])
                 arms[name].points[0]["acc"] = acc0
@@ -188,9 +178,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     t1 = time.time()
     order = list(arms)
     for step in range(args.rl_steps):
-        rot = order[step % len(order):] + order[: step % len(order)]
-        for name in rot:
-            arms[name].step()
+        step_round_robin(arms, step)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.rl_steps:
             accs = {n: arms[n].evaluate() for n in order}
             log(f"[seed {seed}] step {step + 1}: " + ", ".join(
@@ -201,135 +189,36 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     return res
 
 
-# ---- the table and the plot -------------------------------------------------------------------------------------
-def _ms(xs: List[float], fmt: str = "{:.1f}") -> str:
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return "n/a"
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{fmt.format(statistics.mean(xs))} ± {fmt.format(sd)}"
-
-
-def pair_stats(r: Dict, base: str) -> Dict:
-    b, f = r["arms"][base], r["arms"][f"{base}_fastrl"]
-    target = b["final_acc"]
-    pb, pf = reach(b["points"], target), reach(f["points"], target)
-    ok = pf is not None and pf["wall"] > 0 and pb["wall"] > 0  # both needed training to get there
-    return {"target": target, "base": pb, "fast": pf,
-            "speedup": pb["wall"] / pf["wall"] if ok else None,
-            "token_ratio": pb["tokens"] / pf["tokens"] if ok else None}
-
-
-def render(results: List[Dict], args) -> str:
-    seeds = [r["seed"] for r in results]
-    lines = [f"# FastRL on GRPO / DAPO / GSPO, miniature (seeds {seeds})", "",
-             "Command: `.venv/bin/python bench/fastrl.py " + shlex.join(args.argv) + "`", "",
-             f"World: synthetic video clips (the demo's), {args.n_sft} train clips with a ~40-token reasoning span "
-             f"before `<answer>L</answer>` as SFT targets, {args.n_rl} of them as the RL split, {args.n_test} held-out. "
-             f"SFT {args.sft_steps} steps; RL {args.rl_steps} steps x {args.prompts_per_step} prompts x G = {args.n}, "
-             f"max {args.max_new_tokens} new tokens, reward accuracy + 0.5 x format. FastRL: τ = {args.tau}, "
-             f"{args.ngram}-grams, ARS over {args.rl_steps * args.prompts_per_step // max(args.n_rl, 1)} RL epochs. "
-             f"Held-out accuracy (greedy) every {args.eval_every} steps. Percent / seconds, mean ± std over seeds.", "",
-             "| arm | final acc | time to base's final acc (s) | tokens to it (k) | speed-up (time) | speed-up (tokens) "
-             "| kept fraction | rollouts / prompt | s/step |", "|---|---|---|---|---|---|---|---|---|"]
-    for base in args.bases:
-        ps = [pair_stats(r, base) for r in results]
-        for fast in (False, True):
-            name = f"{base}_fastrl" if fast else base
-            key = "fast" if fast else "base"
-            a = [r["arms"][name] for r in results]
-            hit = [p[key] for p in ps]
-            n_miss = sum(h is None for h in hit)
-            miss = f" ({n_miss}/{len(hit)} seeds never reached it)" if n_miss else ""
-            lines.append(
-                f"| {base.upper()}{' + FastRL' if fast else ''} | {_ms([100 * x['final_acc'] for x in a])} "
-                f"| {_ms([h['wall'] for h in hit if h], '{:.0f}')}{miss} | {_ms([h['tokens'] / 1e3 for h in hit if h], '{:.0f}')} "
-                f"| {_ms([p['speedup'] for p in ps], '{:.2f}x') if fast else ''} "
-                f"| {_ms([p['token_ratio'] for p in ps], '{:.2f}x') if fast else ''} "
-                f"| {_ms([x['kept_frac'] for x in a], '{:.2f}')} | {_ms([x['rollouts_per_prompt'] for x in a], '{:.2f}')} "
-                f"| {_ms([x['median_step_s'] for x in a], '{:.2f}')} |")
-    lines += ["", "Per seed (speed-up = base's time or tokens to its final accuracy / FastRL's; '—' = FastRL never "
-              "reached it within the run, or the SFT start already had it):", "",
-              "| seed | base | base final acc | FastRL final acc | speed-up (time) | speed-up (tokens) | FastRL kept fraction "
-              "| FastRL rollouts / prompt | step time FastRL / base (rollout, update) | whole run: time, tokens base / FastRL |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        for base in args.bases:
-            p = pair_stats(r, base)
-            b, f = r["arms"][base], r["arms"][f"{base}_fastrl"]
-            fmt = lambda x: f"{x:.2f}x" if x is not None else "—"  # noqa: E731
-            lines.append(f"| {r['seed']} | {base} | {100 * b['final_acc']:.1f} | {100 * f['final_acc']:.1f} | {fmt(p['speedup'])} "
-                         f"| {fmt(p['token_ratio'])} | {f['kept_frac']:.2f} | {f['rollouts_per_prompt']:.2f} "
-                         f"| {f['median_step_s'] / b['median_step_s']:.2f} ({f['rollout_s'] / b['rollout_s']:.2f}, "
-                         f"{f['update_s'] / max(b['update_s'], 1e-9):.2f}) | {b['wall'] / f['wall']:.2f}x, "
-                         f"{b['tokens'] / f['tokens']:.2f}x |")
-    lines.append("")
-    for base in args.bases:
-        run_t = [r["arms"][base]["wall"] / r["arms"][f"{base}_fastrl"]["wall"] for r in results]
-        run_k = [r["arms"][base]["tokens"] / r["arms"][f"{base}_fastrl"]["tokens"] for r in results]
-        lines.append(f"{base.upper()}, the whole {args.rl_steps}-step run, base / FastRL: wall-clock {_ms(run_t, '{:.2f}x')}, "
-                     f"generated + trained tokens {_ms(run_k, '{:.2f}x')}.  ")
-    mins = [r["minutes"]["total"] for r in results]
-    lines += ["", f"SFT held-out accuracy (every arm's start): {_ms([100 * r['acc0'] for r in results])}. "
-              f"Minutes per seed: {statistics.mean(mins):.1f} (SFT {statistics.mean(r['minutes']['sft'] for r in results):.1f}, "
-              f"RL + evals {statistics.mean(r['minutes']['rl'] for r in results):.1f})."]
-    return "\n".join(lines) + "\n"
-
-
-def plot(results: List[Dict], args, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(args.bases), figsize=(4.2 * len(args.bases), 3.4), squeeze=False)
-    for ax, base in zip(axes[0], args.bases):
-        for name, style in ((base, "-"), (f"{base}_fastrl", "--")):
-            pts = [r["arms"][name]["points"] for r in results]
-            k = min(len(p) for p in pts)
-            wall = [statistics.mean(p[i]["wall"] for p in pts) for i in range(k)]
-            acc = [100 * statistics.mean(p[i]["acc"] for p in pts) for i in range(k)]
-            ax.plot(wall, acc, style, marker="o", ms=3, label=name.replace("_fastrl", " + FastRL").upper())
-        ax.set_title(base.upper())
-        ax.set_xlabel("training wall-clock (s)")
-        ax.set_ylabel("held-out accuracy (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"time to accuracy, mean of seeds {[r['seed'] for r in results]}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
 # ---- driver -----------------------------------------------------------------------------------------------------
-def run_seeds_in_processes(args, out: Path) -> List[Dict]:
-    def one(seed: int) -> Dict:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--seeds", str(seed), "--out", str(out), "--jobs", "1"]
-        for k in ("sft_steps", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
-                  "max_new_tokens", "tau", "ngram"):
+def child_argv(args, out: Path, seed: int) -> List[str]:
+    """The command line of one seed's child process (``--jobs``)."""
+    cmd = ["--seeds", str(seed), "--out", str(out), "--jobs", "1"]
+    for k in ("warmup_steps", "sft_steps", "sft_lr", "rl_lr", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
+              "max_new_tokens", "tau", "ngram"):
+        if getattr(args, k) is not None:
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
-        cmd += ["--bases", *args.bases, *(["--reuse-sft"] if args.reuse_sft else []), *args.overrides]
-        log(f"[seed {seed}] child process: {shlex.join(cmd)}")
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            raise RuntimeError(f"seed {seed} failed (exit {proc.returncode}); its log is above")
-        return json.loads((out / f"seed{seed}" / "seed_result.json").read_text())
-
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        return list(pool.map(one, args.seeds))
+    flags = (["--reuse-sft"] if args.reuse_sft else []) + (["--answer-first"] if args.answer_first else ["--no-answer-first"])
+    return cmd + ["--bases", *args.bases, *flags, *args.overrides]
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--bases", nargs="+", default=list(BASES), choices=list(BASES))
-    ap.add_argument("--sft-steps", type=int, default=400)
-    ap.add_argument("--rl-steps", type=int, default=40)
-    ap.add_argument("--n-sft", type=int, default=512, help="train clips (SFT split)")
-    ap.add_argument("--n-rl", type=int, default=64, help="first clips of the train split used for RL")
+    ap.add_argument("--warmup-steps", type=int, default=600, help="letter-answer SFT steps (the demo's SFT, at "
+                    "configs/demo.yaml's sft.lr) before the reasoning SFT; 0 = none")
+    ap.add_argument("--sft-steps", type=int, default=150, help="SFT steps on the reasoning targets")
+    ap.add_argument("--sft-lr", type=float, default=1e-3, help="lr of the reasoning SFT (0: configs/demo.yaml's sft.lr)")
+    ap.add_argument("--answer-first", action=argparse.BooleanOptionalAction, default=True,
+                    help="reasoning targets open with the chosen letter (mmrl.data.reasoning)")
+    ap.add_argument("--rl-lr", type=float, default=0.0, help="lr of the RL arms (0: configs/demo.yaml's train.lr, 1e-4)")
+    ap.add_argument("--rl-steps", type=int, default=100)
+    ap.add_argument("--n-sft", type=int, default=1024, help="train clips (SFT split)")
+    ap.add_argument("--n-rl", type=int, default=256, help="first clips of the train split used for RL")
     ap.add_argument("--n-test", type=int, default=128)
     ap.add_argument("--prompts-per-step", type=int, default=8)
     ap.add_argument("--n", type=int, default=8, help="rollout.n = G")
-    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--tau", type=float, default=0.8)
     ap.add_argument("--ngram", type=int, default=1)
@@ -351,7 +240,8 @@ def main(argv=None) -> None:
     if args.render_only:
         results = [json.loads((out / f"seed{s}" / "seed_result.json").read_text()) for s in args.seeds]
     elif args.jobs > 1 and len(args.seeds) > 1:
-        results = run_seeds_in_processes(args, out)
+        results = run_seeds_in_processes(Path(__file__), args.seeds, args.jobs, out,
+                                         lambda seed: child_argv(args, out, seed))
     else:
         results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
     table = render(results, args)

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # this checkout's mmrl, whatever the venv has installed
+sys.path[:0] = [str(REPO), str(REPO / "bench")]  # this checkout's mmrl, whatever the venv has installed
+from _arms import Arm, log  # noqa: E402
+
 INSTRUCTION = "Describe what you see in <think></think>, then answer with the option's letter in <answer></answer>."
 _DAPO = "dynamic_sampling: true, max_resample_rounds: 1"
 ARMS: Dict[str, List[str]] = {
@@ -57,45 +59,6 @@ BASE_OF = {"dapo+pacg": "dapo", "vppo+pacg": "vppo", "dapo+pacg_q": "dapo"}
 COLUMNS = [("accuracy", "accuracy", 100), ("correct_with_unsupported", "correct w/ unsupported claim", 100),
            ("persistence_unsupported", "P unsupported", 1), ("persistence_supported", "P supported", 1),
            ("efs_token_mean", "EFS / token", 1), ("claims_per_response", "claims / response", 1)]
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _rng_state():
-    from mmrl.train.checkpoint import rng_state
-
-    return rng_state()
-
-
-def _set_rng(state) -> None:
-    from mmrl.train.checkpoint import set_rng_state
-
-    set_rng_state(state)
-
-
-class Arm:
-    """One RL run advanced a step at a time with its own RNG stream."""
-
-    def __init__(self, name: str, cfg):
-        from mmrl.train.rl_trainer import RLTrainer
-
-        self.name, self.cfg = name, cfg
-        self.trainer = RLTrainer(cfg, quiet=True)
-        self.rng = _rng_state()
-        self.history: List[Dict[str, float]] = []
-
-    def step(self) -> None:
-        _set_rng(self.rng)
-        self.history.append(self.trainer.train_step())
-        self.rng = _rng_state()
-
-    def finish(self) -> str:
-        Path(self.cfg.train.out_dir).mkdir(parents=True, exist_ok=True)
-        path = self.trainer.export(str(Path(self.cfg.train.out_dir) / "final"))
-        self.trainer = None
-        return str(path)
 
 
 def costs(history: List[Dict[str, float]]) -> Dict[str, float]:

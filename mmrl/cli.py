@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--duration", type=int, default=None, help="seconds per stream (stream; default 16)")
     s.add_argument("--fixed-options", action="store_true",
                    help="list every question's whole answer pool in a fixed order (the demo's world; video)")
-    s.add_argument("--prior", choices=["frequent", "phrasing"], default=None,
+    s.add_argument("--prior", choices=["frequent", "phrasing", "tint"], default=None,
                    help="video: a prior to unlearn in the train split (test.json debiased, test_biased.json not)")
     s.add_argument("--prior-strength", type=float, default=0.8, help="P(a train answer follows the prior)")
     s.set_defaults(fn=cmd_synth)

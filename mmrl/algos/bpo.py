@@ -263,6 +263,7 @@ class BPO(SequenceSpec):
     a sample gets one response per pack, ``packs = rollout.n / views`` of that sample (2 packs x 4 views = 8)."""
 
     Params = BPOParams
+    uses_view_weights = True
 
     def plan(self, role: str, n: int, n_views: int = 1) -> int:
         if n % n_views:

@@ -139,6 +139,7 @@ class AlgorithmSpec:
 
     name = "?"
     Params: Type = NoParams
+    uses_view_weights = False  # True where the advantages read the view set's ``weight`` (BPO)
 
     def __init__(self, params: Any, loss: Any, key: str = "algorithm.params"):
         self.params = parse_params(self.Params, params, key) if not isinstance(params, self.Params) else params
@@ -205,6 +206,10 @@ class WrapperSpec(AlgorithmSpec):
         else:
             raise ConfigError(f"config key '{key}.base' must be an algorithm name or {{name: ..., params: {{...}}}}, got {base!r}")
         self.base = build_spec(name, base_params, loss, key=f"{key}.base.params", name_key=f"{key}.base")
+
+    @property
+    def uses_view_weights(self) -> bool:
+        return self.base.uses_view_weights
 
     def plan(self, role: str, n: int, n_views: int = 1) -> int:
         return self.base.plan(role, n, n_views)

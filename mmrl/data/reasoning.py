@@ -2,7 +2,10 @@
 
 ``reasoning_target(item)`` writes a short, grounded chain of thought (built from the clip's own ``meta``: the
 colours, the direction, the frames where the squares are on screen) followed by ``<answer>L</answer>``, 40-49
-tokens of the tiny model's tokenizer. ``add_reasoning_targets(path)`` stores it as ``meta["sft_response"]`` in a
+tokens of the tiny model's tokenizer. ``answer_first=True`` opens it with the chosen letter (``"L. I watch ..."``,
+42-51 tokens): the decision comes first and the span after it justifies it, so a model warmed up on letter answers
+keeps its perception (its first token is still the letter), which the tiny model loses when the decision sits
+a dozen tokens into the text (FastRL's bench, ``bench/fastrl.py``). ``add_reasoning_targets(path)`` stores it as ``meta["sft_response"]`` in a
 world's JSON split; the SFT warm-up (``mmrl.train.sft.sft_target``) trains on ``meta["sft_response"]`` when a sample
 has one, on the bare letter otherwise. The accuracy reward and the synthetic eval read the letter inside
 ``<answer>...</answer>`` (``mmrl.rewards.parsing``).
@@ -16,8 +19,9 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 WORDS = {"1": "one", "2": "two", "3": "three"}
 
 
-def reasoning_target(item: Dict) -> str:
-    """``<reasoning> <answer>L</answer>`` for one annotation item of the synthetic video world."""
+def reasoning_target(item: Dict, answer_first: bool = False) -> str:
+    """``<reasoning> <answer>L</answer>`` for one annotation item of the synthetic video world (``answer_first``:
+    ``L. <reasoning> <answer>L</answer>``)."""
     qtype, meta, gold = item["qtype"], item.get("meta") or {}, item["answer"]
     try:
         letter = LETTERS[item["candidates"].index(gold)]
@@ -38,15 +42,16 @@ def reasoning_target(item: Dict) -> str:
         body = f"The {gold} square appears first, in frame {f0}, then the {second} square."
     else:
         body = f"The option that fits the frames best is {gold}."
-    return f"I watch the video frame by frame. {body} So the answer is option {letter}. <answer>{letter}</answer>"
+    lead = f"{letter}. " if answer_first else ""
+    return f"{lead}I watch the video frame by frame. {body} So the answer is option {letter}. <answer>{letter}</answer>"
 
 
-def add_reasoning_targets(path: str) -> int:
+def add_reasoning_targets(path: str, answer_first: bool = False) -> int:
     """Add ``meta["sft_response"]`` to every item of the JSON split at ``path`` (in place); returns the count."""
     with open(path) as f:
         items = json.load(f)
     for it in items:
-        it["meta"] = dict(it.get("meta") or {}, sft_response=reasoning_target(it))
+        it["meta"] = dict(it.get("meta") or {}, sft_response=reasoning_target(it, answer_first))
     with open(path, "w") as f:
         json.dump(items, f, indent=1)
     return len(items)

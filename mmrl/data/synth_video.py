@@ -16,7 +16,10 @@ drawn independently of the answer):
 - ``frequent``: with probability ``prior_strength`` the gold is the question type's prior answer (the first
   value of its pool: red, left, 1, ...); otherwise a balanced draw among the other values;
 - ``phrasing``: each answer value has its own wording of the question (``QUESTION_VARIANTS``); with probability
-  ``prior_strength`` the question uses the gold's wording, otherwise a uniformly drawn one.
+  ``prior_strength`` the question uses the gold's wording, otherwise a uniformly drawn one;
+- ``tint``: each answer value has its own background tint (``TINTS``, the i-th value of the pool the i-th tint);
+  with probability ``prior_strength`` the clip's background is the gold's tint, otherwise a uniformly drawn one
+  (``meta["tint"]``). The prior is in the pixels, so a null canvas (no background at all) carries none of it.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ PALETTE: Dict[str, Tuple[int, int, int]] = {
     "yellow": (230, 210, 40),
 }
 BACKGROUND = (16, 16, 16)
+TINTS = [(56, 16, 16), (16, 52, 16), (16, 16, 64), (48, 48, 16)]  # prior="tint": dark, far apart, far from PALETTE
 DIRECTIONS = ["left", "right", "up", "down"]
 OPPOSITE = {"left": "right", "right": "left", "up": "down", "down": "up"}
 LOCATIONS = ["left", "right", "top", "bottom"]
@@ -59,7 +63,7 @@ QUESTION_VARIANTS = {  # prior="phrasing": wording i goes with the i-th value of
 VIDEO_QTYPES = ("color", "direction", "order", "count", "location")
 TEMPORAL_QTYPES = ("direction", "order")
 EVENT_QTYPES = ("count",)  # shown in an evidence segment, like the temporal types, but order-free
-PRIORS = ("frequent", "phrasing")
+PRIORS = ("frequent", "phrasing", "tint")
 MARGIN = 2  # pixels kept free at the frame border
 
 Obj = Tuple[List[int], str]  # (box, colour name)
@@ -89,10 +93,10 @@ def _overlaps(a: Sequence[int], b: Sequence[int], gap: int = MARGIN) -> bool:
     return not (a[2] + gap <= b[0] or b[2] + gap <= a[0] or a[3] + gap <= b[1] or b[3] + gap <= a[1])
 
 
-def render(objs: Sequence[Obj], size: int) -> np.ndarray:
-    """One ``uint8 [H, W, 3]`` frame with the given squares."""
+def render(objs: Sequence[Obj], size: int, background: Sequence[int] = BACKGROUND) -> np.ndarray:
+    """One ``uint8 [H, W, 3]`` frame with the given squares on ``background``."""
     img = np.empty((size, size, 3), dtype=np.uint8)
-    img[:] = BACKGROUND
+    img[:] = background
     for box, colour in objs:
         x0, y0, x1, y1 = box
         img[y0:y1, x0:x1] = PALETTE[colour]
@@ -241,8 +245,10 @@ def _temporal_scene(qtype: str, rng: np.random.Generator, bal: Balancer, size: i
     return frames, gold, cands, meta, (lead, lead + L - 1)
 
 
-def video_scene(qtype: str, rng: np.random.Generator, bal: Balancer, size: int, n: int, fps: float) -> dict:
-    """Frames ``uint8 [T, H, W, 3]`` plus the annotation fields of one clip."""
+def video_scene(qtype: str, rng: np.random.Generator, bal: Balancer, size: int, n: int, fps: float,
+                tint: Optional[Tuple[np.random.Generator, float]] = None) -> dict:
+    """Frames ``uint8 [T, H, W, 3]`` plus the annotation fields of one clip. ``tint = (rng, strength)``: the
+    background is a ``TINTS`` entry tied to the gold with that strength (``prior_index``; ``meta["tint"]``)."""
     if qtype in TEMPORAL_QTYPES or qtype in EVENT_QTYPES:
         frames, gold, cands, meta, (f0, f1) = _temporal_scene(qtype, rng, bal, size, n)
     else:
@@ -258,7 +264,11 @@ def video_scene(qtype: str, rng: np.random.Generator, bal: Balancer, size: int, 
         "boxes": [[_t(i, fps), list(box)] for i, objs in enumerate(frames) for box, _ in objs],
         "source_size": [size, size],
     }
-    pixels = np.stack([render(objs, size) for objs in frames])
+    background = BACKGROUND
+    if tint is not None:
+        meta["tint"] = prior_index(qtype, gold, tint[0], tint[1], len(TINTS))
+        background = TINTS[meta["tint"]]
+    pixels = np.stack([render(objs, size, background) for objs in frames])
     return {"pixels": pixels, "answer": gold, "candidates": cands, "meta": meta, "evidence": evidence,
             "frame_objs": frames}  # the scene itself: tests re-render it without the target
 
@@ -333,14 +343,18 @@ def _pool(qtype: str) -> List[str]:
             "location": LOCATIONS}[qtype]
 
 
-def phrase(qtype: str, gold: str, rng: np.random.Generator, strength: float) -> Tuple[str, int]:
-    """prior="phrasing": the question's wording and its index; the gold's own wording with probability
-    ``strength``, else a uniform draw over the wordings (``strength=0``: independent of the answer)."""
-    variants = QUESTION_VARIANTS[qtype]
+def prior_index(qtype: str, gold: str, rng: np.random.Generator, strength: float, k: int) -> int:
+    """Which of ``k`` cues (wordings, tints) a clip gets: the gold's own (its pool index mod ``k``) with probability
+    ``strength``, else a uniform draw (``strength=0``: independent of the answer)."""
     if float(rng.random()) < strength:
-        k = _pool(qtype).index(gold) % len(variants)
-    else:
-        k = int(rng.integers(len(variants)))
+        return _pool(qtype).index(gold) % k
+    return int(rng.integers(k))
+
+
+def phrase(qtype: str, gold: str, rng: np.random.Generator, strength: float) -> Tuple[str, int]:
+    """prior="phrasing": the question's wording and its index (``prior_index`` over ``QUESTION_VARIANTS``)."""
+    variants = QUESTION_VARIANTS[qtype]
+    k = prior_index(qtype, gold, rng, strength, len(variants))
     return variants[k], k
 
 
@@ -368,7 +382,7 @@ def make_video_world(
 
     Question types cycle over ``qtypes`` (default: all of ``VIDEO_QTYPES``). ``fixed_options``: every
     question lists its whole answer pool in a fixed order (see ``Balancer.candidates``). ``prior``
-    (``frequent`` | ``phrasing``, module docstring): the train split leans on it with ``prior_strength``,
+    (``frequent`` | ``phrasing`` | ``tint``, module docstring): the train split leans on it with ``prior_strength``,
     ``test.json`` is debiased and ``test_biased.json`` (as many clips as the test split) keeps the train
     split's prior. Returns the paths, the codec and per-split question-type counts.
     """
@@ -389,7 +403,7 @@ def make_video_world(
         items = []
         for i in range(n):
             qtype = qs[i % len(qs)]
-            sc = video_scene(qtype, rng, bal, size, n_frames, fps)
+            sc = video_scene(qtype, rng, bal, size, n_frames, fps, tint=(rng, strength) if prior == "tint" else None)
             rel = f"videos/{split}_{i:05d}.mp4"
             write_mp4(os.path.join(out_dir, rel), sc["pixels"], fps, codec)
             meta = dict(sc["meta"], seed=int(seed), size=size, n_frames=n_frames, fps=fps)

@@ -19,6 +19,7 @@ def describe_plan(cfg) -> List[str]:
         from mmrl.views import ViewSet
 
         vs = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
+        vs.check_weights_used(cfg.algorithm.name, spec.uses_view_weights)
         counts = []
         for qtype, views in sorted(vs.qtypes.items()):
             plan = [(v.name, v.role, spec.plan(v.role, n, len(views))) for v in views]

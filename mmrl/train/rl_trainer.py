@@ -86,6 +86,7 @@ class RLTrainer:
             from mmrl.views import ViewSet
 
             self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
+            self.viewset.check_weights_used(cfg.algorithm.name, self.spec.uses_view_weights)
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
         self.agent_loop = agent_loop_from_config(cfg.rollout, self.processor)
         self.test_samples = None

@@ -14,8 +14,9 @@ File format::
       default: [...]                      # for question types without their own entry
 
 A view: ``name``, ``role``, ``transform`` (registered name or ``module:function``), optional ``params``,
-``effect`` (overrides the transform's declared effect on the answer), ``weight`` (>= 0, scales the advantage of
-the view's responses; BPO also weighs its pack score with it), ``if_unchanged`` (see below), and for ``mapped`` views
+``effect`` (overrides the transform's declared effect on the answer), ``weight`` (>= 0, scales the BPO advantage of
+the view's responses and its pack-score share; a weight != 1 under an algorithm that ignores it is a
+``ConfigError``, ``ViewSet.check_weights_used``), ``if_unchanged`` (see below), and for ``mapped`` views
 ``answer_meta`` (a key of ``sample.meta`` holding the answer text under the view, used when the sample has it)
 and/or ``answer_map`` (candidate text -> candidate text). A qtype without an anchor gets ``original`` (identity) prepended. Everything
 is checked when loading; the evidence a view needs is checked per sample (``views_for``, ``check``).
@@ -276,6 +277,18 @@ class ViewSet:
             raise DataError(f"{at} needs evidence boxes, which the sample lacks", sample_id=sample.id)
         if kind is not None and s.info is not None and kind not in s.info.kinds:
             raise DataError(f"{at} does not apply to {kind} media", sample_id=sample.id)
+
+    def check_weights_used(self, algorithm: str, uses_weights: bool) -> None:
+        """A view ``weight`` other than 1 under an algorithm that ignores view weights (every one but BPO, whose
+        estimator scales the view's advantage by it) would change nothing: a ``ConfigError`` naming file and view."""
+        if uses_weights:
+            return
+        for q, specs in self.qtypes.items():
+            for s in specs:
+                if s.weight != 1.0:
+                    raise ConfigError(f"view set '{self.name}' ({self.source or 'in memory'}): qtype '{q}', view "
+                                      f"'{s.name}' has weight {s.weight:g}, but algorithm '{algorithm}' does not use "
+                                      "view weights (only bpo scales a view's advantage by it); remove the weight")
 
     def check(self, samples: Iterable[Sample]) -> None:
         """Check a whole dataset up front (raises on the first sample a view cannot be built for)."""

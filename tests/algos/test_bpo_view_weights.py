@@ -51,3 +51,33 @@ def test_trainer_carries_the_view_weight_from_the_view_set_to_the_estimator():
     batch, _ = gather_batch(fake, trajs, comps, total)
     out = bpo(advantage_inputs(batch), BPOParams())
     assert out.advantages[2:].abs().sum() == 0 and out.advantages[:2].abs().sum() > 0
+
+
+def _weighted_viewset(tmp_path):
+    path = tmp_path / "weighted.yaml"
+    path.write_text("qtypes:\n  default:\n    - {name: original, role: anchor, transform: identity}\n"
+                    "    - {name: blank, role: abstain, transform: gray, weight: 0.5}\n")
+    return path
+
+
+def test_a_view_weight_under_an_algorithm_that_ignores_it_is_a_config_error(tmp_path):
+    """Only BPO reads view weights: a weight != 1 under GRPO, T-GRPO or a wrapper over them would change nothing,
+    so planning the run (what the trainer does too) names the file, the view and the algorithm."""
+    import pytest
+
+    from mmrl.config import load_config
+    from mmrl.errors import ConfigError
+    from mmrl.train.plan import describe_plan
+    from tests.support import REPO
+
+    path = _weighted_viewset(tmp_path)
+    demo = str(REPO / "configs" / "demo.yaml")
+    for algo in (["algorithm.name=grpo"], ["algorithm.name=tgrpo"],
+                 ["algorithm.name=fastrl", "algorithm.params={base: grpo, total_steps: 10}"]):
+        cfg = load_config([demo], algo + [f"algorithm.viewset={path}"])
+        with pytest.raises(ConfigError, match=rf"{path}.*view 'blank' has weight 0.5.*'{cfg.algorithm.name}'"):
+            describe_plan(cfg)
+    for algo in (["algorithm.name=bpo", "algorithm.params={}"],
+                 ["algorithm.name=fastrl", "algorithm.params={base: bpo, total_steps: 10}"]):
+        cfg = load_config([demo], algo + [f"algorithm.viewset={path}"])
+        assert any("blank (abstain)" in line for line in describe_plan(cfg))

@@ -40,7 +40,7 @@ def test_time_to_accuracy_rule():
 def test_fastrl_bench_smoke(tiny_model_path, tmp_path, capsys):
     bench = _load()
     out = tmp_path / "bench"
-    args = ["--seeds", "0", "--sft-steps", "3", "--rl-steps", "3", "--n-sft", "12", "--n-rl", "4", "--n-test", "4",
+    args = ["--seeds", "0", "--warmup-steps", "2", "--sft-steps", "3", "--rl-steps", "3", "--n-sft", "12", "--n-rl", "4", "--n-test", "4",
             "--prompts-per-step", "2", "--n", "4", "--eval-every", "2", "--max-new-tokens", "12", "--tau", "1.0",
             "--out", str(out)]  # model.path: tiny (the fixture points the cache at the session's tiny model)
     bench.main(args)
@@ -56,6 +56,11 @@ def test_fastrl_bench_smoke(tiny_model_path, tmp_path, capsys):
     table = (out / "table.md").read_text()
     assert "| GRPO + FastRL |" in table and "| DAPO + FastRL |" in table and "| GSPO + FastRL |" in table
     assert (out / "time_to_accuracy.png").stat().st_size > 0
+    # the start point: the letter warm-up, then the reasoning SFT from it, on answer-first targets
+    sft_cfg = (out / "seed0" / "sft" / "config.yaml").read_text()
+    assert str(out / "seed0" / "warmup" / "final") in sft_cfg and "lr: 0.001" in sft_cfg
+    first = json.loads((out / "seed0" / "world" / "train_reasoning.json").read_text())[0]
+    assert first["meta"]["sft_response"][:3] in {"A. ", "B. ", "C. ", "D. "}
     capsys.readouterr()
     bench.main(args + ["--reuse-sft"])
     assert "reusing the SFT checkpoint" in capsys.readouterr().err

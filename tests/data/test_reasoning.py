@@ -28,6 +28,24 @@ def test_every_qtype_reasons_then_answers_its_gold_letter(video_world, tiny_mode
     assert stored[0]["meta"]["seed"] == items[0]["meta"]["seed"]  # the world's own meta is kept
 
 
+def test_answer_first_opens_with_the_gold_letter_and_still_ends_with_the_tag(video_world, tiny_model_path, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    items = json.loads((video_world / "train.json").read_text())
+    for it in items:
+        text = reasoning_target(it, answer_first=True)
+        letter = "ABCDEFGH"[it["candidates"].index(it["answer"])]
+        assert text == f"{letter}. {reasoning_target(it)}"
+        assert tok.decode(tok.encode(text)[:1]) == letter  # the first token is the decision
+        assert parse_choice(text, "ABCD") == letter and len(tok.encode(text)) >= 32
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(items))
+    add_reasoning_targets(str(path), answer_first=True)
+    assert [s["meta"]["sft_response"][:2] for s in json.loads(path.read_text())] == [
+        "ABCDEFGH"[it["candidates"].index(it["answer"])] + "." for it in items]
+
+
 def test_bad_answer_names_the_sample():
     with pytest.raises(ValueError, match="sample 'x-1'"):
         reasoning_target({"id": "x-1", "qtype": "color", "candidates": ["red"], "answer": "blue", "meta": {}})

@@ -1,10 +1,11 @@
 """The video world with a prior to unlearn: biased train split, debiased held-out split (issue 16)."""
 import collections
 import json
+import os
 
 import pytest
 
-from mmrl.data.synth_video import QUESTION_VARIANTS, _pool, make_video_world
+from mmrl.data.synth_video import BACKGROUND, QUESTION_VARIANTS, TINTS, _pool, make_video_world
 
 N = 120
 
@@ -52,9 +53,39 @@ def test_phrasing_prior_ties_the_wording_to_the_answer_in_train_only(tmp_path):
     assert len({it["question"] for it in test if it["qtype"] == "color"}) > 1
 
 
+def decoded_tint(world_dir, item):
+    """The nearest ``TINTS`` entry to the decoded clip's background (the top-left pixel of every frame: squares
+    keep a margin from the border), read back from the MP4 as a model would see it."""
+    import decord
+    import numpy as np
+
+    frames = decord.VideoReader(os.path.join(world_dir, item["video"])).get_batch([0, 1, 2, 3]).asnumpy()
+    corner = frames[:, :2, :2].reshape(-1, 3).astype(float).mean(0)
+    dist = [float(np.abs(corner - np.array(t)).sum()) for t in TINTS + [BACKGROUND]]
+    return int(np.argmin(dist))
+
+
+def test_tint_prior_is_in_the_pixels_of_train_and_not_of_the_debiased_split(tmp_path):
+    """prior="tint": the background tint read back from the MP4s names the gold's tint in ~80% of train and
+    biased-test clips (strength 0.8 + 0.2 / 4 by chance), and only ~1/4 of the debiased held-out clips."""
+    info = make_video_world(str(tmp_path), N, N, seed=4, size=32, n_frames=4, fps=2, qtypes=["color", "direction"],
+                            prior="tint", prior_strength=0.8)
+    splits = {s: load(info, s) for s in ("train", "test", "test_biased")}
+
+    def tied(items):
+        return sum(decoded_tint(info["out_dir"], it) == _pool(it["qtype"]).index(it["answer"]) for it in items) / len(items)
+
+    for items in splits.values():  # the tint the clip was rendered with survives the codec, and no clip is untinted
+        assert all(decoded_tint(info["out_dir"], it) == it["meta"]["tint"] for it in items)
+        assert all(it["meta"]["prior_answer"] is None for it in items)
+    assert 0.7 <= tied(splits["train"]) <= 0.95 and 0.7 <= tied(splits["test_biased"]) <= 0.95
+    assert tied(splits["test"]) < 0.4
+    assert len({it["meta"]["tint"] for it in splits["test"] if it["qtype"] == "color"}) == len(TINTS)
+
+
 def test_bad_prior_options():
     with pytest.raises(ValueError, match="unknown prior"):
-        make_video_world("/nonexistent", 1, 1, prior="tint")
+        make_video_world("/nonexistent", 1, 1, prior="pitch")
     with pytest.raises(ValueError, match="prior_strength"):
         make_video_world("/nonexistent", 1, 1, prior="frequent", prior_strength=0.0)
 
