@@ -105,6 +105,10 @@ def run_seed(seed: int, args, out: Path) -> Dict[str, Dict[str, float]]:
         times[arm] = time.perf_counter() - t0
         models[arm] = out / arm / "final"
 
+    if args.reuse_offline:
+        times["offline_grpo"] = reuse_offline(Path(args.reuse_offline) / out.name, out, world)
+        (out / "times.json").write_text(json.dumps(times))
+        return evaluate_seed(out, world, args)
     # the offline protocol's model: SFT then GRPO on the training streams' offline queries
     t0 = time.perf_counter()
     register_offline_reward()
@@ -130,31 +134,34 @@ def run_seed(seed: int, args, out: Path) -> Dict[str, Dict[str, float]]:
     return evaluate_seed(out, world, args)
 
 
-def local_ids(world: Dict[str, Any], out: Path) -> Dict[str, Any]:
-    """The test annotations with item ids renumbered from 0 (as the training split's are). The world numbers test
-    items from 10^6, so their stream question ids (``q<id>``) are 7-digit handles the agent never saw in training;
-    renumbering changes nothing else (same videos, questions, times and gold)."""
-    items = json.loads(Path(world["ovo_test"]).read_text())
-    for i, it in enumerate(items):
-        it["id"] = i
-    path = out / "ovo_test_local_ids.json"
-    path.write_text(json.dumps(items, indent=1))
-    return dict(world, ovo_test=str(path))
+def reuse_offline(old: Path, out: Path, world: Dict[str, Any]) -> float:
+    """The offline arm of an earlier run of the same seed (its model, its evaluation, its training time): the offline
+    protocol never sees stream question ids, so it is the same run when the world's OVO files are byte-identical
+    (checked; ``ValueError`` otherwise). Returns its training seconds."""
+    import filecmp
+    import shutil
+
+    for key in ("ovo_train", "ovo_test"):
+        prev = old / "world" / Path(world[key]).name
+        if not filecmp.cmp(prev, world[key], shallow=False):
+            raise ValueError(f"--reuse-offline: {prev} differs from {world[key]} (not the same world)")
+    for d in ("offline_grpo/final", "eval_offline_grpo"):
+        shutil.rmtree(out / d, ignore_errors=True)
+        shutil.copytree(old / d, out / d)
+    return json.loads((old / "times.json").read_text())["offline_grpo"]
 
 
 def evaluate_seed(out: Path, world: Dict[str, Any], args) -> Dict[str, Dict[str, Any]]:
-    """Every arm's final model on the held-out streams, with the world's test ids (``orig``) and renumbered
-    (``local``, ``local_ids``); ``rows.json``."""
+    """Every arm's final model on the held-out streams (the world's own test ids); ``rows.json``."""
     times = json.loads((out / "times.json").read_text())
     rows: Dict[str, Dict[str, Any]] = {}
-    for ids, w in (("orig", world), ("local", local_ids(world, out))):
-        for arm in ARMS:
-            ev = out / f"eval_{arm}" if ids == "orig" else out / f"eval_{arm}_{ids}"
-            if not (ev / "side_by_side.md").exists():
-                evaluate(out / arm / "final", w, ev, args)
-            both = {k: json.loads((ev / k / "summary.json").read_text()) for k in ("offline", "streaming")}
-            both["offline"]["cost"] = offline_cost_of(ev)
-            rows.setdefault(ids, {})[arm] = dict(arm_metrics(arm, both, w, ev), train_s=times[arm])
+    for arm in ARMS:
+        ev = out / f"eval_{arm}"
+        if not (ev / "side_by_side.md").exists():
+            evaluate(out / arm / "final", world, ev, args)
+        both = {k: json.loads((ev / k / "summary.json").read_text()) for k in ("offline", "streaming")}
+        both["offline"]["cost"] = offline_cost_of(ev)
+        rows[arm] = dict(arm_metrics(arm, both, world, ev), train_s=times[arm])
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     return rows
 
@@ -224,19 +231,17 @@ def render(per_seed: Dict[int, Dict[str, Dict[str, Dict[str, float]]]], cmd: str
              f"(1 = off: the RL arms differ only in the advantage); offline arm: SFT {args.offline_sft_steps} x 16 "
              f"queries, GRPO {args.rl_steps} steps x {4 * args.prompts_per_step} queries x {args.n}. Held-out streams "
              f"only. Scores in % (official OVO-Bench scorer, greedy); mean with 95% t-interval over seeds.", ""]
-    for ids, title in (("local", "Test item ids renumbered from 0 (as in training)"),
-                       ("orig", "The world's test item ids (from 10^6: 7-digit question handles never seen in training)")):
-        lines += table(per_seed, ids, title)
+    lines += table(per_seed)
     return "\n".join(lines) + "\n"
 
 
-def table(per_seed, ids: str, title: str) -> List[str]:
+def table(per_seed) -> List[str]:
     from bpo_table import fmt_ci
 
     seeds = sorted(per_seed)
     scale = {"vtok": 1.0}
-    rows = {s: per_seed[s][ids] for s in seeds}
-    lines = [f"## {title}", "", "| arm | " + " | ".join(m for m, _ in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+    rows = per_seed
+    lines = ["| arm | " + " | ".join(m for m, _ in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
     for arm in ARMS:
         cells = [fmt_ci([rows[s][arm][k] for s in seeds], scale=scale.get(k, 100.0)) for _, k in METRICS]
         lines.append(f"| {LABEL[arm]} | " + " | ".join(cells) + " |")
@@ -272,6 +277,9 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("--out", default="runs/stream_gdpo")
     p.add_argument("--report", default=str(REPO / "bench/results/stream_gdpo.md"))
     p.add_argument("--render-only", action="store_true")
+    p.add_argument("--reuse-offline", default="",
+                   help="an earlier --out of the same seeds: take its offline arm (model, eval, time) instead of "
+                        "retraining it (checked to be the same world; the offline protocol shows no stream ids)")
     p.add_argument("--eval-only", action="store_true", help="re-evaluate the trained models of each seed in --out")
     args = p.parse_args(argv)
     out = Path(args.out)
