@@ -39,6 +39,8 @@ LABEL = {"offline_grpo": "offline protocol, GRPO", "stream_sft": "streaming, mas
          "stream_grpo_sum": "streaming, GRPO on the sum", "stream_gdpo": "streaming, Stream-GDPO"}
 METRICS = [("BT", "bt"), ("RT", "rt"), ("FT", "ft"), ("weighted overall", "overall"), ("recall validity", "recall_valid"),
            ("S_time", "s_time"), ("S_keep", "s_keep"), ("visual tokens / query", "vtok")]
+BASELINE = "no_tracking"  # reference row, no model: each forward question answered once, when asked, with its first probe's gold
+LABEL[BASELINE] = "no model: first forward answer, never updated"
 OFFLINE_QUERIES: Dict[str, Any] = {}  # sample id -> EvalQuery (the offline reward's official parser and gold)
 
 
@@ -166,6 +168,30 @@ def evaluate_seed(out: Path, world: Dict[str, Any], args) -> Dict[str, Dict[str,
     return rows
 
 
+def no_tracking_row(ovo_test: Path) -> Dict[str, float]:
+    """The reference row: an agent that answers each forward question once, when it is asked, with the gold of its
+    first probe (what "not yet" is: CRR "No", REC's first count ...) and never updates or answers a choice question;
+    official scorer, the held-out streams' own items."""
+    from mmrl.eval.benchmark_def import load_benchmark
+    from mmrl.eval.ovobench_protocol import assemble_results
+    from mmrl.eval.ovobench_score import score_results
+    from mmrl.stream.ovo import group_by_video, stream_questions, stream_responses
+    from mmrl.stream.record import AnswerEvent
+
+    bdef = load_benchmark("ovobench")
+    items = json.loads(Path(ovo_test).read_text())
+    responses: Dict[str, Any] = {}
+    for _, its in group_by_video(items).items():
+        answers = [AnswerEvent(q.qid, str(q.probes[0].gold), q.asked, int(q.asked))
+                   for q in stream_questions(its) if q.probes]
+        responses.update(stream_responses(its, answers))
+    sc = score_results(assemble_results(items, responses, bdef), bdef)
+    nan = float("nan")
+    return {"bt": sc["modes"]["backward"]["acc"] / 100, "rt": sc["modes"]["realtime"]["acc"] / 100,
+            "ft": sc["modes"]["forward"]["acc"] / 100, "overall": sc["weighted_overall"] / 100, "vtok": nan,
+            "recall_valid": nan, "s_time": nan, "s_keep": nan, "train_s": nan}
+
+
 def offline_cost_of(ev: Path) -> Dict[str, float]:
     from mmrl.eval.ovobench_stream import offline_cost
     from mmrl.eval.report import read_jsonl
@@ -241,18 +267,19 @@ def table(per_seed) -> List[str]:
     seeds = sorted(per_seed)
     scale = {"vtok": 1.0}
     rows = per_seed
+    arms = ARMS + [BASELINE] * all(BASELINE in rows[s] for s in seeds)
     lines = ["| arm | " + " | ".join(m for m, _ in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
-    for arm in ARMS:
+    for arm in arms:
         cells = [fmt_ci([rows[s][arm][k] for s in seeds], scale=scale.get(k, 100.0)) for _, k in METRICS]
         lines.append(f"| {LABEL[arm]} | " + " | ".join(cells) + " |")
     lines += ["", "| seed | arm | " + " | ".join(m for m, _ in METRICS) + " | recalls | train s |",
               "|---|---|" + "---|" * (len(METRICS) + 2)]
     for s in seeds:
-        for arm in ARMS:
+        for arm in arms:
             r = rows[s][arm]
             vals = [("n/a" if r[k] != r[k] else f"{r[k] * scale.get(k, 100.0):.1f}") for _, k in METRICS]
             lines.append(f"| {s} | {LABEL[arm]} | " + " | ".join(vals) + f" | {r.get('recalls', float('nan')):.0f} | "
-                         f"{r['train_s']:.0f} |")
+                         f"{r['train_s']:.0f} |".replace("nan", "n/a"))
     d = [rows[s]["stream_gdpo"]["overall"] - rows[s]["stream_grpo_sum"]["overall"] for s in seeds]
     lines += ["", f"Stream-GDPO minus GRPO-on-the-sum, weighted overall (points): {fmt_ci(d, signed=True)} "
                   f"(per seed: {', '.join(f'{100 * x:+.1f}' for x in d)}).", ""]
@@ -296,6 +323,7 @@ def main(argv: List[str] | None = None) -> None:
             per_seed[s] = json.loads(rows.read_text())
         else:
             per_seed[s] = run_seed(s, args, d)
+        per_seed[s][BASELINE] = no_tracking_row(d / "world" / "ovo_test.json")
     cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/stream_gdpo.py " + " ".join(sys.argv[1:] if argv is None else argv)
     text = render(per_seed, cmd.strip(), args)
     print(text)

@@ -44,3 +44,12 @@ def test_stream_gdpo_bench_smoke(tiny_model_path, tmp_path, capsys):
     for arm, algo in (("stream_grpo_sum", "grpo"), ("stream_gdpo", "stream_gdpo")):
         cfg = (out / "seed0" / arm / "config.yaml").read_text()
         assert f"name: {algo}" in cfg and str(out / "seed0" / "stream_sft" / "final") in cfg
+
+
+def test_no_tracking_reference_row(tmp_path):
+    """The no-model row: forward questions answered once with their first probe's gold score some FT, never BT/RT."""
+    from mmrl.data.synth_stream import make_stream_world
+
+    world = make_stream_world(str(tmp_path), 1, 2, seed=0)
+    row = _load().no_tracking_row(Path(world["ovo_test"]))
+    assert row["bt"] == row["rt"] == 0.0 and 0.0 < row["ft"] < 1.0 and row["overall"] == row["ft"] / 2
