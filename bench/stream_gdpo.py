@@ -4,6 +4,7 @@
     .venv/bin/python bench/stream_gdpo.py [--seeds 0 1 2] [--n-train 8] [--n-test 4] [--sft-steps 200]
         [--rl-steps 20] [--offline-sft-steps 200] [--action-weight 1.0] [--out runs/stream_gdpo] [--report FILE]
         [--render-only]   (seeds may run as separate processes into one --out, then --render-only)
+        [--reuse-offline OLD_OUT]   (take the offline arm of an earlier run of the same seeds and worlds)
 
 Per seed (everything seeded by it): a world (``mmrl data synth --kind stream``: 16-s streams of 1-s chunks at 2 fps,
 56x56 frames; per stream a backward EPM, a real-time ATR and forward CRR and REC items in OVO-Bench's own format);
@@ -19,7 +20,8 @@ Per seed (everything seeded by it): a world (``mmrl data synth --kind stream``: 
 Evaluation on the held-out test streams (``mmrl eval ovobench --streaming``: both protocols, official scorer):
 BT, RT, FT, the weighted overall (WTI weighting), recall validity (valid recalls / recall actions), the memory
 scores of every compaction against the world's facts (S_time, S_keep: ``mmrl.rewards.stream_memory``), and the
-visual tokens shown per query. Table: mean ± 95% CI over seeds, per-seed values below.
+visual tokens shown per query; and a no-model reference row (``no_tracking_row``). Table: mean ± 95% CI over
+seeds, per-seed values below.
 """
 from __future__ import annotations
 
