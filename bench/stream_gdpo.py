@@ -4,6 +4,7 @@
     .venv/bin/python bench/stream_gdpo.py [--seeds 0 1 2] [--n-train 8] [--n-test 4] [--sft-steps 200]
         [--rl-steps 20] [--offline-sft-steps 200] [--action-weight 1.0] [--out runs/stream_gdpo] [--report FILE]
         [--render-only]   (seeds may run as separate processes into one --out, then --render-only)
+        [--reuse-offline OLD_OUT]   (take the offline arm of an earlier run of the same seeds and worlds)
 
 Per seed (everything seeded by it): a world (``mmrl data synth --kind stream``: 16-s streams of 1-s chunks at 2 fps,
 56x56 frames; per stream a backward EPM, a real-time ATR and forward CRR and REC items in OVO-Bench's own format);
@@ -19,7 +20,8 @@ Per seed (everything seeded by it): a world (``mmrl data synth --kind stream``: 
 Evaluation on the held-out test streams (``mmrl eval ovobench --streaming``: both protocols, official scorer):
 BT, RT, FT, the weighted overall (WTI weighting), recall validity (valid recalls / recall actions), the memory
 scores of every compaction against the world's facts (S_time, S_keep: ``mmrl.rewards.stream_memory``), and the
-visual tokens shown per query. Table: mean ± 95% CI over seeds, per-seed values below.
+visual tokens shown per query; and a no-model reference row (``no_tracking_row``). Table: mean ± 95% CI over
+seeds, per-seed values below.
 """
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ LABEL = {"offline_grpo": "offline protocol, GRPO", "stream_sft": "streaming, mas
          "stream_grpo_sum": "streaming, GRPO on the sum", "stream_gdpo": "streaming, Stream-GDPO"}
 METRICS = [("BT", "bt"), ("RT", "rt"), ("FT", "ft"), ("weighted overall", "overall"), ("recall validity", "recall_valid"),
            ("S_time", "s_time"), ("S_keep", "s_keep"), ("visual tokens / query", "vtok")]
+BASELINE = "no_tracking"  # reference row, no model: each forward question answered once, when asked, with its first probe's gold
+LABEL[BASELINE] = "no model: first forward answer, never updated"
 OFFLINE_QUERIES: Dict[str, Any] = {}  # sample id -> EvalQuery (the offline reward's official parser and gold)
 
 
@@ -105,6 +109,10 @@ def run_seed(seed: int, args, out: Path) -> Dict[str, Dict[str, float]]:
         times[arm] = time.perf_counter() - t0
         models[arm] = out / arm / "final"
 
+    if args.reuse_offline:
+        times["offline_grpo"] = reuse_offline(Path(args.reuse_offline) / out.name, out, world)
+        (out / "times.json").write_text(json.dumps(times))
+        return evaluate_seed(out, world, args)
     # the offline protocol's model: SFT then GRPO on the training streams' offline queries
     t0 = time.perf_counter()
     register_offline_reward()
@@ -130,33 +138,60 @@ def run_seed(seed: int, args, out: Path) -> Dict[str, Dict[str, float]]:
     return evaluate_seed(out, world, args)
 
 
-def local_ids(world: Dict[str, Any], out: Path) -> Dict[str, Any]:
-    """The test annotations with item ids renumbered from 0 (as the training split's are). The world numbers test
-    items from 10^6, so their stream question ids (``q<id>``) are 7-digit handles the agent never saw in training;
-    renumbering changes nothing else (same videos, questions, times and gold)."""
-    items = json.loads(Path(world["ovo_test"]).read_text())
-    for i, it in enumerate(items):
-        it["id"] = i
-    path = out / "ovo_test_local_ids.json"
-    path.write_text(json.dumps(items, indent=1))
-    return dict(world, ovo_test=str(path))
+def reuse_offline(old: Path, out: Path, world: Dict[str, Any]) -> float:
+    """The offline arm of an earlier run of the same seed (its model, its evaluation, its training time): the offline
+    protocol never sees stream question ids, so it is the same run when the world's OVO files are byte-identical
+    (checked; ``ValueError`` otherwise). Returns its training seconds."""
+    import filecmp
+    import shutil
+
+    for key in ("ovo_train", "ovo_test"):
+        prev = old / "world" / Path(world[key]).name
+        if not filecmp.cmp(prev, world[key], shallow=False):
+            raise ValueError(f"--reuse-offline: {prev} differs from {world[key]} (not the same world)")
+    for d in ("offline_grpo/final", "eval_offline_grpo"):
+        shutil.rmtree(out / d, ignore_errors=True)
+        shutil.copytree(old / d, out / d)
+    return json.loads((old / "times.json").read_text())["offline_grpo"]
 
 
 def evaluate_seed(out: Path, world: Dict[str, Any], args) -> Dict[str, Dict[str, Any]]:
-    """Every arm's final model on the held-out streams, with the world's test ids (``orig``) and renumbered
-    (``local``, ``local_ids``); ``rows.json``."""
+    """Every arm's final model on the held-out streams (the world's own test ids); ``rows.json``."""
     times = json.loads((out / "times.json").read_text())
     rows: Dict[str, Dict[str, Any]] = {}
-    for ids, w in (("orig", world), ("local", local_ids(world, out))):
-        for arm in ARMS:
-            ev = out / f"eval_{arm}" if ids == "orig" else out / f"eval_{arm}_{ids}"
-            if not (ev / "side_by_side.md").exists():
-                evaluate(out / arm / "final", w, ev, args)
-            both = {k: json.loads((ev / k / "summary.json").read_text()) for k in ("offline", "streaming")}
-            both["offline"]["cost"] = offline_cost_of(ev)
-            rows.setdefault(ids, {})[arm] = dict(arm_metrics(arm, both, w, ev), train_s=times[arm])
+    for arm in ARMS:
+        ev = out / f"eval_{arm}"
+        if not (ev / "side_by_side.md").exists():
+            evaluate(out / arm / "final", world, ev, args)
+        both = {k: json.loads((ev / k / "summary.json").read_text()) for k in ("offline", "streaming")}
+        both["offline"]["cost"] = offline_cost_of(ev)
+        rows[arm] = dict(arm_metrics(arm, both, world, ev), train_s=times[arm])
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     return rows
+
+
+def no_tracking_row(ovo_test: Path) -> Dict[str, float]:
+    """The reference row: an agent that answers each forward question once, when it is asked, with the gold of its
+    first probe (what "not yet" is: CRR "No", REC's first count ...) and never updates or answers a choice question;
+    official scorer, the held-out streams' own items."""
+    from mmrl.eval.benchmark_def import load_benchmark
+    from mmrl.eval.ovobench_protocol import assemble_results
+    from mmrl.eval.ovobench_score import score_results
+    from mmrl.stream.ovo import group_by_video, stream_questions, stream_responses
+    from mmrl.stream.record import AnswerEvent
+
+    bdef = load_benchmark("ovobench")
+    items = json.loads(Path(ovo_test).read_text())
+    responses: Dict[str, Any] = {}
+    for _, its in group_by_video(items).items():
+        answers = [AnswerEvent(q.qid, str(q.probes[0].gold), q.asked, int(q.asked))
+                   for q in stream_questions(its) if q.probes]
+        responses.update(stream_responses(its, answers))
+    sc = score_results(assemble_results(items, responses, bdef), bdef)
+    nan = float("nan")
+    return {"bt": sc["modes"]["backward"]["acc"] / 100, "rt": sc["modes"]["realtime"]["acc"] / 100,
+            "ft": sc["modes"]["forward"]["acc"] / 100, "overall": sc["weighted_overall"] / 100, "vtok": nan,
+            "recall_valid": nan, "s_time": nan, "s_keep": nan, "train_s": nan}
 
 
 def offline_cost_of(ev: Path) -> Dict[str, float]:
@@ -224,30 +259,29 @@ def render(per_seed: Dict[int, Dict[str, Dict[str, Dict[str, float]]]], cmd: str
              f"(1 = off: the RL arms differ only in the advantage); offline arm: SFT {args.offline_sft_steps} x 16 "
              f"queries, GRPO {args.rl_steps} steps x {4 * args.prompts_per_step} queries x {args.n}. Held-out streams "
              f"only. Scores in % (official OVO-Bench scorer, greedy); mean with 95% t-interval over seeds.", ""]
-    for ids, title in (("local", "Test item ids renumbered from 0 (as in training)"),
-                       ("orig", "The world's test item ids (from 10^6: 7-digit question handles never seen in training)")):
-        lines += table(per_seed, ids, title)
+    lines += table(per_seed)
     return "\n".join(lines) + "\n"
 
 
-def table(per_seed, ids: str, title: str) -> List[str]:
+def table(per_seed) -> List[str]:
     from bpo_table import fmt_ci
 
     seeds = sorted(per_seed)
     scale = {"vtok": 1.0}
-    rows = {s: per_seed[s][ids] for s in seeds}
-    lines = [f"## {title}", "", "| arm | " + " | ".join(m for m, _ in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
-    for arm in ARMS:
+    rows = per_seed
+    arms = ARMS + [BASELINE] * all(BASELINE in rows[s] for s in seeds)
+    lines = ["| arm | " + " | ".join(m for m, _ in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+    for arm in arms:
         cells = [fmt_ci([rows[s][arm][k] for s in seeds], scale=scale.get(k, 100.0)) for _, k in METRICS]
         lines.append(f"| {LABEL[arm]} | " + " | ".join(cells) + " |")
     lines += ["", "| seed | arm | " + " | ".join(m for m, _ in METRICS) + " | recalls | train s |",
               "|---|---|" + "---|" * (len(METRICS) + 2)]
     for s in seeds:
-        for arm in ARMS:
+        for arm in arms:
             r = rows[s][arm]
             vals = [("n/a" if r[k] != r[k] else f"{r[k] * scale.get(k, 100.0):.1f}") for _, k in METRICS]
             lines.append(f"| {s} | {LABEL[arm]} | " + " | ".join(vals) + f" | {r.get('recalls', float('nan')):.0f} | "
-                         f"{r['train_s']:.0f} |")
+                         f"{r['train_s']:.0f} |".replace("nan", "n/a"))
     d = [rows[s]["stream_gdpo"]["overall"] - rows[s]["stream_grpo_sum"]["overall"] for s in seeds]
     lines += ["", f"Stream-GDPO minus GRPO-on-the-sum, weighted overall (points): {fmt_ci(d, signed=True)} "
                   f"(per seed: {', '.join(f'{100 * x:+.1f}' for x in d)}).", ""]
@@ -272,6 +306,9 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("--out", default="runs/stream_gdpo")
     p.add_argument("--report", default=str(REPO / "bench/results/stream_gdpo.md"))
     p.add_argument("--render-only", action="store_true")
+    p.add_argument("--reuse-offline", default="",
+                   help="an earlier --out of the same seeds: take its offline arm (model, eval, time) instead of "
+                        "retraining it (checked to be the same world; the offline protocol shows no stream ids)")
     p.add_argument("--eval-only", action="store_true", help="re-evaluate the trained models of each seed in --out")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -288,6 +325,7 @@ def main(argv: List[str] | None = None) -> None:
             per_seed[s] = json.loads(rows.read_text())
         else:
             per_seed[s] = run_seed(s, args, d)
+        per_seed[s][BASELINE] = no_tracking_row(d / "world" / "ovo_test.json")
     cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/stream_gdpo.py " + " ".join(sys.argv[1:] if argv is None else argv)
     text = render(per_seed, cmd.strip(), args)
     print(text)

@@ -3,8 +3,9 @@
 Streaming protocol: per video, ONE pass of the ``stream`` agent loop (``mmrl.stream``; settings in
 ``tools/streaming.yaml``): block after block of 1-second chunks, each block one multi-turn episode that starts from
 the previous block's compacted memory, with every question shown when its time comes; greedy decoding. The agent's
-answers become responses by query id (``mmrl.stream.ovo.stream_responses``: a multiple-choice item reads the first
-answer to it, a forward probe the latest answer at or before its ``realtime``, none -> ``None``), assembled in the
+answers (to stream-local question ids ``q0, q1, ...``) become responses by OVO query id
+(``mmrl.stream.ovo.stream_responses``, per video: a local id maps back to its item; a multiple-choice item reads the
+first answer to it, a forward probe the latest answer at or before its ``realtime``, none -> ``None``), assembled in the
 official results layout and scored by the official scorer (``mmrl.eval.ovobench_score``), exactly as the offline
 run's responses are.
 

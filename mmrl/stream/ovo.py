@@ -10,9 +10,13 @@ Per video, every OVO item becomes a ``StreamQuestion`` (times from the official 
 - SSR: one question per distinct step, asked at the item's first probe; type 1 -> "Yes" from the step's start,
   type 0 -> "No" (from the step's end when the probe comes after it, else from 0).
 
-The streaming response to a query (``stream_responses``): a multiple-choice item reads the agent's first answer
-to its question; a forward probe reads the agent's latest answer given at or before the probe's ``realtime``;
-no answer is ``None`` (scored 0 by the official scorer, as a missing offline response is).
+Question ids are local to a stream (``stream_questions``): ``q0, q1, ...`` in the order the questions arrive
+(asked time, then annotation order), the same in every block of the stream, so the ids the agent sees and writes in
+training are the ids it sees on held-out streams. Each question keeps its OVO handle (``source``: ``"<item id>"``,
+SSR ``"<item id>:<step>"``); only ``stream_responses`` maps a local id back to it. The streaming response to a query
+(``stream_responses``): a multiple-choice item reads the agent's first answer to its question; a forward probe reads
+the agent's latest answer given at or before the probe's ``realtime``; no answer is ``None`` (scored 0 by the
+official scorer, as a missing offline response is).
 """
 from __future__ import annotations
 
@@ -35,29 +39,30 @@ def _mode(task: str) -> str:
     return "forward" if task in FORWARD_TASKS else "backward" if task in BACKWARD_TASKS else "realtime"
 
 
-def qid_of(item: Mapping[str, Any], probe: Optional[int] = None) -> str:
-    """The stream question id of an item (SSR: of the probe's step)."""
+def source_of(item: Mapping[str, Any], probe: Optional[int] = None) -> str:
+    """The OVO handle of an item's stream question: ``"<id>"`` (SSR: ``"<id>:<step n>"`` of the probe's step)."""
     if item["task"] == "SSR" and probe is not None:
         steps = list(OrderedDict.fromkeys(p["step"] for p in item["test_info"]))
-        return f"q{item['id']}s{steps.index(item['test_info'][probe]['step'])}"
-    return f"q{item['id']}"
+        return f"{item['id']}:{steps.index(item['test_info'][probe]['step'])}"
+    return str(item["id"])
 
 
 def questions_of(item: Mapping[str, Any], evidence: Optional[Sequence] = None) -> List[StreamQuestion]:
-    """The stream questions of one OVO item (one, or one per SSR step)."""
+    """The stream questions of one OVO item (one, or one per SSR step), ``qid`` = ``source`` = the OVO handle
+    (``stream_questions`` gives them their stream-local ids)."""
     task, mode = item["task"], _mode(item["task"])
     ev = [tuple(float(x) for x in e) for e in (evidence or [])]
     if task not in FORWARD_TASKS:
         opts = "; ".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(item["options"]))
         t = float(item["realtime"])
-        return [StreamQuestion(qid_of(item), task, mode, f"{item['question']} Options: {opts}. Answer with the letter.",
+        return [StreamQuestion(source_of(item), task, mode, f"{item['question']} Options: {opts}. Answer with the letter.",
                                asked=t, alpha=t, gold=[LETTERS[item["gt"]]], item_id=item["id"], evidence=ev)]
     probes = item["test_info"]
     if task == "CRR":
         ps = [Probe(float(p["realtime"]), "Yes" if p["type"] == 1 else "No",
                     float(item["clue_time"]) if p["type"] == 1 else 0.0, dict(p)) for p in probes]
         text = f"{item['question']} Say No until you can tell, then Yes."
-        return [StreamQuestion(qid_of(item), task, mode, text, asked=float(item["ask_time"]),
+        return [StreamQuestion(source_of(item), task, mode, text, asked=float(item["ask_time"]),
                                alpha=float(item["clue_time"]), kind=FORWARD, probes=ps, item_id=item["id"],
                                evidence=[(float(item["clue_time"]), float(item["clue_time"]))])]
     if task == "REC":
@@ -66,7 +71,7 @@ def questions_of(item: Mapping[str, Any], evidence: Optional[Sequence] = None) -
                     ends[int(p["count"]) - 1] if 0 < int(p["count"]) <= len(ends) else 0.0, dict(p)) for p in probes]
         text = f"How many times did they {item['activity']}? Give the running count whenever it changes."
         spans = list(zip([float(s) for s in item["start_times"]], [float(e) for e in item["end_times"]]))
-        return [StreamQuestion(qid_of(item), task, mode, text, asked=0.0, alpha=ps[0].alpha if ps else 0.0,
+        return [StreamQuestion(source_of(item), task, mode, text, asked=0.0, alpha=ps[0].alpha if ps else 0.0,
                                kind=FORWARD, probes=ps, item_id=item["id"], evidence=spans)]
     # SSR: one question per step
     first = min(float(p["realtime"]) for p in probes)
@@ -79,9 +84,26 @@ def questions_of(item: Mapping[str, Any], evidence: Optional[Sequence] = None) -
         ps = [Probe(float(p["realtime"]), "Yes" if p["type"] == 1 else "No",
                     s0 if p["type"] == 1 else (s1 if float(p["realtime"]) >= s1 else 0.0), dict(p))
               for p in probes if p["step"] == step]
-        out.append(StreamQuestion(f"q{item['id']}s{n}", task, mode,
+        out.append(StreamQuestion(f"{item['id']}:{n}", task, mode,
                                   f"Is this step being performed now: {step}? Say Yes when it starts and No when it "
                                   f"stops.", asked=first, alpha=s0, kind=FORWARD, probes=ps, item_id=item["id"]))
+    return out
+
+
+def stream_questions(items: Sequence[Mapping[str, Any]], evidence: Optional[Mapping[str, Any]] = None
+                     ) -> List[StreamQuestion]:
+    """The questions of ONE stream (``items``: its OVO items) with local ids ``q0, q1, ...`` in arrival order
+    (asked time, ties in annotation order); ``source`` keeps each one's OVO handle. ``evidence``: item id -> the
+    oracle's evidence intervals. ``ValueError`` when ``items`` span more than one video."""
+    videos = {it["video"] for it in items}
+    if len(videos) > 1:
+        raise ValueError(f"stream_questions takes one stream's items, got videos {sorted(videos)}")
+    qs = [q for it in items for q in questions_of(it, (evidence or {}).get(str(it["id"])))]
+    order = sorted(range(len(qs)), key=lambda i: (qs[i].asked, i))
+    out = []
+    for n, i in enumerate(order):
+        qs[i].source, qs[i].qid = qs[i].qid, f"q{n}"
+        out.append(qs[i])
     return out
 
 
@@ -106,7 +128,7 @@ def stream_blocks(video: str, items: Sequence[Mapping[str, Any]], cfg: StreamCon
     ``oracle`` (``mmrl.data.synth_stream``) adds chunk notes, facts and evidence for the teacher."""
     oracle = oracle or {}
     evidence = oracle.get("evidence", {})
-    qs = [q for it in items for q in questions_of(it, evidence.get(str(it["id"])))]
+    qs = stream_questions(items, evidence)
     n = min(int(math.floor(duration / cfg.chunk_seconds + 1e-9)),
             int(math.ceil(last_time(items) / cfg.chunk_seconds - 1e-9)))
     notes = {int(k): v for k, v in oracle.get("chunk_notes", {}).items()}
@@ -160,16 +182,19 @@ def block_samples(items: Sequence[Mapping[str, Any]], video_root: str, cfg: Stre
 
 
 def stream_responses(items: Sequence[Mapping[str, Any]], answers: Sequence[AnswerEvent]) -> Dict[str, Optional[str]]:
-    """Responses by OVO query id (``"<id>"`` or ``"<id>_<probe>"``) from a stream's answers (see the module doc)."""
+    """Responses by OVO query id (``"<id>"`` or ``"<id>_<probe>"``) from ONE stream's answers (see the module doc):
+    each answer's local id maps to its OVO item through ``stream_questions(items)`` (``items``: the stream's items,
+    as its blocks were built from them)."""
+    local = {q.source: q.qid for q in stream_questions(items)}
     rec = EpisodeRecord(sample_id="", chunk_s=1.0, first_chunk=0, n_chunks=0, answers=list(answers))
     out: Dict[str, Optional[str]] = {}
     for it in items:
         if it["task"] in FORWARD_TASKS:
             for j, p in enumerate(it["test_info"]):
-                got = answer_at(rec, qid_of(it, j), float(p["realtime"]))
+                got = answer_at(rec, local[source_of(it, j)], float(p["realtime"]))
                 out[f"{it['id']}_{j}"] = got.answer if got else None
         else:
-            got = rec.answers_for(qid_of(it))
+            got = rec.answers_for(local[source_of(it)])
             out[str(it["id"])] = got[0].answer if got else None
     return out
 

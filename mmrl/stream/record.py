@@ -108,7 +108,8 @@ class Probe:
 @dataclass
 class StreamQuestion:
     """A question of the stream: asked at ``asked`` (it arrives with the first decision at or after it), answerable
-    from ``alpha``; ``gold`` is the accepted answers (letters, numbers, Yes/No); forward questions have ``probes``."""
+    from ``alpha``; ``qid`` is local to the stream (``q0, q1, ...`` in arrival order, ``mmrl.stream.ovo``); ``gold``
+    is the accepted answers (letters, numbers, Yes/No); forward questions have ``probes``."""
 
     qid: str
     task: str
@@ -121,6 +122,7 @@ class StreamQuestion:
     probes: List[Probe] = field(default_factory=list)
     evidence: List[Tuple[float, float]] = field(default_factory=list)  # source intervals (teacher recall, coverage)
     item_id: Any = None  # the OVO item id
+    source: str = ""  # the OVO handle a stream-local qid maps back to: "<item id>" (SSR "<item id>:<step>")
     facts: List[str] = field(default_factory=list)  # salient facts a memory should keep (S_keep)
 
 

@@ -80,12 +80,14 @@ def test_invalid_actions_are_counted_never_raised(blocks):
     cfg, bl = blocks
     env = StreamEnvironment(cfg, block=bl[0])
     env.reset(None, None)
-    junk = ["", "\x00\xff<action>", act("response(q999, A)"), act("response(q1000000, A)")]
+    back = next(q for q in bl[0].questions if q.mode == "backward")
+    junk = ["\x00\xff<action>", act("response(q999, A)"), act(f"response({back.qid}, A)"),
+            act(f"response(q{back.item_id}, A)")]
     for text in junk:
         assert env.step(text) is not None
     counts = env.record.invalid_counts()
-    # q1000000 (the backward question) is asked at a later time than now: not active yet
-    assert counts == {"no_action": 2, "unknown_question": 1, "question_not_active": 1}
+    # the backward question is asked at a later time than now: not active yet; its OVO item id is no question id
+    assert counts == {"no_action": 1, "unknown_question": 2, "question_not_active": 1}
     assert env.record.answers == []
 
 

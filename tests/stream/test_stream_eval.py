@@ -15,8 +15,9 @@ from mmrl.eval.ovobench_stream import read_jsonl, streaming_eval
 from mmrl.media.decode import probe
 from mmrl.stream.config import load_stream_config
 from mmrl.stream.loop import ReplayEngine
-from mmrl.stream.ovo import group_by_video, questions_of, stream_blocks, stream_responses, teacher_stream
-from mmrl.stream.record import causal
+from mmrl.stream.ovo import (group_by_video, questions_of, stream_blocks, stream_questions, stream_responses,
+                             teacher_stream)
+from mmrl.stream.record import AnswerEvent, causal
 from mmrl.stream.teacher import teacher_texts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,15 +26,16 @@ OVO = next((p / "shared" / "fixtures" / "ovo_bench" / "ovo_bench_new.json" for p
 
 
 def oracle_turns(world, cfg):
-    """The teacher's model turns per block sample id, over whole streams (what the eval's blocks are named)."""
-    turns, answers = {}, []
+    """The teacher's model turns per block sample id, over whole streams (what the eval's blocks are named), and
+    its answers per video."""
+    turns, answers = {}, {}
     for video, its in group_by_video(world["items_test"]).items():
         path = os.path.join(world["video_root"], video)
         oracle = world["oracle"][video]  # its evidence makes the teacher recall; the eval's blocks have no oracle
         blocks, recs = teacher_stream(stream_blocks(path, its, cfg, probe(path, video).duration, oracle), cfg)
         for b, r in zip(blocks, recs):
             turns[f"{video}@{b.first_chunk}"] = teacher_texts(r)
-            answers += r.answers
+            answers.setdefault(video, []).extend(r.answers)
     return turns, answers
 
 
@@ -60,19 +62,78 @@ def test_oracle_answers_score_100_with_the_official_scorer(stream_world):
     _, answers = oracle_turns(stream_world, cfg)
     items = stream_world["items_test"]
     bdef = load_benchmark("ovobench")
-    scores = score_results(assemble_results(items, stream_responses(items, answers), bdef), bdef)
+    responses, silence = {}, {}
+    for video, its in group_by_video(items).items():
+        responses.update(stream_responses(its, answers[video]))
+        silence.update(stream_responses(its, []))
+        # every oracle answer is causal (at or after its question's answerable time)
+        qs = {q.qid: q for q in stream_questions(its)}
+        for a in answers[video]:
+            q = qs[a.qid]
+            alpha = q.alpha if not q.probes else min(p.alpha for p in q.probes if str(p.gold) == a.answer)
+            assert causal(a.time, alpha)
+    scores = score_results(assemble_results(items, responses, bdef), bdef)
     assert {t: v["acc"] for t, v in scores["tasks"].items()} == {"EPM": 100.0, "ATR": 100.0, "CRR": 100.0,
                                                                 "REC": 100.0}
     assert scores["total"] == 100.0 and scores["none_responses"] == 0
-    # every oracle answer is causal (at or after its question's answerable time)
-    qs = {q.qid: q for it in items for q in questions_of(it)}
-    for a in answers:
-        q = qs[a.qid]
-        alpha = q.alpha if not q.probes else min(p.alpha for p in q.probes if str(p.gold) == a.answer)
-        assert causal(a.time, alpha)
     # silence gets nothing: no answer is a None response, scored 0
-    silent = score_results(assemble_results(items, stream_responses(items, []), bdef), bdef)
+    silent = score_results(assemble_results(items, silence, bdef), bdef)
     assert silent["total"] == 0.0 and silent["none_responses"] == sum(v["n"] for v in silent["tasks"].values())
+
+
+def observed_text(cfg, blocks):
+    """Every observation text the environment shows over ``blocks`` (teacher decisions)."""
+    from mmrl.stream.env import StreamEnvironment
+    from mmrl.stream.teacher import oracle_text
+
+    out = []
+    for b in blocks:
+        env = StreamEnvironment(cfg, block=b)
+        obs = env.reset(None, None)
+        while obs is not None:
+            out += [obs.prefix or "", obs.text or ""]
+            obs = env.step(oracle_text(env))
+    return "\n".join(out)
+
+
+def test_question_ids_are_local_to_each_stream(stream_world):
+    """q0, q1, ... in arrival order in every stream (train and test alike), the same in every block; the OVO item
+    id is never shown; the teacher answers with the local ids."""
+    cfg = load_stream_config()
+    per_stream = []
+    for video, its in group_by_video(stream_world["items_test"]).items():
+        path = os.path.join(stream_world["video_root"], video)
+        blocks, recs = teacher_stream(stream_blocks(path, its, cfg, 16.0, stream_world["oracle"][video]), cfg)
+        qs = blocks[0].questions
+        assert [q.qid for q in qs] == [f"q{n}" for n in range(len(qs))]
+        assert [q.asked for q in qs] == sorted(q.asked for q in qs)
+        assert all([q.qid for q in b.questions] == [q.qid for q in qs] for b in blocks)
+        assert sorted(q.source for q in qs) == sorted(str(it["id"]) for it in its)
+        assert all(int(q.source) == q.item_id for q in qs)
+        shown = observed_text(cfg, blocks)
+        assert all(f"Question {q.qid}:" in shown for q in qs) and not any(str(it["id"]) in shown for it in its)
+        assert {a.qid for r in recs for a in r.answers} <= {q.qid for q in qs}
+        per_stream.append([q.qid for q in qs])
+    assert per_stream[0] == per_stream[1]  # both test streams use the same handles (the world's ids differ)
+    with pytest.raises(ValueError, match="one stream"):
+        stream_questions(stream_world["items_test"])
+
+
+def test_a_local_answer_maps_back_to_its_ovo_item(stream_world):
+    video, its = next(iter(group_by_video(stream_world["items_test"]).items()))
+    qs = stream_questions(its)
+    back = next(q for q in qs if q.mode == "backward")
+    forward = next(q for q in qs if q.task == "CRR")
+    crr = next(it for it in its if it["task"] == "CRR")
+    last = max(float(p["realtime"]) for p in crr["test_info"])
+    got = stream_responses(its, [AnswerEvent(back.qid, "C", back.asked, int(back.asked)),
+                                 AnswerEvent(forward.qid, "Yes", last, int(last)),
+                                 AnswerEvent("q99", "A", 15.0, 14)])  # an unknown local id answers nothing
+    assert got[str(back.item_id)] == "C"
+    assert [got[f"{crr['id']}_{j}"] for j in range(len(crr["test_info"]))] == \
+        [None] * (len(crr["test_info"]) - 1) + ["Yes"]
+    others = {k: v for k, v in got.items() if k != str(back.item_id) and not k.startswith(f"{crr['id']}_")}
+    assert others and all(v is None for v in others.values())
 
 
 def test_streaming_protocol_replays_the_oracle_through_the_loop(stream_world, tmp_path, tiny_model_path):
