@@ -88,6 +88,10 @@ class PixelsDef:
     min_pixels: Optional[int] = None  # per frame; None = the rule's default
     max_pixels: Optional[int] = None
 
+    def overrides(self) -> Dict[str, int]:
+        """The bounds that are set, as ``DataConfig`` keyword arguments."""
+        return {k: v for k, v in (("min_pixels", self.min_pixels), ("max_pixels", self.max_pixels)) if v is not None}
+
 
 @dataclass
 class GenerationDef:

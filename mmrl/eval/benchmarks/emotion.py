@@ -28,10 +28,7 @@ def data_config(bdef: BenchmarkDef):
 
     kw: Dict[str, Any] = {"on_error": bdef.data.on_error,
                           "prompt": PromptConfig(system=bdef.prompt.system or None, instruction=bdef.prompt.post_prompt)}
-    for key in ("min_pixels", "max_pixels"):
-        if getattr(bdef.pixels, key) is not None:
-            kw[key] = getattr(bdef.pixels, key)
-    return DataConfig(**kw)
+    return DataConfig(**kw, **bdef.pixels.overrides())
 
 
 def load(bdef: BenchmarkDef, inputs: EvalInputs, tasks: Sequence[str], limit: int):

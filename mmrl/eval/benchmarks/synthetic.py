@@ -25,10 +25,7 @@ def data_config(bdef: BenchmarkDef):
     from mmrl.config import DataConfig
 
     kw: Dict[str, Any] = {"nframes": bdef.sampling.max_frames, "on_error": bdef.data.on_error}
-    for key in ("min_pixels", "max_pixels"):
-        if getattr(bdef.pixels, key) is not None:
-            kw[key] = getattr(bdef.pixels, key)
-    return DataConfig(**kw)
+    return DataConfig(**kw, **bdef.pixels.overrides())
 
 
 def load(bdef: BenchmarkDef, inputs: EvalInputs, tasks: Sequence[str], limit: int):
