@@ -1,0 +1,89 @@
+"""Learnability probe for the VHOP world: SFT the tiny embedder on one world's training split, then the held-out
+top-1 accuracy of each gold hop (state (q, g[:t]) -> g[t], over the test split's own corpus, chain images left
+out), split into t = 0 (text -> the described image) and t >= 1 (following an emblem), next to the chance of
+picking g[t] among the other images of its scene (what matching the scene alone gives).
+
+    OMP_NUM_THREADS=1 python bench/vhop_probe.py --out /tmp/vhop-probe --steps 300 --shapes 3 --emblem-scale 0.36
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO)]
+
+
+def hop_accuracy(router, corpus, queries) -> dict:
+    """Top-1 of every gold state over ``corpus``; and 1/(scene size - t) averaged (scene-only chance)."""
+    import torch
+
+    router.set_corpus(corpus)
+    router.eval()
+    router.refresh_index()
+    scene = lambda i: tuple(corpus.by_id[i].meta["scene"].values())  # noqa: E731
+    sizes = {}
+    for it in corpus.items:
+        sizes[scene(it.id)] = sizes.get(scene(it.id), 0) + 1
+    hits = {"t0": [], "t1+": []}
+    chance = {"t0": [], "t1+": []}
+    states = [(q, t) for q in queries for t in range(len(q.chain))]
+    with torch.no_grad():
+        for s in range(0, len(states), 16):
+            part = states[s:s + 16]
+            embs = router.state_embeddings([q for q, _ in part], [q.chain[:t] for q, t in part])
+            for (q, t), e in zip(part, embs):
+                top = router.candidates(e, set(q.chain[:t]), k=1)
+                key = "t0" if t == 0 else "t1+"
+                hits[key].append(float(top[0] == q.chain[t]))
+                chance[key].append(1.0 / (sizes[scene(q.chain[t])] - t))
+    mean = lambda xs: sum(xs) / max(1, len(xs))  # noqa: E731
+    return {f"acc/{k}": mean(v) for k, v in hits.items()} | {f"scene_chance/{k}": mean(v) for k, v in chance.items()} \
+        | {f"n/{k}": len(v) for k, v in hits.items()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-train", type=int, default=150)
+    p.add_argument("--n-test", type=int, default=25)
+    p.add_argument("--size", type=int, default=112)
+    p.add_argument("--shapes", type=int, default=5)
+    p.add_argument("--colours", type=int, default=8)
+    p.add_argument("--scene-cap", type=int, default=24)
+    p.add_argument("--emblem-scale", type=float, default=0.28)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--pooling", default="last")
+    a = p.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    from mmrl.data.synth_vhop import make_vhop_world
+    from mmrl.retrieval.train_common import build_router, load_data, load_stage_config, run_stage
+    from mmrl.retrieval.train_sft import SFTLoss
+
+    out = Path(a.out)
+    info = make_vhop_world(str(out / "world"), a.n_train, a.n_test, seed=a.seed, size=a.size, shapes=a.shapes,
+                           colours=a.colours, scene_cap=a.scene_cap, emblem_scale=a.emblem_scale)
+    over = [f"data.train={out / 'world/queries_train.json'}", f"data.eval={out / 'world/queries_test.json'}",
+            f"train.out_dir={out / 'sft'}", f"train.steps={a.steps}", f"train.save_every={a.steps}",
+            f"train.seed={a.seed}", f"train.batch_size={a.batch_size}", f"train.lr={a.lr}", f"model.pooling={a.pooling}"]
+    cfg = load_stage_config("sft", [str(REPO / "configs/vhop_sft.yaml")], over)
+    data = load_data(cfg, say=lambda *_: None)
+    ev = run_stage(cfg, SFTLoss(), overwrite=True, quiet=True, data=data)
+    router = build_router(load_stage_config("sft", [str(out / "sft/config.yaml")], [f"train.init_from={out / 'sft'}"]),
+                          data[0])
+    res = {"args": vars(a), "images": {s: info[s]["images"] for s in ("train", "test")},
+           "held_out": hop_accuracy(router, *data[2]), "train": hop_accuracy(router, data[0], data[1][:50]),
+           "greedy_eval": ev}
+    print(json.dumps(res, indent=1))
+    (out / "probe.json").write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
