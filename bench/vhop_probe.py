@@ -17,7 +17,8 @@ sys.path[:0] = [str(REPO)]
 
 
 def hop_accuracy(router, corpus, queries) -> dict:
-    """Top-1 of every gold state over ``corpus``; and 1/(scene size - t) averaged (scene-only chance)."""
+    """Top-1 of every gold state over ``corpus``; 1/(scene size - t) averaged (scene-only chance); and for t >= 1
+    how often the top-1 lies in the gold hop's scene and has its main object (the emblem's)."""
     import torch
 
     router.set_corpus(corpus)
@@ -27,7 +28,8 @@ def hop_accuracy(router, corpus, queries) -> dict:
     sizes = {}
     for it in corpus.items:
         sizes[scene(it.id)] = sizes.get(scene(it.id), 0) + 1
-    hits = {"t0": [], "t1+": []}
+    main = lambda i: tuple(corpus.by_id[i].meta["main"].values())  # noqa: E731
+    hits, in_scene, has_main = {"t0": [], "t1+": []}, [], []
     chance = {"t0": [], "t1+": []}
     states = [(q, t) for q in queries for t in range(len(q.chain))]
     with torch.no_grad():
@@ -39,9 +41,13 @@ def hop_accuracy(router, corpus, queries) -> dict:
                 key = "t0" if t == 0 else "t1+"
                 hits[key].append(float(top[0] == q.chain[t]))
                 chance[key].append(1.0 / (sizes[scene(q.chain[t])] - t))
+                if t:
+                    in_scene.append(float(scene(top[0]) == scene(q.chain[t])))
+                    has_main.append(float(main(top[0]) == main(q.chain[t])))
     mean = lambda xs: sum(xs) / max(1, len(xs))  # noqa: E731
     return {f"acc/{k}": mean(v) for k, v in hits.items()} | {f"scene_chance/{k}": mean(v) for k, v in chance.items()} \
-        | {f"n/{k}": len(v) for k, v in hits.items()}
+        | {f"n/{k}": len(v) for k, v in hits.items()} | {"top1_in_scene/t1+": mean(in_scene),
+                                                          "top1_main/t1+": mean(has_main)}
 
 
 def main() -> None:
@@ -59,6 +65,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--pooling", default="last")
+    p.add_argument("--reuse", action="store_true", help="evaluate an existing --out (same flags) without training")
     a = p.parse_args()
     import torch
 
@@ -68,17 +75,19 @@ def main() -> None:
     from mmrl.retrieval.train_sft import SFTLoss
 
     out = Path(a.out)
-    info = make_vhop_world(str(out / "world"), a.n_train, a.n_test, seed=a.seed, size=a.size, shapes=a.shapes,
-                           colours=a.colours, scene_cap=a.scene_cap, emblem_scale=a.emblem_scale)
+    if not a.reuse:
+        make_vhop_world(str(out / "world"), a.n_train, a.n_test, seed=a.seed, size=a.size, shapes=a.shapes,
+                        colours=a.colours, scene_cap=a.scene_cap, emblem_scale=a.emblem_scale)
     over = [f"data.train={out / 'world/queries_train.json'}", f"data.eval={out / 'world/queries_test.json'}",
             f"train.out_dir={out / 'sft'}", f"train.steps={a.steps}", f"train.save_every={a.steps}",
             f"train.seed={a.seed}", f"train.batch_size={a.batch_size}", f"train.lr={a.lr}", f"model.pooling={a.pooling}"]
     cfg = load_stage_config("sft", [str(REPO / "configs/vhop_sft.yaml")], over)
     data = load_data(cfg, say=lambda *_: None)
-    ev = run_stage(cfg, SFTLoss(), overwrite=True, quiet=True, data=data)
+    ev = (json.loads((out / "sft/final/eval.json").read_text()) if a.reuse
+          else run_stage(cfg, SFTLoss(), overwrite=True, quiet=True, data=data))
     router = build_router(load_stage_config("sft", [str(out / "sft/config.yaml")], [f"train.init_from={out / 'sft'}"]),
                           data[0])
-    res = {"args": vars(a), "images": {s: info[s]["images"] for s in ("train", "test")},
+    res = {"args": vars(a), "images": {"train": len(data[0].items), "test": len(data[2][0].items)},
            "held_out": hop_accuracy(router, *data[2]), "train": hop_accuracy(router, data[0], data[1][:50]),
            "greedy_eval": ev}
     print(json.dumps(res, indent=1))

@@ -30,7 +30,8 @@ from mmrl.data.vhop_format import write_corpus, write_queries
 
 SHAPES = ("circle", "square", "triangle", "diamond", "cross")
 OBJECT_COLOURS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (60, 100, 250), "yellow": (245, 225, 40),
-                  "magenta": (225, 50, 225), "cyan": (40, 225, 235), "orange": (250, 140, 20), "white": (245, 245, 245)}
+                  "magenta": (225, 50, 225), "cyan": (40, 225, 235), "orange": (250, 140, 20), "white": (245, 245, 245),
+                  "pink": (255, 160, 200), "lime": (175, 255, 90), "violet": (150, 90, 255), "sky": (140, 205, 255)}
 SCENE_COLOURS = {"navy": (20, 25, 80), "maroon": (85, 20, 25), "olive": (75, 75, 20), "teal": (15, 75, 75),
                  "plum": (65, 25, 75), "grey": (62, 62, 62), "forest": (20, 60, 25), "brown": (95, 58, 22)}
 GROUNDS = ("plain", "horizon", "stripes", "dots")
@@ -39,7 +40,8 @@ LEVELS = (1, 2, 3, 4, 5)
 SYNONYMS = {
     "red": ("crimson", "scarlet"), "green": ("emerald", "grass-green"), "blue": ("azure", "cobalt"),
     "yellow": ("golden", "lemon"), "magenta": ("fuchsia", "pink-purple"), "cyan": ("aqua", "turquoise"),
-    "orange": ("amber", "tangerine"), "white": ("snowy", "ivory"),
+    "orange": ("amber", "tangerine"), "white": ("snowy", "ivory"), "pink": ("rosy", "blush"),
+    "lime": ("chartreuse", "lime-green"), "violet": ("lilac", "lavender"), "sky": ("sky-blue", "pale blue"),
     "circle": ("disc", "round shape"), "square": ("box", "block"), "triangle": ("wedge", "three-sided shape"),
     "diamond": ("rhombus", "lozenge"), "cross": ("plus sign", "cross mark"),
     "navy": ("midnight", "dark blue"), "maroon": ("wine", "dark red"), "olive": ("khaki", "dark olive"),
@@ -211,14 +213,14 @@ def make_vhop_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size
     ``fuzzy`` phrasing alternating per cycle; ``distractors`` branches per query (0..5, at most one per hop).
     A scene takes new images until it holds ``scene_cap`` (5..objects) before a fresh scene opens (then any scene
     with room): dense scenes keep a single-step retriever that matches the named scene from the later hops
-    (``single_step_ceiling``). The vocabulary is the first ``colours`` (1..8) object colours x ``shapes`` (1..5)
+    (``single_step_ceiling``). The vocabulary is the first ``colours`` (1..12) object colours x ``shapes`` (1..5)
     shapes (the main objects, at least 6) and the first ``scene_colours`` (1..8) x ``grounds`` (1..4) scenes (at
     least 2); a smaller one is an easier world with fewer images per split. ``emblem_scale`` (0.2..0.45) is the
     emblem plate's side as a fraction of the image (a larger emblem is easier to perceive).
     """
     if not 0.2 <= emblem_scale <= 0.45:
         raise ValueError(f"emblem_scale must be in [0.2, 0.45], got {emblem_scale}")
-    for name, v, hi in (("colours", colours, 8), ("shapes", shapes, 5), ("scene_colours", scene_colours, 8),
+    for name, v, hi in (("colours", colours, len(OBJECT_COLOURS)), ("shapes", shapes, 5), ("scene_colours", scene_colours, 8),
                         ("grounds", grounds, 4)):
         if not 1 <= v <= hi:
             raise ValueError(f"{name} must be in 1..{hi}, got {v}")
