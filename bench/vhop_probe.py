@@ -50,9 +50,26 @@ def hop_accuracy(router, corpus, queries) -> dict:
                                                           "top1_main/t1+": mean(has_main)}
 
 
+def summarise(dirs) -> str:
+    """A markdown table of several probes' ``probe.json`` (held-out hop accuracy %, next to the scene-only chance)."""
+    rows = ["| world (colours x shapes, scene cap, emblem) | train queries (images) | SFT steps, lr | held-out hop-0 "
+            "top-1 (text -> image) | held-out hop>=1 top-1 | scene-only chance | top-1 in gold scene | top-1 has the "
+            "emblem's object | train-split hop>=1 top-1 |", "|---|---|---|---|---|---|---|---|---|"]
+    for d in dirs:
+        r = json.loads((Path(d) / "probe.json").read_text())
+        a, h, t = r["args"], r["held_out"], r["train"]
+        pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
+        rows.append(f"| {a['colours']} x {a['shapes']}, {a['scene_cap']}, {a['emblem_scale']} | {a['n_train']} "
+                    f"({r['images']['train']}) | {a['steps']}, {a['lr']:g} | {pct(h['acc/t0'])} | {pct(h['acc/t1+'])} "
+                    f"| {pct(h['scene_chance/t1+'])} | {pct(h['top1_in_scene/t1+'])} | {pct(h['top1_main/t1+'])} "
+                    f"| {pct(t['acc/t1+'])} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
+    p.add_argument("--summarise", nargs="+", metavar="OUT", help="print the table of these probes' probe.json")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-train", type=int, default=150)
     p.add_argument("--n-test", type=int, default=25)
@@ -67,6 +84,11 @@ def main() -> None:
     p.add_argument("--pooling", default="last")
     p.add_argument("--reuse", action="store_true", help="evaluate an existing --out (same flags) without training")
     a = p.parse_args()
+    if a.summarise:
+        print(summarise(a.summarise))
+        return
+    if not a.out:
+        p.error("--out is required")
     import torch
 
     torch.set_num_threads(1)
