@@ -39,10 +39,12 @@ def one_seed(a) -> dict:
     from mmrl.retrieval.train_sft import SFTLoss
 
     out = Path(a.out) / f"seed{a.seed}"
-    make_vhop_world(str(out / "world"), a.n_train, a.n_test, seed=a.seed, size=56)
+    make_vhop_world(str(out / "world"), a.n_train, a.n_test, seed=a.seed, size=a.size, colours=a.colours,
+                    shapes=a.shapes, scene_cap=a.scene_cap, emblem_scale=a.emblem_scale)
     train_q, test_q = out / "world" / "queries_train.json", out / "world" / "queries_test.json"
     base = [f"data.train={train_q}", f"data.eval={test_q}",
-            f"train.seed={a.seed}", f"router.max_hops={a.max_hops}", f"router.top_k={a.top_k}"]
+            f"train.seed={a.seed}", f"router.max_hops={a.max_hops}", f"router.top_k={a.top_k}"] + (
+        [f"model.pooling={a.pooling}"] if a.pooling else [])
     cfgs = {
         "sft": load_stage_config("sft", [str(REPO / "configs/vhop_sft.yaml")], base + [
             f"train.out_dir={out / 'sft'}", f"train.steps={a.sft_steps}", f"train.save_every={a.sft_steps}"]),
@@ -119,6 +121,13 @@ def main() -> None:
     p.add_argument("--out", default="runs/bench_vhop")
     p.add_argument("--n-train", type=int, default=30)
     p.add_argument("--n-test", type=int, default=25)
+    # the world (mmrl.data.synth_vhop.make_vhop_world); the defaults are the world of bench/results/vhop.md
+    p.add_argument("--size", type=int, default=56, help="image side (px)")
+    p.add_argument("--colours", type=int, default=8, help="main-object colours (1..12)")
+    p.add_argument("--shapes", type=int, default=5, help="main-object shapes (1..5)")
+    p.add_argument("--scene-cap", type=int, default=24, help="images per scene before a fresh scene opens")
+    p.add_argument("--emblem-scale", type=float, default=0.28, help="emblem plate side / image side")
+    p.add_argument("--pooling", choices=("mean", "last"), help="embedder pooling (default: the configs')")
     p.add_argument("--sft-steps", type=int, default=300)
     p.add_argument("--il-steps", type=int, default=40)
     p.add_argument("--rl-steps", type=int, default=15)

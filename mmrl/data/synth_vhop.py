@@ -30,7 +30,8 @@ from mmrl.data.vhop_format import write_corpus, write_queries
 
 SHAPES = ("circle", "square", "triangle", "diamond", "cross")
 OBJECT_COLOURS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (60, 100, 250), "yellow": (245, 225, 40),
-                  "magenta": (225, 50, 225), "cyan": (40, 225, 235), "orange": (250, 140, 20), "white": (245, 245, 245)}
+                  "magenta": (225, 50, 225), "cyan": (40, 225, 235), "orange": (250, 140, 20), "white": (245, 245, 245),
+                  "pink": (255, 160, 200), "lime": (175, 255, 90), "violet": (150, 90, 255), "sky": (140, 205, 255)}
 SCENE_COLOURS = {"navy": (20, 25, 80), "maroon": (85, 20, 25), "olive": (75, 75, 20), "teal": (15, 75, 75),
                  "plum": (65, 25, 75), "grey": (62, 62, 62), "forest": (20, 60, 25), "brown": (95, 58, 22)}
 GROUNDS = ("plain", "horizon", "stripes", "dots")
@@ -39,7 +40,8 @@ LEVELS = (1, 2, 3, 4, 5)
 SYNONYMS = {
     "red": ("crimson", "scarlet"), "green": ("emerald", "grass-green"), "blue": ("azure", "cobalt"),
     "yellow": ("golden", "lemon"), "magenta": ("fuchsia", "pink-purple"), "cyan": ("aqua", "turquoise"),
-    "orange": ("amber", "tangerine"), "white": ("snowy", "ivory"),
+    "orange": ("amber", "tangerine"), "white": ("snowy", "ivory"), "pink": ("rosy", "blush"),
+    "lime": ("chartreuse", "lime-green"), "violet": ("lilac", "lavender"), "sky": ("sky-blue", "pale blue"),
     "circle": ("disc", "round shape"), "square": ("box", "block"), "triangle": ("wedge", "three-sided shape"),
     "diamond": ("rhombus", "lozenge"), "cross": ("plus sign", "cross mark"),
     "navy": ("midnight", "dark blue"), "maroon": ("wine", "dark red"), "olive": ("khaki", "dark olive"),
@@ -90,8 +92,10 @@ def _shape(draw: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: float
         draw.rectangle([cx - t, cy - r, cx + t, cy + r], fill=fill)
 
 
-def render(main: Main, scene: Scene, emblem: Optional[Main], size: int, rng: random.Random) -> Image.Image:
-    """One corpus image: the scene, the main object (slightly jittered) and, if any, the emblem plate."""
+def render(main: Main, scene: Scene, emblem: Optional[Main], size: int, rng: random.Random,
+           emblem_scale: float = 0.28) -> Image.Image:
+    """One corpus image: the scene, the main object (slightly jittered) and, if any, the emblem plate (a square of
+    side ``emblem_scale * size`` in the top-right corner)."""
     bg = SCENE_COLOURS[scene[0]]
     light = tuple(min(255, int(v * 1.7) + 25) for v in bg)
     im = Image.new("RGB", (size, size), bg)
@@ -111,7 +115,7 @@ def render(main: Main, scene: Scene, emblem: Optional[Main], size: int, rng: ran
     cx, cy = size * 0.45 + rng.uniform(-j, j), size * 0.55 + rng.uniform(-j, j)
     _shape(d, main[1], cx, cy, size * rng.uniform(0.22, 0.26), OBJECT_COLOURS[main[0]])
     if emblem is not None:
-        p0, p1 = size * 0.70, size * 0.98
+        p0, p1 = size * (0.98 - emblem_scale), size * 0.98
         d.rectangle([p0, size * 0.02, p1, size * 0.02 + (p1 - p0)], fill=(0, 0, 0))
         _shape(d, emblem[1], (p0 + p1) / 2, size * 0.02 + (p1 - p0) / 2, (p1 - p0) * 0.36, OBJECT_COLOURS[emblem[0]])
     return im
@@ -145,7 +149,8 @@ class _Slots:
 
 
 def _split(out_dir: str, split: str, n: int, rng: random.Random, size: int, levels: Sequence[int],
-           distractors: int, scene_cap: int, vocab: Tuple[int, int, int, int]) -> Tuple[str, str, dict]:
+           distractors: int, scene_cap: int, vocab: Tuple[int, int, int, int],
+           emblem_scale: float) -> Tuple[str, str, dict]:
     slots, items, queries = _Slots(rng, scene_cap, vocab), [], []
 
     def add(main, scene, emblem, role, qid, hop=None) -> int:
@@ -179,7 +184,7 @@ def _split(out_dir: str, split: str, n: int, rng: random.Random, size: int, leve
     for old in sorted(range(len(items)), key=lambda o: ids[o]):
         it, iid = items[old], ids[old]
         rel = f"images/{iid}.png"
-        render(it["main"], it["scene"], it["emblem"], size, rng).save(os.path.join(out_dir, rel))
+        render(it["main"], it["scene"], it["emblem"], size, rng, emblem_scale).save(os.path.join(out_dir, rel))
         rows.append({"id": iid, "image": rel, "meta": _desc(it)})
     for q in queries:
         for key in ("chain", "distractors", "dead_ends"):
@@ -201,18 +206,21 @@ def _desc(it: dict) -> dict:
 
 def make_vhop_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size: int = 112,
                     levels: Sequence[int] = LEVELS, distractors: int = 1, scene_cap: int = 24, colours: int = 8,
-                    shapes: int = 5, scene_colours: int = 8, grounds: int = 4) -> dict:
+                    shapes: int = 5, scene_colours: int = 8, grounds: int = 4, emblem_scale: float = 0.28) -> dict:
     """Write ``images/*.png``, ``corpus_{train,test}.json`` and ``queries_{train,test}.json`` under ``out_dir``.
 
     ``n_train``/``n_test`` queries per split, levels cycling over ``levels`` (each in 1..5), ``exact`` and
     ``fuzzy`` phrasing alternating per cycle; ``distractors`` branches per query (0..5, at most one per hop).
     A scene takes new images until it holds ``scene_cap`` (5..objects) before a fresh scene opens (then any scene
     with room): dense scenes keep a single-step retriever that matches the named scene from the later hops
-    (``single_step_ceiling``). The vocabulary is the first ``colours`` (1..8) object colours x ``shapes`` (1..5)
+    (``single_step_ceiling``). The vocabulary is the first ``colours`` (1..12) object colours x ``shapes`` (1..5)
     shapes (the main objects, at least 6) and the first ``scene_colours`` (1..8) x ``grounds`` (1..4) scenes (at
-    least 2); a smaller one is an easier world with fewer images per split.
+    least 2); a smaller one is an easier world with fewer images per split. ``emblem_scale`` (0.2..0.45) is the
+    emblem plate's side as a fraction of the image (a larger emblem is easier to perceive).
     """
-    for name, v, hi in (("colours", colours, 8), ("shapes", shapes, 5), ("scene_colours", scene_colours, 8),
+    if not 0.2 <= emblem_scale <= 0.45:
+        raise ValueError(f"emblem_scale must be in [0.2, 0.45], got {emblem_scale}")
+    for name, v, hi in (("colours", colours, len(OBJECT_COLOURS)), ("shapes", shapes, 5), ("scene_colours", scene_colours, 8),
                         ("grounds", grounds, 4)):
         if not 1 <= v <= hi:
             raise ValueError(f"{name} must be in 1..{hi}, got {v}")
@@ -232,7 +240,7 @@ def make_vhop_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size
     for split, n in (("train", n_train), ("test", n_test)):
         rng = random.Random(f"vhop:{seed}:{split}")
         corpus, qfile, info = _split(out_dir, split, n, rng, size, list(levels), distractors, scene_cap,
-                                     (colours, shapes, scene_colours, grounds))
+                                     (colours, shapes, scene_colours, grounds), emblem_scale)
         result[split] = {"corpus": corpus, "queries": qfile, **info}
     return result
 

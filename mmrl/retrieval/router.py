@@ -111,7 +111,7 @@ class Router(nn.Module):
         for b, cs in enumerate(cands):
             idx[b, :len(cs)] = torch.tensor([where[c] for c in cs], dtype=torch.long)
             cmask[b, :len(cs)] = True
-        cand_emb = table[idx] if uniq else states.new_zeros(len(cands), k_max, states.shape[1])
+        cand_emb = table.index_select(0, idx.view(-1)).view(*idx.shape, -1) if uniq else states.new_zeros(len(cands), k_max, states.shape[1])
         smask = torch.tensor([[bool(ch), True] for ch in chains], dtype=torch.bool)
         return action_logits(states, cand_emb.to(states.dtype), self.special.to(states.dtype),
                              self.params.temperature, cmask, smask)

@@ -119,6 +119,8 @@ def test_bad_arguments_raise(tmp_path):
         make_vhop_world("/tmp/never", 1, 0, shapes=6)
     with pytest.raises(ValueError, match="colours x shapes must be >= 6"):
         make_vhop_world("/tmp/never", 1, 0, colours=5, shapes=1)
+    with pytest.raises(ValueError, match="emblem_scale"):
+        make_vhop_world("/tmp/never", 1, 0, emblem_scale=0.5)
     with pytest.raises(ValueError, match="too many queries.*ran out of free"):
         make_vhop_world(str(tmp_path), 400, 0, size=56)
 
@@ -192,3 +194,20 @@ def test_format_errors_name_the_file_and_item(world, tmp_path):
     queries, skipped = load_queries(str(tmp_path / "q.json"), skip_bad=True)
     assert len(queries) == 18 and [s for s, _ in skipped] == [qs["queries"][0]["id"], qs["queries"][1]["id"]]
     assert "'nope'" in skipped[1][1]
+
+
+def test_emblem_scale_sets_the_plate_size():
+    """The emblem plate (black) spans ``emblem_scale`` of the image side; the main object is unchanged."""
+    import random
+
+    import numpy as np
+
+    from mmrl.data.synth_vhop import render
+
+    sides = []
+    for scale in (0.28, 0.44):
+        im = np.asarray(render(("red", "circle"), ("navy", "plain"), ("cyan", "square"), 112, random.Random(0),
+                               emblem_scale=scale))
+        black = (im.sum(-1) == 0)
+        sides.append(int(black.any(0).sum()))
+    assert sides[0] == pytest.approx(0.28 * 112, abs=2) and sides[1] == pytest.approx(0.44 * 112, abs=2)
