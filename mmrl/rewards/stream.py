@@ -5,7 +5,7 @@ Per question q of the episode (those active at one of its decisions at least; q'
 sub-turns at which q is active):
 
 - ``R_out^q = max_{y ∈ V_q} 1[match(ŷ_q, y)]`` with causality: ŷ_q is q's first answer, and it counts only when
-  given at or after α_q (``mmrl.stream.record.causal``). A forward question (``probes``) scores the mean over its
+  given at or after α_q (``mmrl.data.stream_rules.causal``). A forward question (``probes``) scores the mean over its
   probes inside the episode of the same test on the latest answer at the probe's time, against the probe's gold
   and α. ``match``: case-insensitive equality after stripping spaces, brackets and trailing punctuation; numbers
   compare as numbers.
@@ -30,25 +30,13 @@ import math
 import re
 from typing import Dict, List, Optional
 
+from mmrl.data.stream_rules import answer_at, causal
 from mmrl.rewards.base import REWARDS, RewardContext
 from mmrl.rewards.stream_memory import compaction_reward
 
 COMPONENTS = ("out", "fmt", "tool", "mem")
 DEFAULT_WEIGHTS = {"out": 1.0, "fmt": 1.0, "tool": 0.5, "mem": 0.5}
 _STRIP = re.compile(r"^[\s\(\[\"']+|[\s\)\]\"'.,;:!]+$")
-
-
-def causal(answer_time: float, alpha: float) -> bool:
-    """The causality rule of ``mmrl.stream.record.causal`` (``answer_time >= alpha``). Rewards sit below the stream
-    package in the import layers (``tests/test_import_layers.py``), as ``tool_use`` sits below ``tools``: they read
-    the record's fields and never import it; a test checks this rule equals the environment's helper."""
-    return float(answer_time) >= float(alpha)
-
-
-def answer_at(rec, qid: str, time: float):
-    """The latest answer to ``qid`` given at or before ``time`` (``mmrl.stream.record.answer_at``'s rule)."""
-    got = [a for a in rec.answers_for(qid) if a.time <= time]
-    return got[-1] if got else None
 
 
 def _norm(text: str) -> str:

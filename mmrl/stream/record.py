@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from mmrl.data.stream_rules import answer_at, causal  # noqa: F401  (re-exported: the env, teacher and tests use them from here)
 from mmrl.stream.actions import Action, fmt_time
 
 CHOICE, FORWARD = "choice", "forward"
@@ -212,18 +213,8 @@ class EpisodeRecord:
 
 
 # ---- causality (R_out's verifier, specs/algorithms.md section 5) -------------------------------------------------
-def causal(answer_time: float, alpha: float) -> bool:
-    """An answer counts only when given at or after the answerable time: ``answer_time >= alpha``."""
-    return float(answer_time) >= float(alpha)
-
-
 def first_causal_answer(record: EpisodeRecord, qid: str) -> Optional[AnswerEvent]:
     """The first answer to ``qid`` given at or after its ``alpha`` (a choice question's scored answer)."""
     q = record.question(qid)
     return next((a for a in record.answers_for(qid) if causal(a.time, q.alpha)), None)
 
-
-def answer_at(record: EpisodeRecord, qid: str, time: float) -> Optional[AnswerEvent]:
-    """The latest answer to ``qid`` given at or before ``time`` (what a forward probe at ``time`` reads)."""
-    got = [a for a in record.answers_for(qid) if a.time <= time]
-    return got[-1] if got else None

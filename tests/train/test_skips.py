@@ -105,17 +105,23 @@ def test_rl_records_rollout_skips(video_world, tiny_model_path, tmp_path):
     assert [(r["id"], r["stage"], r["step"]) for r in rows] == [(unanswered, "load", 0), (broken, "rollout", 1)]
 
 
-@pytest.mark.slow
-def test_eval_counts_load_and_decode_failures_as_wrong(video_world, tiny_model_path, tmp_path):
-    from mmrl.config import DataConfig
-    from mmrl.eval.synthetic import evaluate_checkpoint
-
+def _test_split_with_two_bad_items(video_world, tmp_path):
+    """A copy of the world whose first test item's video is garbage and whose second has no answer."""
     world = tmp_path / "w"
     shutil.copytree(video_world, world)
     items = json.loads((world / "test.json").read_text())
     (world / items[0]["video"]).write_bytes(b"garbage")
     del items[1]["answer"]
     (world / "test.json").write_text(json.dumps(items))
+    return world, items
+
+
+@pytest.mark.slow
+def test_eval_counts_load_and_decode_failures_as_wrong(video_world, tiny_model_path, tmp_path):
+    from mmrl.config import DataConfig
+    from mmrl.eval.synthetic import evaluate_checkpoint
+
+    world, items = _test_split_with_two_bad_items(video_world, tmp_path)
     res = evaluate_checkpoint(tiny_model_path, str(world / "test.json"), DataConfig(on_error="skip", max_pixels=3136),
                               out_dir=str(tmp_path / "ev"))
     rows = [json.loads(x) for x in (tmp_path / "ev" / "predictions.jsonl").read_text().splitlines()]
@@ -149,12 +155,7 @@ def test_eval_synthetic_cli_counts_rejected_items(video_world, tmp_path, capsys)
     wrong and listed in predictions.jsonl, like one that fails to decode."""
     from mmrl.cli import main
 
-    world = tmp_path / "w"
-    shutil.copytree(video_world, world)
-    items = json.loads((world / "test.json").read_text())
-    (world / items[0]["video"]).write_bytes(b"garbage")
-    del items[1]["answer"]
-    (world / "test.json").write_text(json.dumps(items))
+    world, items = _test_split_with_two_bad_items(video_world, tmp_path)
     out = tmp_path / "ev"
     assert main(["eval", "synthetic", "--model", "tiny", "--data", str(world / "test.json"), "--out", str(out),
                  "--on-error", "skip", "--device", "cpu", "--no-progress", "--max-new-tokens", "2"]) == 0
