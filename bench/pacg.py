@@ -8,8 +8,8 @@ SFT checkpoint on the claims world, over seeds; accuracy, unsupported claims, cl
 World (``mmrl.data.synth_claims``): one coloured square per image; questions about its colour or location carry a
 prior ("most squares here are red", right 60% + chance of the time). SFT traces state one claim per attribute
 inside ``<think>``; the claim about the attribute NOT asked contradicts the image in 30% of the traces while the
-answer stays right. With ``--unsupported-source prior`` (default) the question also states a prior for the attribute
-not asked and an unsupported claim repeats it (text-predictable, the hallucination PACG targets); ``random`` draws
+answer stays right. With ``--unsupported-source prior`` the question also states a prior for the attribute
+not asked and an unsupported claim repeats it (text-predictable, the hallucination PACG targets); ``random`` (default) draws
 a wrong value nothing in the text predicts. One SFT checkpoint (seed 0) is the start point of every arm and seed: a perception warm-up
 (``--warmup-steps`` on the same kind of images with an uninformative prior and letter answers, the demo's recipe:
 a tiny model trained on traces alone copies the stated prior and never looks, EFS ≈ 0), then ``--sft-steps`` on the
@@ -181,7 +181,7 @@ def main(argv=None) -> str:
                    help="arms already in OUT/seedS.json are kept, not rerun (add an arm to an earlier run)")
     p.add_argument("--warmup-steps", type=int, default=600, help="perception warm-up SFT steps (letters only; 0 = none)")
     p.add_argument("--warmup-lr", type=float, default=3e-4)
-    p.add_argument("--unsupported-source", choices=["random", "prior"], default="prior",
+    p.add_argument("--unsupported-source", choices=["random", "prior"], default="random",
                    help="claims world: an unsupported claim repeats a prior stated in the question, or is a random wrong value")
     p.add_argument("--sft-steps", type=int, default=300)
     p.add_argument("--sft-lr", type=float, default=1e-3)
