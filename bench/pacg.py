@@ -74,19 +74,16 @@ def costs(history: List[Dict[str, float]]) -> Dict[str, float]:
 
 def diagnose(model_dir: str, cfg, samples) -> Dict[str, float]:
     """``mmrl diagnose``'s numbers under VPPO's patch blackening, plus ``<key>_full`` under ``full_mask`` (the same
-    greedy responses, re-scored on a black image)."""
+    greedy responses re-scored on a black image)."""
     from mmrl.data.synth_claims import claim_support
-    from mmrl.diagnose.core import diagnose_samples, summarize
+    from mmrl.diagnose.core import diagnose_samples, summarize_all
     from mmrl.models.loading import load_model, load_processor
     from mmrl.views.patch_transforms import FULL_MASK, VPPO_PATCH
 
     model, proc = load_model(model_dir), load_processor(model_dir)
-    out = {}
-    for iv, sfx in ((VPPO_PATCH, ""), (FULL_MASK, "_full")):
-        recs = diagnose_samples(model, proc, samples, cfg.data, iv, max_new_tokens=cfg.rollout.max_new_tokens,
-                                labeler=claim_support, seed=0)
-        out.update({k + sfx: v for k, v in summarize(recs).items()})
-    return out
+    recs = diagnose_samples(model, proc, samples, cfg.data, VPPO_PATCH, max_new_tokens=cfg.rollout.max_new_tokens,
+                            labeler=claim_support, seed=0, also={"full": FULL_MASK})
+    return summarize_all(recs, ["full"])
 
 
 def common_overrides(args, world: Path) -> List[str]:
