@@ -8,10 +8,10 @@ SFT checkpoint on the claims world, over seeds; accuracy, unsupported claims, cl
 World (``mmrl.data.synth_claims``): one coloured square per image; questions about its colour or location carry a
 prior ("most squares here are red", right 60% + chance of the time). SFT traces state one claim per attribute
 inside ``<think>``; the claim about the attribute NOT asked contradicts the image in 30% of the traces while the
-answer stays right. With ``--unsupported-source prior`` the question also states a prior for the attribute
-not asked and an unsupported claim repeats it (text-predictable, the hallucination PACG targets); ``random`` (default) draws
-a wrong value nothing in the text predicts. One SFT checkpoint (seed 0) is the start point of every arm and seed: a perception warm-up
-(``--warmup-steps`` on the same kind of images with an uninformative prior and letter answers, the demo's recipe:
+answer stays right: ``--unsupported-source random`` (default) draws a wrong value nothing in the text predicts;
+``prior`` also states a prior for the attribute not asked and the unsupported claim repeats it (text-predictable,
+the hallucination PACG targets). One SFT checkpoint (seed 0) is the start point of every arm and seed: a perception
+warm-up (``--warmup-steps`` on the same kind of images with an uninformative prior and letter answers, the demo's recipe:
 a tiny model trained on traces alone copies the stated prior and never looks, EFS ≈ 0), then ``--sft-steps`` on the
 traces.
 

@@ -84,7 +84,7 @@ def write_outputs(out_dir: str, runs: List[dict], intervention: str, also: Seque
                                                                   "persistence_unsupported")]
     lines = ["# Fixed-rollout counterfactual diagnostic", "",
              f"Intervention: `{intervention}`. Same response tokens re-scored under the intervened media.", "",
-             f"Also under: {', '.join(f'`{a}`' for a in also)}." if also else "", "",
+             *([f"Also re-scored under: {', '.join(f'`{a}`' for a in also)} (columns `<key>_<name>`).", ""] if also else []),
              "| checkpoint | step | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for run in runs:
         s = run["summary"]
