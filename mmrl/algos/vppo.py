@@ -22,6 +22,7 @@ from mmrl.algos.base import AdvantageOutput
 from mmrl.algos.dapo import DAPO, DAPOParams, dynamic_sampling_keep
 from mmrl.algos.spec import Intervention, Needs, StepBatch, register_algorithm
 from mmrl.algos.vppo_core import padded, tas_scales, tgf_mask, trajectory_scores, visual_dependency
+from mmrl.views.patch_transforms import VPPO_PATCH
 
 
 @dataclass
@@ -42,16 +43,13 @@ class VPPOParams(DAPOParams):
             raise ValueError(f"top_k_ratio must be in (0, 1], got {self.top_k_ratio}")
 
 
-PATCH_PARAMS = {"patch": 14, "p": 0.5, "value": 0}  # VPPO's patch blackening (perc_utils.random_patch_blackening)
-
-
 def default_intervention_params(transform: str, params: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The re-scoring transform's parameters: ``params`` when given (whole: a config dict is not merged key by key
     into a default meant for another transform), else VPPO's for ``patch_mask`` and the transform's own defaults
     (``{}``) for any other."""
     if params is not None:
         return dict(params)
-    return dict(PATCH_PARAMS) if transform == "patch_mask" else {}
+    return dict(VPPO_PATCH[1]) if transform == VPPO_PATCH[0] else {}
 
 
 def intervention_key(transform: str, params: Dict[str, Any]) -> str:
