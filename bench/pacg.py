@@ -3,13 +3,15 @@ SFT checkpoint on the claims world, over seeds; accuracy, unsupported claims, cl
 
     .venv/bin/python bench/pacg.py [--seeds 0 1 2] [--warmup-steps 600] [--sft-steps 300] [--rl-steps 30] [--n-train 512] [--n-test 64]
         [--prompts-per-step 4] [--n 4] [--max-new-tokens 40] [--out runs/pacg] [--report FILE] [--render-only]
-        [--arms grpo dapo ...] [overrides ...]
+        [--unsupported-source prior|random] [--arms grpo dapo ...] [overrides ...]
 
 World (``mmrl.data.synth_claims``): one coloured square per image; questions about its colour or location carry a
 prior ("most squares here are red", right 60% + chance of the time). SFT traces state one claim per attribute
 inside ``<think>``; the claim about the attribute NOT asked contradicts the image in 30% of the traces while the
-answer stays right. One SFT checkpoint (seed 0) is the start point of every arm and seed: a perception warm-up
-(``--warmup-steps`` on the same kind of images with an uninformative prior and letter answers, the demo's recipe:
+answer stays right: ``--unsupported-source random`` (default) draws a wrong value nothing in the text predicts;
+``prior`` also states a prior for the attribute not asked and the unsupported claim repeats it (text-predictable,
+the hallucination PACG targets). One SFT checkpoint (seed 0) is the start point of every arm and seed: a perception
+warm-up (``--warmup-steps`` on the same kind of images with an uninformative prior and letter answers, the demo's recipe:
 a tiny model trained on traces alone copies the stated prior and never looks, EFS ≈ 0), then ``--sft-steps`` on the
 traces.
 
@@ -19,12 +21,14 @@ Arms (``algorithm`` section; everything else equal: steps, lr, prompts per step,
 - ``dapo``: DAPO (clip 0.2 / 0.28, token-mean, dynamic sampling on accuracy, at most 1 resampling round);
 - ``dapo+pacg``: PACG over that DAPO (κ = 1, γ = 0.5, η = 0.5, batch z-score; VPPO's patch intervention);
 - ``vppo``: VPPO over that DAPO (TAS α_min = 0.9, TGF k = 0.4, the same re-scoring pass);
-- ``vppo+pacg``: PACG over that VPPO (one shared re-scoring pass).
+- ``vppo+pacg``: PACG over that VPPO (one shared re-scoring pass);
+- optional: ``dapo+pacg_q`` (the quantile gate, q = 0.2), ``dapo+pacg_full`` (persistence under ``full_mask``).
 
 The arms of a seed are stepped round-robin in one process (each with its own RNG stream), so step times are
 measured side by side under the same machine load. Eval: ``mmrl diagnose`` on the held-out split, greedy, with the
 world's claim labeler: accuracy, the share of correct responses with at least one unsupported claim, the mean
-persistence of supported and unsupported claims (patch intervention), EFS per token.
+persistence of supported and unsupported claims (under the patch intervention and under ``full_mask``), EFS per
+token. Tables: ``pacg_table.py`` (95% CIs over seeds, differences paired by seed).
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from typing import Dict, List
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]  # this checkout's mmrl, whatever the venv has installed
 from _arms import Arm, log  # noqa: E402
+from pacg_table import render  # noqa: E402
 
 INSTRUCTION = "Describe what you see in <think></think>, then answer with the option's letter in <answer></answer>."
 _DAPO = "dynamic_sampling: true, max_resample_rounds: 1"
@@ -53,12 +58,12 @@ ARMS: Dict[str, List[str]] = {
     # PACG's alternative gate (spec §2): flag the top q = 20% most persistent claims of the batch
     "dapo+pacg_q": ["algorithm.name=pacg", "algorithm.clip_high=0.28",
                     f"algorithm.params={{mode: quantile, q: 0.2, base: {{name: dapo, params: {{{_DAPO}}}}}}}"],
+    # PACG's other intervention (spec §2): persistence under a fully black image
+    "dapo+pacg_full": ["algorithm.name=pacg", "algorithm.clip_high=0.28",
+                       "algorithm.params={intervention: full_mask, intervention_params: {value: 0}, "
+                       f"base: {{name: dapo, params: {{{_DAPO}}}}}}}"],
 }
 DEFAULT_ARMS = ["grpo", "dapo", "dapo+pacg", "vppo", "vppo+pacg"]
-BASE_OF = {"dapo+pacg": "dapo", "vppo+pacg": "vppo", "dapo+pacg_q": "dapo"}
-COLUMNS = [("accuracy", "accuracy", 100), ("correct_with_unsupported", "correct w/ unsupported claim", 100),
-           ("persistence_unsupported", "P unsupported", 1), ("persistence_supported", "P supported", 1),
-           ("efs_token_mean", "EFS / token", 1), ("claims_per_response", "claims / response", 1)]
 
 
 def costs(history: List[Dict[str, float]]) -> Dict[str, float]:
@@ -68,14 +73,17 @@ def costs(history: List[Dict[str, float]]) -> Dict[str, float]:
 
 
 def diagnose(model_dir: str, cfg, samples) -> Dict[str, float]:
+    """``mmrl diagnose``'s numbers under VPPO's patch blackening, plus ``<key>_full`` under ``full_mask`` (the same
+    greedy responses re-scored on a black image)."""
     from mmrl.data.synth_claims import claim_support
-    from mmrl.diagnose.core import diagnose_samples, summarize
+    from mmrl.diagnose.core import diagnose_samples, summarize_all
     from mmrl.models.loading import load_model, load_processor
+    from mmrl.views.patch_transforms import FULL_MASK, VPPO_PATCH
 
     model, proc = load_model(model_dir), load_processor(model_dir)
-    recs = diagnose_samples(model, proc, samples, cfg.data, max_new_tokens=cfg.rollout.max_new_tokens,
-                            labeler=claim_support, seed=0)
-    return summarize(recs)
+    recs = diagnose_samples(model, proc, samples, cfg.data, VPPO_PATCH, max_new_tokens=cfg.rollout.max_new_tokens,
+                            labeler=claim_support, seed=0, also={"full": FULL_MASK})
+    return summarize_all(recs, ["full"])
 
 
 def common_overrides(args, world: Path) -> List[str]:
@@ -108,7 +116,7 @@ def prepare(args, out: Path) -> Dict:
     from mmrl.train.sft import run_sft
 
     world = out / "world"
-    info = make_claims_world(str(world), args.n_train, args.n_test, seed=0)
+    info = make_claims_world(str(world), args.n_train, args.n_test, seed=0, unsupported_source=args.unsupported_source)
     t = time.time()
     start: List[str] = []  # the user's model.path (default the tiny model) unless warmed up
     if args.warmup_steps:
@@ -163,58 +171,6 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     return res
 
 
-def _ms(xs: List[float], scale: float) -> str:
-    xs = [x * scale for x in xs if x == x]
-    if not xs:
-        return "–"
-    if len(xs) == 1:
-        return f"{xs[0]:.3f}" if scale == 1 else f"{xs[0]:.1f}"
-    m, s = statistics.mean(xs), statistics.stdev(xs)
-    return f"{m:.3f} ± {s:.3f}" if scale == 1 else f"{m:.1f} ± {s:.1f}"
-
-
-def render(prep: Dict, results: List[Dict], args) -> str:
-    arms = [a for a in args.arms if all(a in r["arms"] for r in results)]
-    seeds = [r["seed"] for r in results]
-    head = "| arm | " + " | ".join(h for _, h, _ in COLUMNS) + " |"
-    sep = "|---|" + "---|" * len(COLUMNS)
-    lines = [f"PACG miniature: claims world ({args.n_train} train / {args.n_test} test images), perception warm-up "
-             f"{args.warmup_steps} + trace SFT {args.sft_steps} steps, "
-             f"then {args.rl_steps} RL steps x {args.prompts_per_step} prompts x n={args.n} (lr {args.lr}), seeds "
-             f"{', '.join(map(str, seeds))}. Accuracy and shares in %, mean ± std over seeds; P = claim persistence "
-             "under VPPO's patch blackening (1 = kept without the evidence).", "", head, sep,
-             "| SFT (start point) | " + " | ".join(_ms([prep["sft"].get(k, float("nan"))], s) for k, _, s in COLUMNS) + " |"]
-    for a in arms:
-        lines.append(f"| {a} | " + " | ".join(_ms([r["arms"][a]["eval"].get(k, float("nan")) for r in results], s)
-                                             for k, _, s in COLUMNS) + " |")
-    lines += ["", "Per seed:", "", "| arm | seed | " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
-    for a in arms:
-        for r in results:
-            e = r["arms"][a]["eval"]
-            lines.append(f"| {a} | {r['seed']} | " + " | ".join(_ms([e.get(k, float("nan"))], s) for k, _, s in COLUMNS) + " |")
-    lines += ["", "Step cost (median seconds per step, arms stepped side by side; ratio = arm / its base, per seed):", "",
-              "| arm | step s | rollout s (incl. re-scoring) | update s | resample rounds / step | vs base |",
-              "|---|---|---|---|---|---|"]
-    for a in arms:
-        cs = [r["arms"][a]["cost"] for r in results]
-        ratio = "–"
-        if a in BASE_OF and BASE_OF[a] in arms and all(BASE_OF[a] in r["arms"][a].get("side_by_side", [BASE_OF[a]])
-                                                       for r in results):
-            ratio = _ms([r["arms"][a]["cost"]["step_s"] / r["arms"][BASE_OF[a]]["cost"]["step_s"] for r in results], 1) + f" × {BASE_OF[a]}"
-        lines.append(f"| {a} | {_ms([c['step_s'] for c in cs], 1)} | {_ms([c['rollout_s'] for c in cs], 1)} | "
-                     f"{_ms([c['update_s'] for c in cs], 1)} | {_ms([c['resample_rounds'] for c in cs], 1)} | {ratio} |")
-    gated = [a for a in arms if a.startswith(("dapo+pacg", "vppo+pacg")) and all("algo_means" in r["arms"][a] for r in results)]
-    if gated:
-        lines += ["", "PACG gate activity (mean over training steps): claims per step, share of claims flagged, mean gain of a "
-                  "flagged claim, mean claim persistence in the batch:", "",
-                  "| arm | claims / step | flagged share | gain of flagged | P (batch) |", "|---|---|---|---|---|"]
-        for a in gated:
-            m = [r["arms"][a]["algo_means"] for r in results]
-            lines.append(f"| {a} | " + " | ".join(_ms([x.get(f"algo/pacg/{k}", float("nan")) for x in m], 1) for k in
-                                                  ("claims", "flagged_frac", "gain_flagged_mean", "persistence_mean")) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def main(argv=None) -> str:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -222,6 +178,8 @@ def main(argv=None) -> str:
                    help="arms already in OUT/seedS.json are kept, not rerun (add an arm to an earlier run)")
     p.add_argument("--warmup-steps", type=int, default=600, help="perception warm-up SFT steps (letters only; 0 = none)")
     p.add_argument("--warmup-lr", type=float, default=3e-4)
+    p.add_argument("--unsupported-source", choices=["random", "prior"], default="random",
+                   help="claims world: an unsupported claim repeats a prior stated in the question, or is a random wrong value")
     p.add_argument("--sft-steps", type=int, default=300)
     p.add_argument("--sft-lr", type=float, default=1e-3)
     p.add_argument("--rl-steps", type=int, default=30)
@@ -250,7 +208,8 @@ def main(argv=None) -> str:
             return ""
         results = [run_seed(s, args, out) for s in args.seeds]
         log(f"wall time {(time.time() - t) / 60:.1f} min")
-    table = render(prep, results, args)
+    arms = [a for a in args.arms if all(a in r["arms"] for r in results)]
+    table = render(prep, results, args, arms)
     print(table)
     if args.report:
         Path(args.report).write_text(table)

@@ -19,7 +19,7 @@ gain measured from the quantile's z instead of κ.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -28,7 +28,7 @@ from mmrl.algos.base import AdvantageOutput
 from mmrl.algos.pacg_claims import PERCEPTION_LEXICON, extract_claims
 from mmrl.algos.pacg_gate import claim_scores, efs_tokens, gate_advantages, log_ratio, persistence_gate
 from mmrl.algos.spec import Intervention, Needs, StepBatch, WrapperParams, WrapperSpec, register_algorithm
-from mmrl.algos.vppo import intervention_key
+from mmrl.algos.vppo import default_intervention_params, intervention_key
 from mmrl.errors import ConfigError
 from mmrl.registry import Registry
 
@@ -47,9 +47,10 @@ class PACGParams(WrapperParams):
     lexicon: Optional[List[str]] = None  # perception lexicon (None = pacg_claims.PERCEPTION_LEXICON; [] = none)
     claim_extractor: Optional[str] = None  # module:function(sentence) -> bool, OR-ed with the lexicon
     intervention: str = "patch_mask"
-    intervention_params: Dict[str, Any] = field(default_factory=lambda: {"patch": 14, "p": 0.5, "value": 0})
+    intervention_params: Optional[Dict[str, Any]] = None  # None: vppo.default_intervention_params(intervention)
 
     def __post_init__(self):
+        self.intervention_params = default_intervention_params(self.intervention, self.intervention_params)
         if self.mode not in ("zscore", "quantile"):
             raise ValueError(f"pacg mode must be zscore or quantile, got {self.mode!r}")
         if not 0.0 < self.q < 1.0 or not 0.0 <= self.gamma <= 1.0 or self.eta < 0:

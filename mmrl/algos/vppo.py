@@ -13,8 +13,8 @@ Not here: the code's extra loss term ``0.06 · mean(−log π)`` ("entropy penal
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
 
 import torch
 
@@ -22,6 +22,7 @@ from mmrl.algos.base import AdvantageOutput
 from mmrl.algos.dapo import DAPO, DAPOParams, dynamic_sampling_keep
 from mmrl.algos.spec import Intervention, Needs, StepBatch, register_algorithm
 from mmrl.algos.vppo_core import padded, tas_scales, tgf_mask, trajectory_scores, visual_dependency
+from mmrl.views.patch_transforms import VPPO_PATCH
 
 
 @dataclass
@@ -31,14 +32,24 @@ class VPPOParams(DAPOParams):
     shaping: bool = True  # TAS on/off (ablation)
     filtering: bool = True  # TGF on/off (ablation)
     intervention: str = "patch_mask"  # view transform of the re-scoring pass
-    intervention_params: Dict[str, Any] = field(default_factory=lambda: {"patch": 14, "p": 0.5, "value": 0})
+    intervention_params: Optional[Dict[str, Any]] = None  # None: default_intervention_params(intervention)
 
     def __post_init__(self):
         super().__post_init__()
+        self.intervention_params = default_intervention_params(self.intervention, self.intervention_params)
         if not 0.0 <= self.alpha_min <= 1.0:
             raise ValueError(f"alpha_min must be in [0, 1], got {self.alpha_min}")
         if not 0.0 < self.top_k_ratio <= 1.0:
             raise ValueError(f"top_k_ratio must be in (0, 1], got {self.top_k_ratio}")
+
+
+def default_intervention_params(transform: str, params: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The re-scoring transform's parameters: ``params`` when given (whole: a config dict is not merged key by key
+    into a default meant for another transform), else VPPO's for ``patch_mask`` and the transform's own defaults
+    (``{}``) for any other."""
+    if params is not None:
+        return dict(params)
+    return dict(VPPO_PATCH[1]) if transform == VPPO_PATCH[0] else {}
 
 
 def intervention_key(transform: str, params: Dict[str, Any]) -> str:

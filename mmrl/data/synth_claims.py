@@ -14,6 +14,15 @@ supported (the answer is right); the claim about the other attribute contradicts
 ``unsupported_rate`` — a correct response with an unsupported claim, the case PACG is about. ``meta.claims``
 lists each claim sentence with ``supported``.
 
+Where an unsupported claim comes from (``unsupported_source``):
+
+- ``"random"``: a uniformly drawn wrong value, nothing in the text predicts it (a perception error);
+- ``"prior"``: the question also states a prior for the attribute NOT asked ("What colour is the square? (Most
+  squares here are red.) (It is usually on the left.)") and an unsupported claim repeats that prior where it is
+  wrong (a supported trace draws that prior uniformly). The unsupported claim is then predictable from the text
+  alone and the supported one only from the image: the hallucination PACG's persistence is meant to find
+  (P_c ≈ 1 when a claim survives the intervention). ``meta.priors`` holds both stated priors.
+
 ``claim_support(sentence, meta)`` tells whether the image supports ANY sentence that names a colour or a
 location (None when it names neither), so the claims of model-generated responses can be labelled too (``mmrl
 diagnose``). Deterministic given ``seed``.
@@ -40,10 +49,10 @@ from mmrl.data.synth_video import (
 )
 
 ATTRIBUTES = {"color": list(PALETTE), "location": list(LOCATIONS)}
-QUESTIONS = {
-    "color": "What colour is the square? (Most squares here are {prior}.)",
-    "location": "Where is the square? (It is usually on the {prior}.)",
-}
+ASK = {"color": "What colour is the square?", "location": "Where is the square?"}
+HINTS = {"color": "(Most squares here are {prior}.)", "location": "(It is usually on the {prior}.)"}
+QUESTIONS = {a: ASK[a] + " " + HINTS[a] for a in ASK}
+UNSUPPORTED_SOURCES = ("random", "prior")
 CLAIMS = {
     "color": "I see a {value} square in the image.",
     "location": "The square is shown on the {value}.",
@@ -70,7 +79,8 @@ def trace(claims: List[str], letter: str) -> str:
 
 
 def make_claims_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size: int = 56,
-                      unsupported_rate: float = 0.3, prior_p: float = 0.6, fixed_options: bool = True) -> dict:
+                      unsupported_rate: float = 0.3, prior_p: float = 0.6, fixed_options: bool = True,
+                      unsupported_source: str = "random") -> dict:
     """Write ``out_dir/images/*.png``, ``train.json`` and ``test.json``; return paths and claim statistics.
 
     ``fixed_options``: every question lists all values of its attribute in canonical order (a letter always means
@@ -79,6 +89,8 @@ def make_claims_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, si
     check_world_args(size, 4, 1.0)
     if not 0.0 <= unsupported_rate <= 1.0 or not 0.0 <= prior_p <= 1.0:
         raise ValueError(f"unsupported_rate and prior_p must be in [0, 1], got {unsupported_rate}, {prior_p}")
+    if unsupported_source not in UNSUPPORTED_SOURCES:
+        raise ValueError(f"unsupported_source must be one of {', '.join(UNSUPPORTED_SOURCES)}, got {unsupported_source!r}")
     os.makedirs(os.path.join(out_dir, "images"), exist_ok=True)
     result = {"out_dir": out_dir, "stats": {}}
     s = square_side(size)
@@ -99,17 +111,24 @@ def make_claims_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, si
             cands = bal.candidates(gold, pool)
             letter = "ABCD"[cands.index(gold)]
             said = dict(scene)
-            if rng.random() < unsupported_rate:
+            unsupported = rng.random() < unsupported_rate
+            if unsupported:
                 wrong = [v for v in ATTRIBUTES[other] if v != scene[other]]
                 said[other] = wrong[int(rng.integers(len(wrong)))]
                 n_unsup += 1
+            question, extra = QUESTIONS[qtype].format(prior=prior), {}
+            if unsupported_source == "prior":  # the unasked attribute's stated prior; the unsupported claim repeats it
+                pool_o = ATTRIBUTES[other]
+                other_prior = said[other] if unsupported else pool_o[int(rng.integers(len(pool_o)))]
+                question += " " + HINTS[other].format(prior=other_prior)
+                extra = {"priors": {qtype: prior, other: other_prior}}
             order = [qtype, other] if rng.random() < 0.5 else [other, qtype]
             claims = [{"text": CLAIMS[a].format(value=said[a]), "attribute": a, "supported": said[a] == scene[a]}
                       for a in order]
-            meta = dict(scene, prior=prior, seed=int(seed), size=size,
+            meta = dict(scene, prior=prior, seed=int(seed), size=size, **extra,
                         claims=claims, sft_response=trace([c["text"] for c in claims], letter))
             items.append({
-                "id": f"{split}-{i:05d}", "image": rel, "question": QUESTIONS[qtype].format(prior=prior),
+                "id": f"{split}-{i:05d}", "image": rel, "question": question,
                 "candidates": cands, "answer": gold, "qtype": qtype,
                 "evidence": {"segments": [], "boxes": [[0.0, list(box)]], "source_size": [size, size]},
                 "meta": meta,

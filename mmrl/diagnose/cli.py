@@ -40,7 +40,7 @@ def _steps(text: Optional[str], n: int) -> List[float]:
 def run_diagnose(args) -> dict:
     from mmrl.config import load_config
     from mmrl.data.annotations import load_samples
-    from mmrl.diagnose.core import diagnose_samples, summarize
+    from mmrl.diagnose.core import diagnose_samples, summarize_all
     from mmrl.diagnose.report import write_outputs
     from mmrl.models.loading import load_model, load_processor
     from mmrl.registry import Registry
@@ -57,14 +57,15 @@ def run_diagnose(args) -> dict:
     labeler = Registry("claim labeler").get(args.labeler) if args.labeler else None
     extractor = Registry("claim extractor").get(args.claim_extractor) if args.claim_extractor else None
     intervention = (args.intervention, _params(args.intervention_param))
+    also = {t: (t, {}) for t in args.also_intervention or []}
     runs = []
     for ckpt, step in zip(args.checkpoint, _steps(args.steps, len(args.checkpoint))):
         model, processor = load_model(ckpt), load_processor(ckpt)
         recs = diagnose_samples(model, processor, samples, cfg.data, intervention, n=args.n,
                                 max_new_tokens=args.max_new_tokens, greedy=args.n == 1 and not args.sample,
-                                seed=args.seed, labeler=labeler, extractor=extractor)
-        runs.append({"checkpoint": ckpt, "step": step, "records": recs, "summary": summarize(recs)})
-    path = write_outputs(args.out, runs, f"{args.intervention} {json.dumps(intervention[1])}")
+                                seed=args.seed, labeler=labeler, extractor=extractor, also=also)
+        runs.append({"checkpoint": ckpt, "step": step, "records": recs, "summary": summarize_all(recs, list(also))})
+    path = write_outputs(args.out, runs, f"{args.intervention} {json.dumps(intervention[1])}", list(also))
     result = {"report": str(path), "skipped_samples": len(skipped),
               "summaries": [{"checkpoint": r["checkpoint"], **r["summary"]} for r in runs]}
     print(json.dumps(result, indent=2))
@@ -82,6 +83,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--intervention", default="patch_mask", help="registered view transform or module:function")
     s.add_argument("--intervention-param", action="append", default=[], metavar="KEY=VALUE",
                    help="transform parameter (default patch_mask: patch=14 p=0.5 value=0)")
+    s.add_argument("--also-intervention", action="append", default=[], metavar="TRANSFORM",
+                   help="re-score the same responses under this transform too (its defaults, e.g. full_mask); "
+                        "its numbers are reported as <key>_<TRANSFORM> (repeatable)")
     s.add_argument("--labeler", help="module:function(sentence, sample_meta) -> True/False/None (supported?)")
     s.add_argument("--claim-extractor", help="module:function(sentence) -> bool, in addition to the lexicon")
     s.add_argument("--n", type=int, default=1, help="responses per sample (n > 1 samples at temperature 1)")

@@ -11,11 +11,14 @@ For each response (generated once, then held fixed) the same tokens are re-score
   the paper) and the mean persistence of supported vs unsupported claims.
 
 ``diagnose_samples`` returns one record per response; ``summarize`` reduces records to the report's numbers.
+``also={name: (transform, params)}`` re-scores the same responses under further interventions (e.g. ``full_mask``
+next to the patch blackening): records then hold ``efs_tokens_<name>`` and per claim ``persistence_<name>`` and
+``efs_<name>``, and ``summarize_all`` adds ``<key>_<name>`` for every intervention-dependent number.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -28,6 +31,9 @@ from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.rollout.step_inputs import build_step_inputs, intervened_inputs
 
 Labeler = Callable[[str, dict], Optional[bool]]
+# the summary numbers that depend on the intervention (reported again per extra intervention of ``also``)
+INTERVENTION_KEYS = ("efs_token_mean", "efs_claim_mean", "persistence_mean", "persistence_supported",
+                     "persistence_unsupported", "efs_supported", "efs_unsupported")
 
 
 def intervened_logprobs(model, processor, si, trajs, data_cfg, transform: str, params: Mapping, seed: int = 0,
@@ -73,8 +79,10 @@ def response_records(trajs, si, orig: Sequence[torch.Tensor], inter: Sequence[to
 def diagnose_samples(model, processor, samples, data_cfg, intervention=("patch_mask", {"patch": 14, "p": 0.5, "value": 0}),
                      n: int = 1, max_new_tokens: int = 64, temperature: float = 1.0, greedy: bool = True, seed: int = 0,
                      labeler: Optional[Labeler] = None, lexicon: Sequence[str] = PERCEPTION_LEXICON, extractor=None,
-                     batch_prompts: int = 16, engine=None) -> List[dict]:
-    """Generate ``n`` responses per sample, re-score them under ``intervention`` and return per-response records."""
+                     batch_prompts: int = 16, engine=None,
+                     also: Optional[Mapping[str, Tuple[str, Mapping]]] = None) -> List[dict]:
+    """Generate ``n`` responses per sample, re-score them under ``intervention`` (and each of ``also``) and return
+    per-response records."""
     engine = engine or build_engine("hf", model=model, processor=processor)
     tok = processor.tokenizer
     decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
@@ -92,7 +100,14 @@ def diagnose_samples(model, processor, samples, data_cfg, intervention=("patch_m
                 continue
             orig = response_logprobs(model, [(si.requests[t.inputs_key].inputs, t.response_ids) for t in trajs], 1.0, 16, pad)
             inter = intervened_logprobs(model, processor, si, trajs, data_cfg, intervention[0], intervention[1], seed + s)
-            recs.extend(response_records(trajs, si, orig, inter, decode, labeler, lexicon, extractor))
+            batch = response_records(trajs, si, orig, inter, decode, labeler, lexicon, extractor)
+            for name, (transform, tparams) in (also or {}).items():
+                extra = intervened_logprobs(model, processor, si, trajs, data_cfg, transform, tparams, seed + s)
+                for r, x in zip(batch, response_records(trajs, si, orig, extra, decode, None, lexicon, extractor)):
+                    r[f"efs_tokens_{name}"] = x["efs_tokens"]
+                    for c, cx in zip(r["claims"], x["claims"]):
+                        c[f"persistence_{name}"], c[f"efs_{name}"] = cx["persistence"], cx["efs"]
+            recs.extend(batch)
     finally:
         model.train(was_training)
     return recs
@@ -102,8 +117,13 @@ def _mean(xs: List[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def summarize(records: Sequence[Mapping]) -> Dict[str, float]:
-    """The diagnostic's numbers over records (NaN where a quantity has no members)."""
+def summarize(records: Sequence[Mapping], under: Optional[str] = None) -> Dict[str, float]:
+    """The diagnostic's numbers over records (NaN where a quantity has no members); ``under``: those of the extra
+    intervention ``under`` of ``diagnose_samples(also=...)``."""
+    if under is not None:
+        records = [{**r, "efs_tokens": r[f"efs_tokens_{under}"],
+                    "claims": [{**c, "persistence": c[f"persistence_{under}"], "efs": c[f"efs_{under}"]} for c in r["claims"]]}
+                   for r in records]
     correct = [r for r in records if r["correct"]]
     claims = [c for r in records for c in r["claims"]]
     sup = [c for c in claims if c["supported"] is True]
@@ -125,6 +145,14 @@ def summarize(records: Sequence[Mapping]) -> Dict[str, float]:
             "correct_with_unsupported": _mean([float(any(c["supported"] is False for c in r["claims"])) for r in correct]),
         })
     return {k: (float(v) if not (isinstance(v, float) and math.isnan(v)) else float("nan")) for k, v in out.items()}
+
+
+def summarize_all(records: Sequence[Mapping], also: Sequence[str] = ()) -> Dict[str, float]:
+    """``summarize`` plus ``<key>_<name>`` of every ``INTERVENTION_KEYS`` number under each extra intervention."""
+    out = summarize(records)
+    for name in also:
+        out.update({f"{k}_{name}": v for k, v in summarize(records, name).items() if k in INTERVENTION_KEYS})
+    return out
 
 
 def diagnose_eval(labeler: Optional[Labeler] = None,

@@ -69,8 +69,9 @@ def by_step_plot(rows: Sequence[Tuple[float, Dict[str, float]]], out_png: Path) 
     return True
 
 
-def write_outputs(out_dir: str, runs: List[dict], intervention: str) -> Path:
-    """``runs``: dicts with ``checkpoint``, ``step``, ``records`` and ``summary``. Returns the report path."""
+def write_outputs(out_dir: str, runs: List[dict], intervention: str, also: Sequence[str] = ()) -> Path:
+    """``runs``: dicts with ``checkpoint``, ``step``, ``records`` and ``summary``; ``also``: names of extra
+    interventions whose persistence columns are added. Returns the report path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "responses.jsonl", "w") as f:
@@ -79,12 +80,15 @@ def write_outputs(out_dir: str, runs: List[dict], intervention: str) -> Path:
                 f.write(json.dumps({"checkpoint": run["checkpoint"], "step": run["step"], **r}) + "\n")
     (out / "summary.json").write_text(json.dumps(
         [{"checkpoint": r["checkpoint"], "step": r["step"], **r["summary"]} for r in runs], indent=1) + "\n")
+    cols = list(_COLUMNS) + [f"{k}_{a}" for a in also for k in ("efs_token_mean", "persistence_supported",
+                                                                  "persistence_unsupported")]
     lines = ["# Fixed-rollout counterfactual diagnostic", "",
              f"Intervention: `{intervention}`. Same response tokens re-scored under the intervened media.", "",
-             "| checkpoint | step | " + " | ".join(_COLUMNS) + " |", "|---|---|" + "---|" * len(_COLUMNS)]
+             *([f"Also re-scored under: {', '.join(f'`{a}`' for a in also)} (columns `<key>_<name>`).", ""] if also else []),
+             "| checkpoint | step | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for run in runs:
         s = run["summary"]
-        lines.append(f"| {run['checkpoint']} | {run['step']} | " + " | ".join(_fmt(k, s.get(k)) for k in _COLUMNS) + " |")
+        lines.append(f"| {run['checkpoint']} | {run['step']} | " + " | ".join(_fmt(k, s.get(k)) for k in cols) + " |")
     lines.append("")
     for i, run in enumerate(runs):
         png = f"persistence_{i}.png"

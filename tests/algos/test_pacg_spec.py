@@ -150,3 +150,18 @@ def test_gate_statistics_skip_rows_the_base_does_not_train():
     out = spec.advantages(batch)  # group 2 is uniform: dynamic sampling drops it, its persistent claims do not count
     assert out.metrics["pacg/claims"] == 4.0 and out.metrics["pacg/flagged_frac"] == 0.25
     assert out.advantages[0].min().item() == pytest.approx(0.7071 * 0.755, abs=3e-3)
+
+
+def test_another_intervention_takes_its_own_params_not_the_patch_defaults():
+    # a config dict for full_mask must not be merged into patch_mask's defaults (patch=14, p=0.5)
+    for params in ({"intervention": "full_mask"}, {"intervention": "full_mask", "intervention_params": {"value": 0}}):
+        pacg = build_spec("pacg", {"base": "dapo", **params}, LossParams())
+        (iv,) = pacg.needs().rescore.values()
+        assert iv.transform == "full_mask" and set(iv.params) <= {"value"}
+        vppo = build_spec("vppo", params, LossParams())
+        assert [(v.transform, dict(v.params)) for v in vppo.needs().rescore.values()] == [(iv.transform, dict(iv.params))]
+    # over VPPO with the same full mask: still one shared pass
+    both = build_spec("pacg", {"base": {"name": "vppo", "params": {"intervention": "full_mask"}}, "intervention": "full_mask"},
+                      LossParams())
+    assert len(both.needs().rescore) == 1
+    assert list(build_spec("pacg", {"base": "dapo"}, LossParams()).needs().rescore) == [PATCH]  # default unchanged

@@ -31,6 +31,7 @@ def test_pacg_bench_smoke(tiny_model_path, tmp_path, capsys):
         cfg = (out / "seed0" / arm.replace("+", "_") / "final" / "config.json")
         assert cfg.exists()
         assert r["eval"]["n_responses"] == 3.0
+        assert "persistence_mean_full" in r["eval"] and "efs_token_mean_full" in r["eval"]  # also under full_mask
     assert any(k.startswith("algo/pacg/") for k in res["arms"]["dapo+pacg"]["last_algo_metrics"])
     assert any(k.startswith("algo/vppo/") for k in res["arms"]["vppo+pacg"]["last_algo_metrics"])
     assert not any(k.startswith("algo/pacg/") for k in res["arms"]["dapo"]["last_algo_metrics"])
@@ -41,7 +42,8 @@ def test_pacg_bench_smoke(tiny_model_path, tmp_path, capsys):
     assert bench.main(args + ["--render-only"]) == table
     assert "PACG gate activity" in table and "| dapo+pacg |" in table.split("PACG gate activity")[1]
     # adding an arm to the earlier run trains only that arm; the others are kept as they were
-    more = bench.main(args + ["--arms", "dapo", "dapo+pacg_q"])
+    more = bench.main(args + ["--arms", "dapo", "dapo+pacg_q", "dapo+pacg_full"])
     again = json.loads((out / "seed0.json").read_text())
-    assert again["arms"]["dapo"] == res["arms"]["dapo"] and again["arms"]["dapo+pacg_q"]["side_by_side"] == ["dapo+pacg_q"]
-    assert "| dapo+pacg_q |" in more
+    assert again["arms"]["dapo"] == res["arms"]["dapo"]
+    assert again["arms"]["dapo+pacg_q"]["side_by_side"] == ["dapo+pacg_q", "dapo+pacg_full"]
+    assert "| dapo+pacg_q |" in more and "| dapo+pacg_full − dapo |" in more

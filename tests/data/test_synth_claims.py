@@ -9,7 +9,7 @@ from PIL import Image
 
 from mmrl.algos.pacg_claims import PERCEPTION_LEXICON, claim_char_spans, lexicon_pattern
 from mmrl.data.annotations import load_samples
-from mmrl.data.synth_claims import claim_support, make_claims_world
+from mmrl.data.synth_claims import HINTS, claim_support, make_claims_world
 from mmrl.data.synth_video import PALETTE
 from mmrl.rewards.parsing import parse_choice
 
@@ -75,3 +75,29 @@ def test_loads_as_samples_and_is_deterministic(world, tmp_path):
     assert len({tuple(it["candidates"]) for it in items}) == 2  # one fixed list per question type
     with pytest.raises(ValueError, match="unsupported_rate"):
         make_claims_world(str(tmp_path), 1, 1, unsupported_rate=1.5)
+
+
+def test_prior_source_unsupported_claims_repeat_a_stated_prior(tmp_path):
+    info = make_claims_world(str(tmp_path), n_train=200, n_test=4, seed=3, unsupported_source="prior")
+    with open(info["train"]) as f:
+        items = json.load(f)
+    n_unsup = n_sup_eq = 0
+    for it in items:
+        m, q = it["meta"], it["qtype"]
+        other = "location" if q == "color" else "color"
+        assert set(m["priors"]) == {"color", "location"} and m["priors"][q] == m["prior"]
+        assert it["question"].endswith(" " + HINTS[other].format(prior=m["priors"][other]))
+        said = next(c for c in m["claims"] if c["attribute"] == other)
+        if not said["supported"]:  # the unsupported claim names the stated prior, which contradicts the image
+            n_unsup += 1
+            assert m["priors"][other] in said["text"] and m["priors"][other] != m[other]
+        else:
+            n_sup_eq += m["priors"][other] == m[other]
+    assert n_unsup == info["stats"]["train"]["with_unsupported_claim"] and 0.2 < n_unsup / len(items) < 0.4
+    assert 0.1 < n_sup_eq / (len(items) - n_unsup) < 0.45  # a supported trace's prior is drawn uniformly (1/4)
+    # the default source states one prior per question; bad values are named
+    with open(make_claims_world(str(tmp_path / "r"), n_train=200, n_test=4, seed=3)["train"]) as f:
+        plain = json.load(f)
+    assert all("priors" not in it["meta"] and it["question"].count("(") == 1 for it in plain)
+    with pytest.raises(ValueError, match="unsupported_source"):
+        make_claims_world(str(tmp_path / "x"), 1, 1, unsupported_source="text")

@@ -10,7 +10,7 @@ from mmrl.data.annotations import load_samples
 from mmrl.data.schema import Trajectory
 from mmrl.data.synth_claims import claim_support, make_claims_world
 from mmrl.diagnose.cli import add_parser
-from mmrl.diagnose.core import intervened_logprobs, response_records, summarize
+from mmrl.diagnose.core import intervened_logprobs, response_records, summarize, summarize_all
 from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import response_logprobs
 from mmrl.rollout.step_inputs import build_step_inputs
@@ -61,6 +61,14 @@ def test_records_on_fixed_traces(tiny_model_path, claims_world):
     # the same response under the same media: persistence 1 and EFS 0 everywhere
     same = response_records(trajs, si, orig, orig, decode, labeler=claim_support)
     assert all(c["persistence"] == 1.0 and c["efs"] == 0.0 for r in same for c in r["claims"])
+    # an extra intervention's numbers (as diagnose_samples(also=...) stores them) are summarized with its suffix
+    for r, x in zip(recs, same):
+        r["efs_tokens_same"] = x["efs_tokens"]
+        for c, cx in zip(r["claims"], x["claims"]):
+            c["persistence_same"], c["efs_same"] = cx["persistence"], cx["efs"]
+    both = summarize_all(recs, ["same"])
+    assert both["persistence_supported_same"] == 1.0 and both["efs_token_mean_same"] == 0.0
+    assert both["persistence_supported"] == s["persistence_supported"] < 1.0 and "accuracy_same" not in both
     # without a labeler nothing label-based is reported
     assert "correct_with_unsupported" not in summarize(response_records(trajs, si, orig, inter, decode))
 
@@ -73,7 +81,7 @@ def test_diagnose_cli_two_checkpoints(tiny_model_path, claims_world, tmp_path):
     args = p.parse_args(["diagnose", "--checkpoint", tiny_model_path, "--checkpoint", tiny_model_path,
                          "--steps", "0,50", "--data", info["test"], "--media-root", str(out), "--out", str(dest),
                          "--labeler", "mmrl.data.synth_claims:claim_support", "--limit", "2", "--max-new-tokens", "6",
-                         "--intervention-param", "p=0.5", "data.max_pixels=3136"])
+                         "--intervention-param", "p=0.5", "--also-intervention", "full_mask", "data.max_pixels=3136"])
     res = args.fn(args)
     lines = (dest / "responses.jsonl").read_text().splitlines()
     assert len(lines) == 4 and {json.loads(x)["step"] for x in lines} == {0.0, 50.0}
@@ -81,6 +89,11 @@ def test_diagnose_cli_two_checkpoints(tiny_model_path, claims_world, tmp_path):
     report = (dest / "report.md").read_text()
     assert "persistence_unsupported" in report and (dest / "by_step.png").exists()
     assert res["summaries"][0]["n_responses"] == 2.0
+    # the same responses re-scored on a black image too: its numbers sit next to the patch ones
+    rec = json.loads(lines[0])
+    assert len(rec["efs_tokens_full_mask"]) == len(rec["efs_tokens"])
+    assert all(0.0 < c["persistence_full_mask"] <= 1.0 for c in rec["claims"])
+    assert "persistence_supported_full_mask" in report and "efs_token_mean_full_mask" in res["summaries"][1]
     with pytest.raises(Exception, match="--steps has 1 values"):
         args.steps = "0"
         args.fn(args)
