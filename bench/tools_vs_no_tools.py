@@ -96,6 +96,29 @@ def eval_plain(model_path, cfg, out: Path) -> dict:
             "tokens_per_episode": (prompt + answer) / max(len(rows), 1)}
 
 
+def teacher_tokens(world: Path, model: str, limit: int = 32) -> dict:
+    """Tokens per episode (prompt, model turns, tool responses) of the first ``limit`` train teacher scripts
+    replayed through the suite's loop (``mmrl.tools.turn_sft.replay``, no model) with the full and the compact
+    tool list: what ``prompt`` changes, on the same episodes."""
+    from mmrl.config import load_config
+    from mmrl.data.annotations import load_samples
+    from mmrl.models.loading import load_processor
+    from mmrl.rollout.step_inputs import build_step_inputs
+    from mmrl.tools.suite import load_suite
+    from mmrl.tools.turn_sft import read_scripts, replay
+
+    proc = load_processor(model)
+    samples = load_samples(str(world / "train.json"))[0][:limit]
+    scripts = {r["id"]: r["turns"] for r in read_scripts(str(world / "teacher.jsonl"))}
+    data = load_config([], ["data.nframes=4", "data.max_pixels=3136"]).data
+    si = build_step_inputs(samples, proc, data, lambda role, n_views: 1, None, seed=0)
+    out = {}
+    for prompt in ("full", "compact"):
+        trajs = replay(proc, load_suite(suite_file(prompt, world)), si.requests, [scripts[r.sample_id] for r in si.requests])
+        out[prompt] = sum(t.prompt_ids.numel() + t.response_ids.numel() for t in trajs) / len(trajs)
+    return out
+
+
 def run_seed(args, seed: int) -> dict:
     from mmrl.config import load_config
     from mmrl.data.synth_seek import make_seek_world
@@ -164,12 +187,16 @@ def table(results: list, cmd: str, args) -> str:
     chance = [100 * r["chance"] for r in results]
     lines = [f"Command: `{cmd}`", "",
              f"Scale: tiny Qwen2.5-VL (random init), seek world {args.n_train} train / {args.n_test} test clips of 32 s "
-             f"at 4 fps (flash 0.5 s), overview 4 frames; tool list `prompt: {args.prompt}`, teacher and rectified seeks "
-             f"`{args.teacher_seek}`; SFT warm-up {args.sft_steps} steps x {args.sft_batch}; "
+             f"at 4 fps (flash 0.5 s), overview 4 frames; question "
+             f"{'naming the 2 s window that holds the flash' if args.time_in_question else 'without a time'}, "
+             f"{'all 4 colours as options in fixed order' if args.fixed_options else 'balanced options'}; tool list "
+             f"`prompt: {args.prompt}`, teacher and rectified seeks `{args.teacher_seek}`; SFT warm-up {args.sft_steps} steps x {args.sft_batch}; "
              f"GRPO {args.rl_steps} steps x {args.prompts} prompts x {args.n}; (c): (b)'s run, rectify, "
              f"{args.rectify_sft_steps} SFT steps, {args.rl_steps} more GRPO steps. Seeds {args.seeds}; mean with 95% "
              f"t-interval over seeds. Chance (1 / options, test): " + ", ".join(f"{x:.1f}%" for x in chance) + ".", ""]
-    lines += rows + [""]
+    tt = {k: [r["teacher_tokens"][k] for r in results] for k in ("full", "compact")}
+    lines += rows + ["", "Tokens per teacher episode (32 train scripts replayed, no model), tool list `prompt: full` "
+                     f"{fmt_num(tt['full'])} against `prompt: compact` {fmt_num(tt['compact'])}.", ""]
     for r in results:
         diff_b, diff_c = 100 * (r["b"]["accuracy"] - r["a"]["accuracy"]), 100 * (r["c"]["accuracy"] - r["a"]["accuracy"])
         rc = r["rectify"]
@@ -216,6 +243,11 @@ def main(argv=None) -> str:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             done.write_text(json.dumps(run_seed(args, seed), indent=2, default=str))
         results.append(json.loads(done.read_text()))
+        if "teacher_tokens" not in results[-1]:  # cheap (no model): measured again on the seed's world
+            from mmrl.models.tiny import ensure_tiny_model
+
+            results[-1]["teacher_tokens"] = teacher_tokens(Path(args.out) / f"seed{seed}" / "world",
+                                                           args.model or ensure_tiny_model())
         r = results[-1]
         print(f"seed {seed}: " + ", ".join(f"{k} {100 * r[k]['accuracy']:.1f}%" for k in ("sft_plain", "sft_tools") + ARMS)
               + f" ({r['minutes']:.1f} min)", flush=True)
