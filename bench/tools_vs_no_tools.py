@@ -38,14 +38,29 @@ def base_overrides(args, world: dict, out: Path, seed: int) -> list:
 
 
 TOOL_TOKENS = 96  # a turn: the teacher's seek call is about 80 tokens of the tiny tokenizer
-TOOLS = ["rollout.agent_loop=multi_turn", f"rollout.tools={SUITE}", f"rollout.max_new_tokens={TOOL_TOKENS}"]
 PLAIN = ["rollout.max_new_tokens=4"]
 
 
-def tool_cfg(ov, *extra):
+def suite_file(prompt: str, out: Path) -> str:
+    """``tools/video_seek.yaml`` with its system-turn tool list rendered as ``prompt`` (``full`` or ``compact``):
+    the file itself if it already says so, else a copy under ``out`` with only ``prompt`` changed."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.load(SUITE)
+    if raw.get("prompt", "full") == prompt:
+        return SUITE
+    raw.prompt = prompt
+    path = out / f"video_seek_{prompt}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(raw, path)
+    return str(path)
+
+
+def tool_cfg(ov, suite: str, *extra):
     from mmrl.config import RewardConfig, load_config
 
-    cfg = load_config([], ov + TOOLS + list(extra))
+    tools = ["rollout.agent_loop=multi_turn", f"rollout.tools={suite}", f"rollout.max_new_tokens={TOOL_TOKENS}"]
+    cfg = load_config([], ov + tools + list(extra))
     cfg.rewards = [RewardConfig("accuracy", 1.0), RewardConfig("seek_iou", 0.5), RewardConfig("tool_format", 0.1)]
     return cfg
 
@@ -57,7 +72,7 @@ def eval_tools(model_path, cfg) -> dict:
 
     samples, errors = load_samples(cfg.data.test, cfg.data.media_root, on_error="skip")
     model = load_model(model_path).eval()
-    return evaluate_tool_episodes(model, load_processor(model_path), samples, cfg.data, SUITE, TOOL_TOKENS,
+    return evaluate_tool_episodes(model, load_processor(model_path), samples, cfg.data, cfg.rollout.tools, TOOL_TOKENS,
                                   load_errors=errors)
 
 
@@ -81,6 +96,29 @@ def eval_plain(model_path, cfg, out: Path) -> dict:
             "tokens_per_episode": (prompt + answer) / max(len(rows), 1)}
 
 
+def teacher_tokens(world: Path, model: str, limit: int = 32) -> dict:
+    """Tokens per episode (prompt, model turns, tool responses) of the first ``limit`` train teacher scripts
+    replayed through the suite's loop (``mmrl.tools.turn_sft.replay``, no model) with the full and the compact
+    tool list: what ``prompt`` changes, on the same episodes."""
+    from mmrl.config import load_config
+    from mmrl.data.annotations import load_samples
+    from mmrl.models.loading import load_processor
+    from mmrl.rollout.step_inputs import build_step_inputs
+    from mmrl.tools.suite import load_suite
+    from mmrl.tools.turn_sft import read_scripts, replay
+
+    proc = load_processor(model)
+    samples = load_samples(str(world / "train.json"))[0][:limit]
+    scripts = {r["id"]: r["turns"] for r in read_scripts(str(world / "teacher.jsonl"))}
+    data = load_config([], ["data.nframes=4", "data.max_pixels=3136"]).data
+    si = build_step_inputs(samples, proc, data, lambda role, n_views: 1, None, seed=0)
+    out = {}
+    for prompt in ("full", "compact"):
+        trajs = replay(proc, load_suite(suite_file(prompt, world)), si.requests, [scripts[r.sample_id] for r in si.requests])
+        out[prompt] = sum(t.prompt_ids.numel() + t.response_ids.numel() for t in trajs) / len(trajs)
+    return out
+
+
 def run_seed(args, seed: int) -> dict:
     from mmrl.config import load_config
     from mmrl.data.synth_seek import make_seek_world
@@ -90,24 +128,27 @@ def run_seed(args, seed: int) -> dict:
 
     root = Path(args.out) / f"seed{seed}"
     t0 = time.time()
-    world = make_seek_world(str(root / "world"), args.n_train, args.n_test, seed=seed)  # deterministic given the seed
+    world = make_seek_world(str(root / "world"), args.n_train, args.n_test, seed=seed,  # deterministic given the seed
+                            teacher_seek=args.teacher_seek, time_in_question=args.time_in_question,
+                            fixed_options=args.fixed_options)
+    suite = suite_file(args.prompt, Path(args.out))
     ov = lambda name: base_overrides(args, world, root / name, seed)  # noqa: E731
     warm = f"sft.steps={args.sft_steps}"
     # a stage whose final model exists is kept (an interrupted seed continues where it stopped)
     if not (root / "sft_tools" / "final").exists():
-        run_sft(tool_cfg(ov("sft_tools"), warm, f"sft.turns={world['teacher']}"), quiet=True, overwrite=True)
+        run_sft(tool_cfg(ov("sft_tools"), suite, warm, f"sft.turns={world['teacher']}"), quiet=True, overwrite=True)
     if not (root / "sft_plain" / "final").exists():
         run_sft(load_config([], ov("sft_plain") + PLAIN + [warm]), quiet=True, overwrite=True)
     out = {"seed": seed, "chance": None}
     out["sft_plain"] = eval_plain(str(root / "sft_plain" / "final"), load_config([], ov("x") + PLAIN), root / "sft_plain")
-    out["sft_tools"] = eval_tools(str(root / "sft_tools" / "final"), tool_cfg(ov("x")))
+    out["sft_tools"] = eval_tools(str(root / "sft_tools" / "final"), tool_cfg(ov("x"), suite))
     a = load_config([], ov("a") + PLAIN + [f"model.path={root / 'sft_plain' / 'final'}"])
     if not (root / "a" / "final").exists():
         RLTrainer(a, quiet=True).run(overwrite=True)
     out["a"] = eval_plain(str(root / "a" / "final"), a, root / "a")
     # (b) is the pipeline's first RL stage: (c) continues from it (rectify -> SFT -> RL)
-    c = tool_cfg(ov("c"), f"model.path={root / 'sft_tools' / 'final'}", f"sft.steps={args.rectify_sft_steps}")
-    out["rectify"] = run_pipeline(c, quiet=True, say=lambda _: None)
+    c = tool_cfg(ov("c"), suite, f"model.path={root / 'sft_tools' / 'final'}", f"sft.steps={args.rectify_sft_steps}")
+    out["rectify"] = run_pipeline(c, quiet=True, say=lambda _: None, seek=args.teacher_seek)
     out["b"] = eval_tools(out["rectify"]["rl1"] + "/final", c)
     out["c"] = eval_tools(out["rectify"]["final"], c)
     from mmrl.data.annotations import load_samples
@@ -146,11 +187,16 @@ def table(results: list, cmd: str, args) -> str:
     chance = [100 * r["chance"] for r in results]
     lines = [f"Command: `{cmd}`", "",
              f"Scale: tiny Qwen2.5-VL (random init), seek world {args.n_train} train / {args.n_test} test clips of 32 s "
-             f"at 4 fps (flash 0.5 s), overview 4 frames; SFT warm-up {args.sft_steps} steps x {args.sft_batch}; "
+             f"at 4 fps (flash 0.5 s), overview 4 frames; question "
+             f"{'naming the 2 s window that holds the flash' if args.time_in_question else 'without a time'}, "
+             f"{'all 4 colours as options in fixed order' if args.fixed_options else 'balanced options'}; tool list "
+             f"`prompt: {args.prompt}`, teacher and rectified seeks `{args.teacher_seek}`; SFT warm-up {args.sft_steps} steps x {args.sft_batch}; "
              f"GRPO {args.rl_steps} steps x {args.prompts} prompts x {args.n}; (c): (b)'s run, rectify, "
              f"{args.rectify_sft_steps} SFT steps, {args.rl_steps} more GRPO steps. Seeds {args.seeds}; mean with 95% "
              f"t-interval over seeds. Chance (1 / options, test): " + ", ".join(f"{x:.1f}%" for x in chance) + ".", ""]
-    lines += rows + [""]
+    tt = {k: [r["teacher_tokens"][k] for r in results] for k in ("full", "compact")}
+    lines += rows + ["", "Tokens per teacher episode (32 train scripts replayed, no model), tool list `prompt: full` "
+                     f"{fmt_num(tt['full'])} against `prompt: compact` {fmt_num(tt['compact'])}.", ""]
     for r in results:
         diff_b, diff_c = 100 * (r["b"]["accuracy"] - r["a"]["accuracy"]), 100 * (r["c"]["accuracy"] - r["a"]["accuracy"])
         rc = r["rectify"]
@@ -166,9 +212,9 @@ def main(argv=None) -> str:
     ap.add_argument("--model", help="initial checkpoint (default: the embedded tiny model)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default="runs/tools_vs_no_tools")
-    ap.add_argument("--n-train", type=int, default=48)
-    ap.add_argument("--n-test", type=int, default=32)
-    ap.add_argument("--sft-steps", type=int, default=80)
+    ap.add_argument("--n-train", type=int, default=256)
+    ap.add_argument("--n-test", type=int, default=96)
+    ap.add_argument("--sft-steps", type=int, default=600)
     ap.add_argument("--sft-batch", type=int, default=8)
     ap.add_argument("--sft-lr", type=float, default=1e-3)
     ap.add_argument("--rl-steps", type=int, default=4)
@@ -176,6 +222,14 @@ def main(argv=None) -> str:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--rectify-sft-steps", type=int, default=10)
+    ap.add_argument("--prompt", choices=["full", "compact"], default="compact",
+                    help="the suite's system-turn tool list (tools/video_seek.yaml's `prompt`)")
+    ap.add_argument("--teacher-seek", choices=["whole", "exact"], default="whole",
+                    help="how the teacher's and rectify's seeks name the interval (mmrl.tools.seek_script)")
+    ap.add_argument("--time-in-question", action=argparse.BooleanOptionalAction, default=True,
+                    help="the question names the 2 s window holding the flash (make_seek_world(time_in_question=))")
+    ap.add_argument("--fixed-options", action=argparse.BooleanOptionalAction, default=True,
+                    help="every question lists all 4 colours in canonical order (make_seek_world(fixed_options=))")
     ap.add_argument("--results", default=str(REPO / "bench" / "results" / "tools_vs_no_tools.md"))
     args = ap.parse_args(argv)
     import torch
@@ -189,6 +243,11 @@ def main(argv=None) -> str:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             done.write_text(json.dumps(run_seed(args, seed), indent=2, default=str))
         results.append(json.loads(done.read_text()))
+        if "teacher_tokens" not in results[-1]:  # cheap (no model): measured again on the seed's world
+            from mmrl.models.tiny import ensure_tiny_model
+
+            results[-1]["teacher_tokens"] = teacher_tokens(Path(args.out) / f"seed{seed}" / "world",
+                                                           args.model or ensure_tiny_model())
         r = results[-1]
         print(f"seed {seed}: " + ", ".join(f"{k} {100 * r[k]['accuracy']:.1f}%" for k in ("sft_plain", "sft_tools") + ARMS)
               + f" ({r['minutes']:.1f} min)", flush=True)

@@ -6,8 +6,9 @@ flash of one colour lasts ``flash_frames`` frames (at most 1 s), placed so that 
 ``mmrl.media.decode``) falls within one frame of it: the prompt's overview shows only the dark background. Every
 frame carries a cue: a grey marker on the bottom rows whose horizontal position is the flash's time as a fraction of
 the clip, so a model can learn where to seek (``video_seek`` on ``[t0, t1]``, ``mmrl.tools``). The question asks
-the flash's colour; annotations carry the evidence segment ``[t0, t1]`` in seconds. ``teacher`` gives, per sample,
-the model turns of a right episode: seek the evidence, then answer with the letter (an SFT warm-up).
+the flash's colour (optionally naming the whole seconds that hold it, ``time_in_question``); annotations carry the evidence segment ``[t0, t1]`` in seconds. ``teacher`` gives, per sample,
+the model turns of a right episode: seek the evidence (by default a 2 s window of whole seconds from ``floor(t0)``),
+then answer with the letter (an SFT warm-up).
 Deterministic given ``seed``.
 """
 from __future__ import annotations
@@ -20,8 +21,10 @@ import numpy as np
 
 from mmrl.data.schema import LETTERS
 from mmrl.data.synth_video import BACKGROUND, PALETTE, Balancer, available_codec, split_rng, write_json, write_mp4
+from mmrl.tools.seek_script import SEEK_STYLES, seek_arguments, seek_call
 
 QUESTION = "What colour flashes in the video?"
+TIMED_QUESTION = "What colour flashes between {start} and {end} s?"
 MARKER = (128, 128, 128)
 
 
@@ -52,29 +55,36 @@ def seek_clip(colour: str, start: int, flash: int, n_frames: int, size: int) -> 
     return frames
 
 
-def teacher(item: dict, nframes: int = 4) -> List[str]:
-    """The model turns of a right episode on ``item``: seek the evidence ``[t0, t1)`` (``video_seek`` returns the
-    frames covering it, at most ``nframes``), then answer with the gold letter."""
+def teacher(item: dict, seek: str = "whole", width: int = 2, nframes: int = 4) -> List[str]:
+    """The model turns of a right episode on ``item``: seek the evidence ``[t0, t1)`` in style ``seek``
+    (``mmrl.tools.seek_script``: ``whole``, a ``width``-second window of whole seconds from ``floor(t0)``, whose
+    start the cue tells; ``exact``, the evidence's float seconds with ``nframes`` frames), then answer with the
+    gold letter."""
     t0, t1 = item["evidence"]["segments"][0]
-    call = {"name": "video_seek", "arguments": {"start": t0, "end": t1, "nframes": nframes}}
-    return [f"<tool_call>{json.dumps(call)}</tool_call>", LETTERS[item["candidates"].index(item["answer"])]]
+    return [seek_call(t0, t1, seek, width, nframes), LETTERS[item["candidates"].index(item["answer"])]]
 
 
 def make_seek_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size: int = 56, duration: float = 32.0,
-                    fps: float = 4.0, flash_frames: int = 2, overview: int = 8, codec: Optional[str] = None) -> Dict:
-    """Write ``out_dir/videos/*.mp4``, ``train.json``, ``test.json`` and ``teacher.jsonl`` (train teacher turns)."""
+                    fps: float = 4.0, flash_frames: int = 2, overview: int = 8, codec: Optional[str] = None,
+                    teacher_seek: str = "whole", time_in_question: bool = False, fixed_options: bool = False) -> Dict:
+    """Write ``out_dir/videos/*.mp4``, ``train.json``, ``test.json`` and ``teacher.jsonl`` (train teacher turns,
+    ``teacher(item, seek=teacher_seek)``). ``time_in_question``: the question names the 2 s window of whole
+    seconds that holds the flash (``TIMED_QUESTION``, the teacher's ``whole`` seek), a text cue besides the
+    marker. ``fixed_options``: every question lists all colours in canonical order (``Balancer``)."""
     n_frames = int(round(duration * fps))
     if size < 24 or size % 2:
         raise ValueError(f"size must be an even number >= 24, got {size}")
     if not 1 <= flash_frames <= fps:
         raise ValueError(f"flash_frames must be between 1 and fps ({fps}): a flash lasts at most 1 s")
+    if teacher_seek not in SEEK_STYLES:
+        raise ValueError(f"teacher_seek must be one of {', '.join(SEEK_STYLES)}, got {teacher_seek!r}")
     avoid = overview_indices(n_frames, overview)
     codec = codec or available_codec()
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
     result: Dict = {"out_dir": out_dir, "codec": codec, "n_frames": n_frames}
     for split, n in (("train", n_train), ("test", n_test)):
         rng = split_rng(seed, split)
-        bal = Balancer(rng)
+        bal = Balancer(rng, fixed_options=fixed_options)
         items = []
         for i in range(n):
             colour = bal.value("seek", list(PALETTE))
@@ -82,7 +92,8 @@ def make_seek_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size
             rel = f"videos/{split}_{i:05d}.mp4"
             write_mp4(os.path.join(out_dir, rel), seek_clip(colour, start, flash_frames, n_frames, size), fps, codec)
             t0, t1 = round(start / fps, 6), round((start + flash_frames) / fps, 6)
-            items.append({"id": f"{split}-{i:05d}", "video": rel, "question": QUESTION,
+            question = TIMED_QUESTION.format(**seek_arguments(t0, t1, "whole")) if time_in_question else QUESTION
+            items.append({"id": f"{split}-{i:05d}", "video": rel, "question": question,
                           "candidates": bal.candidates(colour, list(PALETTE)), "answer": colour, "qtype": "seek",
                           "evidence": {"segments": [[t0, t1]], "boxes": [], "source_size": [size, size]},
                           "meta": {"seed": int(seed), "flash_frames": [start, start + flash_frames - 1],
@@ -92,6 +103,6 @@ def make_seek_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size
         if split == "train":
             with open(os.path.join(out_dir, "teacher.jsonl"), "w") as f:
                 for it in items:
-                    f.write(json.dumps({"id": it["id"], "turns": teacher(it)}) + "\n")
+                    f.write(json.dumps({"id": it["id"], "turns": teacher(it, seek=teacher_seek)}) + "\n")
             result["teacher"] = os.path.join(out_dir, "teacher.jsonl")
     return result

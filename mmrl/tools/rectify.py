@@ -7,7 +7,8 @@ final answer is wrong or its seek IoU with the sample's evidence segments is 0. 
 earlier turns that were valid tool calls (in order, within the suite's budgets: at most ``max_calls`` calls and
 ``max_turns`` turns with the corrections), drops the invalid ones (refused calls, truncated turns, turns with
 several calls) and its answer turn, adds one ``video_seek`` on each evidence segment that no kept seek already
-covers (``nframes`` frames, clip time), and ends with the gold answer. Episodes that were right and saw the
+covers (clip time, written in ``seek`` style: ``exact`` seconds with ``nframes`` frames or a ``whole``-second
+window, ``mmrl.tools.seek_script``), and ends with the gold answer. Episodes that were right and saw the
 evidence are left out; identical rewrites of a sample are written once.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from mmrl.data.schema import Sample
+from mmrl.tools.seek_script import seek_call
 
 WRONG, NO_EVIDENCE = "wrong_answer", "no_evidence"
 
@@ -47,11 +49,6 @@ def gold_turn(sample: Sample) -> str:
     return str(sample.meta.get("sft_response") or sample.answer)
 
 
-def seek_call(start: float, end: float, nframes: int) -> str:
-    call = {"name": "video_seek", "arguments": {"start": round(start, 6), "end": round(end, 6), "nframes": nframes}}
-    return f"<tool_call>{json.dumps(call)}</tool_call>"
-
-
 def _valid_call(turn: Dict) -> bool:
     return "tool" in turn and bool(turn.get("valid")) and not turn.get("truncated") and not turn.get("ignored_calls")
 
@@ -60,7 +57,8 @@ def _covers(intervals: Iterable[Tuple[float, float]], seg: Tuple[float, float]) 
     return any(a <= seg[0] + 1e-9 and seg[1] <= b + 1e-9 for a, b in intervals)
 
 
-def rewrite(record: Dict, sample: Sample, max_calls: int, max_turns: int, nframes: int = 4) -> Tuple[List[str], int, int, int]:
+def rewrite(record: Dict, sample: Sample, max_calls: int, max_turns: int, nframes: int = 4,
+            seek: str = "exact") -> Tuple[List[str], int, int, int]:
     """``(turns, kept, dropped, seeks added)`` of the corrected episode of ``record`` on ``sample``."""
     offset = (sample.video.start or 0.0) if sample.video is not None else 0.0
     segments = [(a - offset, b - offset) for a, b in sample.evidence.segments] if sample.video is not None else []
@@ -76,7 +74,7 @@ def rewrite(record: Dict, sample: Sample, max_calls: int, max_turns: int, nframe
         else:
             dropped += 1
     seen = [tuple(k["interval"]) for k in kept if k.get("tool") == "video_seek" and "interval" in k]
-    seeks = [seek_call(a, b, nframes) for a, b in segments if not _covers(seen, (a, b))]
+    seeks = [seek_call(a, b, seek, nframes=nframes) for a, b in segments if not _covers(seen, (a, b))]
     if len(kept) + len(seeks) > max_calls or len(kept) + len(seeks) + 1 > max_turns:
         raise ValueError(f"sample {sample.id}: {len(seeks)} evidence segments do not fit the suite's budgets "
                          f"({max_calls} calls, {max_turns} turns)")
@@ -84,7 +82,7 @@ def rewrite(record: Dict, sample: Sample, max_calls: int, max_turns: int, nframe
 
 
 def rectify(records: Iterable[Dict], samples: Dict[str, Sample], max_calls: int, max_turns: int,
-            nframes: int = 4) -> Tuple[List[Dict], RectifyCounts]:
+            nframes: int = 4, seek: str = "exact") -> Tuple[List[Dict], RectifyCounts]:
     """The corrected scripts (``{"id", "turns", "why", "step", "kept", "dropped"}``) and the counts."""
     counts, out, seen = RectifyCounts(), [], set()
     for rec in records:
@@ -105,7 +103,7 @@ def rectify(records: Iterable[Dict], samples: Dict[str, Sample], max_calls: int,
             counts.no_evidence += 1
         if not sample.evidence.segments:
             counts.no_annotation += 1
-        turns, kept, dropped, added = rewrite(rec, sample, max_calls, max_turns, nframes)
+        turns, kept, dropped, added = rewrite(rec, sample, max_calls, max_turns, nframes, seek)
         key = (sample.id, tuple(turns))
         if key in seen:
             counts.duplicates += 1

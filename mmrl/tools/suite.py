@@ -1,6 +1,7 @@
 """Tool suites: ``tools/*.yaml`` names the tools an episode may call and its budgets (``rollout.tools``).
 
     max_turns: 4            # model turns per episode
+    prompt: full            # the system turn's tool list: full (Qwen2.5's <tools> JSON) or compact (one line a tool)
     max_total_tokens: 4096  # an episode stops before a turn that could pass this many tokens
     budget: {max_calls: 3, max_media_tokens: 512, max_frames: 8, frame_max_pixels: 12544}
     tools:
@@ -25,6 +26,17 @@ from mmrl.tools.registry import ToolSpec, resolve_tool
 from mmrl.tools.retrieve import RetrieverConfig, check_retriever
 
 
+PROMPTS = ("full", "compact")
+CALL_FORMAT = '<tool_call>{"name": <function-name>, "arguments": <args-json-object>}</tool_call>'
+
+
+def _arg_types(schema: Dict[str, Any]) -> str:
+    """``start: number, end: number, nframes?: integer``: a schema's properties, optional ones marked ``?``."""
+    required = set(schema.get("required", []))
+    props = schema.get("properties", {})
+    return ", ".join(f"{k}{'' if k in required else '?'}: {v.get('type', 'any')}" for k, v in props.items())
+
+
 @dataclass
 class ToolEntry:
     name: str = ""
@@ -35,6 +47,7 @@ class ToolEntry:
 @dataclass
 class SuiteConfig:
     description: str = ""
+    prompt: str = "full"  # PROMPTS: how the system turn lists the tools
     max_turns: int = 4
     max_total_tokens: Optional[int] = None
     budget: ToolBudget = field(default_factory=ToolBudget)
@@ -50,7 +63,12 @@ class ToolSuite:
     retriever: Optional[Any] = None  # the RetrievalService of ``config.retriever``
 
     def system_block(self) -> str:
-        """The tool list and calling convention as Qwen2.5's chat template appends them to the system turn."""
+        """The tool list and calling convention appended to the system turn. ``prompt: full``: as Qwen2.5's chat
+        template renders ``tools`` (each signature's JSON inside ``<tools></tools>``); ``prompt: compact``: one line
+        per tool, ``name(arg: type, optional?: type)``, then the same ``<tool_call>{json}</tool_call>`` format."""
+        if self.config.prompt == "compact":
+            lines = "\n".join(f"{name}({_arg_types(t.schema)})" for name, t in self.tools.items())
+            return f"\n\n# Tools\n{lines}\nCall one as {CALL_FORMAT}"
         sigs = "\n".join(json.dumps(t.signature()) for t in self.tools.values())
         return ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n" + sigs +
@@ -71,6 +89,8 @@ def load_suite(path: str) -> ToolSuite:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         raise ConfigError(f"{path}: " + (f"key '{key}': " if key else "") + str(e).splitlines()[0]) from None
+    if cfg.prompt not in PROMPTS:
+        raise ConfigError(f"{path}: key 'prompt' = {cfg.prompt!r}; expected one of {', '.join(PROMPTS)}")
     if not cfg.tools:
         raise ConfigError(f"{path}: key 'tools' lists no tool")
     checks = {"max_turns": cfg.max_turns, "budget.max_calls": cfg.budget.max_calls,

@@ -18,9 +18,11 @@ from typing import Dict, Optional
 
 from mmrl.config import Config
 from mmrl.errors import ConfigError, DataError
+from mmrl.tools.seek_script import SEEK_STYLES
 
 
-def rectify_run(run_dir: str, out: Optional[str] = None, nframes: int = 4, cfg: Optional[Config] = None) -> Dict:
+def rectify_run(run_dir: str, out: Optional[str] = None, nframes: int = 4, cfg: Optional[Config] = None,
+                seek: str = "exact") -> Dict:
     """Rectify the episodes of the multi-turn run in ``run_dir``; returns the counts (and writes the scripts)."""
     from mmrl.config import load_config
     from mmrl.data.annotations import load_samples
@@ -38,7 +40,7 @@ def rectify_run(run_dir: str, out: Optional[str] = None, nframes: int = 4, cfg: 
     suite = load_suite(cfg.rollout.tools).config
     samples, _ = load_samples(cfg.data.train, cfg.data.media_root, on_error="skip")
     scripts, counts = rectify(records(str(run)), {s.id: s for s in samples}, suite.budget.max_calls,
-                              suite.max_turns, nframes=nframes)
+                              suite.max_turns, nframes=nframes, seek=seek)
     out = out or str(run / "rectified.jsonl")
     write_scripts(scripts, out)
     return {"scripts": out, **counts.as_dict()}
@@ -53,7 +55,7 @@ def _stage(cfg: Config, out_dir: Path, **changes) -> Config:
     return c
 
 
-def run_pipeline(cfg: Config, quiet: bool = False, nframes: int = 4, say=print) -> Dict:
+def run_pipeline(cfg: Config, quiet: bool = False, nframes: int = 4, say=print, seek: str = "exact") -> Dict:
     """RL -> rectify -> SFT -> RL under ``cfg.train.out_dir``; returns the rectification counts and stage paths."""
     from mmrl.train.rl_trainer import RLTrainer
     from mmrl.train.sft import run_sft
@@ -70,7 +72,7 @@ def run_pipeline(cfg: Config, quiet: bool = False, nframes: int = 4, say=print) 
         RLTrainer(_stage(cfg, rl1), quiet=quiet).run(resume="auto")
     scripts = root / "rectified.jsonl"
     if not (sft / "final").exists():
-        counts = rectify_run(str(rl1), str(scripts), nframes=nframes, cfg=cfg)
+        counts = rectify_run(str(rl1), str(scripts), nframes=nframes, cfg=cfg, seek=seek)
         (root / "rectify.json").write_text(json.dumps(counts, indent=2))
         say(f"mmrl rectify: {counts['rewritten']} of {counts['episodes']} episodes rewritten -> {scripts}")
         if not counts["rewritten"]:
@@ -88,7 +90,9 @@ def add_arguments(s) -> None:
     s.add_argument("--run", help="a finished multi-turn run directory: rectify its trajectories.jsonl")
     s.add_argument("--out", help="with --run: the scripts file (default RUN_DIR/rectified.jsonl)")
     s.add_argument("--config", action="append", help="YAML config of the pipeline's RL stages (repeatable)")
-    s.add_argument("--nframes", type=int, default=4, help="frames of each added evidence seek")
+    s.add_argument("--nframes", type=int, default=4, help="frames of each added evidence seek (--seek exact)")
+    s.add_argument("--seek", choices=SEEK_STYLES, default="exact",
+                   help="how an added evidence seek names its interval: exact seconds, or a 2 s window of whole seconds")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
     s.add_argument("overrides", nargs="*", help="with --config: dotted overrides key=value")
 
@@ -102,8 +106,8 @@ def rectify_main(args, load_cfg) -> None:
     if args.run:
         if args.overrides:
             raise ConfigError("mmrl rectify --run takes no overrides (the run's config.yaml is used)")
-        print(json.dumps(rectify_run(args.run, args.out, nframes=args.nframes), indent=2))
+        print(json.dumps(rectify_run(args.run, args.out, nframes=args.nframes, seek=args.seek), indent=2))
         return
     if args.out:
         raise ConfigError("--out applies to --run; the pipeline writes into train.out_dir")
-    print(json.dumps(run_pipeline(load_cfg(), quiet=args.quiet, nframes=args.nframes), indent=2))
+    print(json.dumps(run_pipeline(load_cfg(), quiet=args.quiet, nframes=args.nframes, seek=args.seek), indent=2))

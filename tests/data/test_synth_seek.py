@@ -1,4 +1,6 @@
 """The seek world: the overview misses the flash, a seek on the evidence finds it, the teacher's call is valid."""
+import math
+
 import pytest
 import torch
 
@@ -40,17 +42,38 @@ def test_overview_misses_and_seek_finds_the_flash(seek_world):
         overview = load_media(s, MediaBudget(nframes=4, max_pixels=56 * 56))
         assert _colour_share(overview.frames, PALETTE[s.answer]) == 0.0  # the overview shows no flash
         item = {"evidence": {"segments": [[t0, t1]]}, "candidates": s.candidates, "answer": s.answer}
-        call, letter = teacher(item, nframes=2)
-        assert letter == s.answer_letter
-        st = EpisodeState(sample=s, media=overview, budget=ToolBudget())
-        rec = run_call(call, suite.tools, st)
-        assert rec.valid, rec.message
-        assert _colour_share(rec.output.media.frames, PALETTE[s.answer]) > 0.9  # the seek shows it
-        turns = [{"turn": 0, **rec.info()}]
-        z = torch.zeros(1, dtype=torch.long)
-        ctx = [RewardContext(sample=s, trajectory=Trajectory(s.id, 0, "original", "anchor", z, z, z.float(), z.bool(), "",
-                                                             turns=turns), candidates=s.candidates)]
-        assert REWARDS.get("seek_iou")(ctx) == [1.0]
+        window = min(math.floor(t0) + 2, 8.0) - math.floor(t0)  # whole: 2 s of whole seconds from floor(t0), in the clip
+        for seek, iou in (("exact", 1.0), ("whole", (t1 - t0) / window)):
+            call, letter = teacher(item, seek=seek, nframes=2)
+            assert letter == s.answer_letter
+            st = EpisodeState(sample=s, media=overview, budget=ToolBudget())
+            rec = run_call(call, suite.tools, st)
+            assert rec.valid, rec.message
+            shown = [_colour_share(f[None], PALETTE[s.answer]) > 0.9 for f in rec.output.media.frames]
+            assert all(shown) if seek == "exact" else sum(shown) == 2  # the seek shows the flash (all its frames)
+            turns = [{"turn": 0, **rec.info()}]
+            z = torch.zeros(1, dtype=torch.long)
+            ctx = [RewardContext(sample=s, trajectory=Trajectory(s.id, 0, "original", "anchor", z, z, z.float(), z.bool(),
+                                                                 "", turns=turns), candidates=s.candidates)]
+            assert REWARDS.get("seek_iou")(ctx) == [pytest.approx(iou)]
+
+
+def test_timed_question_and_fixed_options(tmp_path):
+    """``time_in_question`` names the teacher's whole-second window in the question; ``fixed_options`` lists all
+    colours in canonical order; a bad teacher style is refused."""
+    import json
+
+    make_seek_world(str(tmp_path), 4, 2, seed=1, duration=8.0, overview=4, time_in_question=True, fixed_options=True)
+    items = json.loads((tmp_path / "train.json").read_text())
+    scripts = [json.loads(x) for x in (tmp_path / "teacher.jsonl").read_text().splitlines()]
+    for it, sc in zip(items, scripts):
+        args = json.loads(sc["turns"][0][len("<tool_call>"):-len("</tool_call>")])["arguments"]
+        assert it["question"] == f"What colour flashes between {args['start']} and {args['end']} s?"
+        (t0, t1), = it["evidence"]["segments"]
+        assert args["start"] <= t0 < t1 <= args["end"] == args["start"] + 2
+        assert it["candidates"] == list(PALETTE)
+    with pytest.raises(ValueError, match="teacher_seek"):
+        make_seek_world(str(tmp_path / "bad"), 1, 0, duration=8.0, overview=4, teacher_seek="rounded")
 
 
 def test_flash_avoids_every_overview_and_the_cue_marks_its_time(seek_world):

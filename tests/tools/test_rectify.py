@@ -18,7 +18,7 @@ def samples(tmp_path_factory):
 
 
 def _call(start, end, valid=True, tool="video_seek", **extra):
-    text = seek_call(start, end, 2)
+    text = seek_call(start, end, nframes=2)
     turn = {"model_text": text, "tool": tool, "arguments": {"start": start, "end": end, "nframes": 2}, "valid": valid}
     if valid and tool == "video_seek":
         turn["interval"] = [start, end]
@@ -46,12 +46,12 @@ def test_wrong_answer_and_blind_episodes_are_rewritten(samples):
     scripts, counts = rectify(recs, samples, max_calls=2, max_turns=3, nframes=4)
     assert counts.episodes == 4 and counts.right_and_seen == 1
     assert (counts.both, counts.no_evidence, counts.wrong_answer) == (1, 1, 1)
-    evidence_seek = seek_call(t0, t1, 4)
+    evidence_seek = seek_call(t0, t1, nframes=4)
     # the first two rewrite to the same script (seek the evidence, answer): written once
     assert counts.duplicates == 1 and counts.rewritten == 2 and len(scripts) == 2
     assert scripts[0]["turns"] == [evidence_seek, s.answer_letter] and scripts[0]["why"] == ["wrong_answer", "no_evidence"]
     # the episode that saw the evidence keeps its own seek (it covers the evidence): no new seek, the gold answer
-    assert scripts[1]["turns"] == [seek_call(t0, t1, 2), s.answer_letter] and scripts[1]["kept"] == 1
+    assert scripts[1]["turns"] == [seek_call(t0, t1, nframes=2), s.answer_letter] and scripts[1]["kept"] == 1
     assert json.loads(scripts[0]["turns"][0][len("<tool_call>"):-len("</tool_call>")])["arguments"] == \
         {"start": t0, "end": t1, "nframes": 4}
 
@@ -66,7 +66,7 @@ def test_valid_earlier_turns_kept_invalid_dropped(samples):
     turns[2]["model_text"] += " and more"
     rec = _record(s, turns, _wrong(s), 0.0)
     script, kept, dropped, added = rewrite(rec, s, max_calls=3, max_turns=4, nframes=4)
-    assert script == [turns[1]["model_text"], seek_call(t0, t1, 4), s.answer_letter]
+    assert script == [turns[1]["model_text"], seek_call(t0, t1, nframes=4), s.answer_letter]
     assert (kept, dropped, added) == (1, 3, 1)  # the refused call, the truncated turn and the wrong answer
 
 
@@ -77,9 +77,9 @@ def test_budgets_bound_the_kept_turns(samples):
     rec = _record(s, [_call(*elsewhere), _call(*elsewhere)], _wrong(s), 0.0)
     # 2 calls allowed: one kept call + the evidence seek; the second valid look is dropped
     script, kept, dropped, _ = rewrite(rec, s, max_calls=2, max_turns=3, nframes=2)
-    assert script == [rec["turns"][0]["model_text"], seek_call(t0, t1, 2), s.answer_letter] and (kept, dropped) == (1, 2)
+    assert script == [rec["turns"][0]["model_text"], seek_call(t0, t1, nframes=2), s.answer_letter] and (kept, dropped) == (1, 2)
     script, kept, _, _ = rewrite(rec, s, max_calls=1, max_turns=3, nframes=2)
-    assert script == [seek_call(t0, t1, 2), s.answer_letter] and kept == 0
+    assert script == [seek_call(t0, t1, nframes=2), s.answer_letter] and kept == 0
     with pytest.raises(ValueError, match="do not fit"):
         rewrite(rec, s, max_calls=0, max_turns=3)
 
@@ -88,3 +88,19 @@ def test_unknown_samples_are_skipped_and_counted(samples):
     rec = _record(samples["train-00000"], [], "A", 0.0)
     scripts, counts = rectify([{**rec, "id": "nope"}], samples, 2, 3)
     assert scripts == [] and counts.unknown_sample == 1 and counts.episodes == 1
+
+
+def test_whole_second_rewrites_seek_a_window_of_whole_seconds(samples):
+    """``seek="whole"`` (the seek world's teacher style): the added seek is ``[floor(t0), floor(t0) + 2]``, and a
+    kept whole-second seek that covers the evidence needs no new one."""
+    import math
+
+    s = samples["train-00000"]
+    (t0, t1), = s.evidence.segments
+    script, _, _, added = rewrite(_record(s, [], _wrong(s), 0.0), s, max_calls=2, max_turns=3, seek="whole")
+    start = math.floor(t0)
+    assert added == 1 and json.loads(script[0][len("<tool_call>"):-len("</tool_call>")])["arguments"] == \
+        {"start": start, "end": start + 2}
+    covering = _call(float(start), float(start + 2))
+    script, kept, _, added = rewrite(_record(s, [covering], _wrong(s), 0.25), s, max_calls=2, max_turns=3, seek="whole")
+    assert (kept, added) == (1, 0) and script == [covering["model_text"], s.answer_letter]

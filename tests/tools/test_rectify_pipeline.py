@@ -50,6 +50,12 @@ def test_pipeline_stages_and_counts(pipeline, capsys):
     assert main(["rectify", "--run", str(run / "rl1"), "--out", str(pipeline / "again.jsonl")]) == 0
     assert json.loads(capsys.readouterr().out)["rewritten"] == counts["rewritten"]
     assert (pipeline / "again.jsonl").read_text() == (run / "rectified.jsonl").read_text()
+    # --seek whole: the added evidence seeks are 2 s windows of whole seconds
+    assert main(["rectify", "--run", str(run / "rl1"), "--out", str(pipeline / "whole.jsonl"), "--seek", "whole"]) == 0
+    added = [json.loads(t[len("<tool_call>"):-len("</tool_call>")])["arguments"]
+             for x in (pipeline / "whole.jsonl").read_text().splitlines() for t in json.loads(x)["turns"][:-1]
+             if t not in {r["model_text"] for rec in recs for r in rec["turns"]}]
+    assert added and all(set(a) == {"start", "end"} and a["end"] - a["start"] == 2 for a in added)
 
 
 @pytest.mark.slow

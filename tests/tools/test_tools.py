@@ -171,6 +171,34 @@ def test_suite_yaml_user_tools_and_errors(tmp_path, video_sample):
             load_suite(str(p))
 
 
+def test_compact_prompt_lists_one_line_per_tool(tmp_path, tiny_model_path):
+    """``prompt: compact`` renders the tool list as one line per tool (argument names and types, optional ones
+    marked ``?``) with the same ``<tool_call>`` format, and that is what the model's system turn holds; an unknown
+    value is a ConfigError naming the key."""
+    from mmrl.models.loading import load_processor
+    from mmrl.rollout.agent_loop_tools import tool_loop
+
+    full = load_suite(SUITE)
+    p = tmp_path / "compact.yaml"
+    p.write_text(open(SUITE).read() + "\nprompt: compact\n")
+    compact = load_suite(str(p))
+    assert full.config.prompt == "full" and compact.config.prompt == "compact"
+    assert compact.system_block() == (
+        "\n\n# Tools\nvideo_seek(start: number, end: number, nframes?: integer, fps?: number)\n"
+        "zoom(time?: number, box: array)\n"
+        'Call one as <tool_call>{"name": <function-name>, "arguments": <args-json-object>}</tool_call>')
+    proc = load_processor(tiny_model_path)
+    prompt = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n"
+    seen = {name: tool_loop(proc, s)._system(prompt) for name, s in (("full", full), ("compact", compact))}
+    assert compact.system_block() + "<|im_end|>" in seen["compact"] and "<tools>" not in seen["compact"]
+    assert full.system_block() + "<|im_end|>" in seen["full"]
+    n = {k: len(proc.tokenizer.encode(v)) for k, v in seen.items()}
+    assert n["compact"] * 4 < n["full"], n  # 1,189 -> 153 tokens of the tool list with the tiny tokenizer
+    p.write_text(open(SUITE).read() + "\nprompt: short\n")
+    with pytest.raises(ConfigError, match="key 'prompt'"):
+        load_suite(str(p))
+
+
 def test_tool_metrics_count_reasons():
     from mmrl.data.schema import Segment, Trajectory
 

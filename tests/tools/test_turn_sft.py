@@ -27,7 +27,7 @@ SUITE = str(REPO / "tools" / "video_seek.yaml")
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     out = tmp_path_factory.mktemp("seek_sft")
-    make_seek_world(str(out), 3, 0, seed=0, duration=8.0, fps=4.0, flash_frames=2, overview=4)
+    make_seek_world(str(out), 3, 0, seed=0, duration=8.0, fps=4.0, flash_frames=2, overview=4, teacher_seek="exact")
     return out
 
 
