@@ -45,7 +45,8 @@ def _synth_image(args):
 def _synth_claims(args):
     from mmrl.data.synth_claims import make_claims_world
 
-    return make_claims_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
+    return make_claims_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size,
+                             unsupported_source=args.unsupported_source or "random")
 
 
 def _synth_mood(args):
@@ -57,7 +58,9 @@ def _synth_mood(args):
 def _synth_seek(args):
     from mmrl.data.synth_seek import make_seek_world
 
-    return make_seek_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size, fps=args.fps)
+    return make_seek_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size, fps=args.fps,
+                           teacher_seek=args.teacher_seek or "whole", time_in_question=args.time_in_question,
+                           fixed_options=args.fixed_options)
 
 
 def _synth_stream(args):
@@ -73,6 +76,19 @@ def _synth_vhop(args):
     return make_vhop_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size)
 
 
+# flags that only some kinds read: (attribute, flag, kinds); any other kind refuses them
+_KIND_FLAGS = (("prior", "--prior", ("video",)), ("fixed_options", "--fixed-options", ("video", "seek")),
+               ("unsupported_source", "--unsupported-source", ("claims",)),
+               ("teacher_seek", "--teacher-seek", ("seek",)), ("time_in_question", "--time-in-question", ("seek",)))
+
+
+def _check_kind_flags(args) -> None:
+    for attr, flag, kinds in _KIND_FLAGS:
+        if getattr(args, attr) not in (None, False) and args.kind not in kinds:
+            raise ConfigError(f"data synth: {flag} applies to --kind {' or '.join(kinds)} only, not {args.kind}"
+                              + (" (claims: options always fixed)" if attr == "fixed_options" else ""))
+
+
 # the image-like worlds (one builder each); video is built above with its frame checks
 _SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_mood, "seek": _synth_seek,
                 "stream": _synth_stream, "vhop": _synth_vhop}
@@ -84,6 +100,7 @@ def cmd_synth(args) -> None:
     if args.duration is not None and args.kind != "stream":
         raise ConfigError("data synth: --duration applies to --kind stream only")
     args.duration = 16 if args.duration is None else args.duration
+    _check_kind_flags(args)
     try:
         if args.kind == "video":
             from mmrl.data.synth_video import check_world_args, make_video_world
@@ -93,10 +110,6 @@ def cmd_synth(args) -> None:
                                     n_frames=args.frames, fps=args.fps, fixed_options=args.fixed_options,
                                     prior=args.prior, prior_strength=args.prior_strength)
         else:
-            if args.prior is not None:
-                raise ConfigError("data synth: --prior applies to --kind video only")
-            if args.fixed_options and args.kind != "claims":
-                raise ConfigError(f"data synth: --fixed-options applies to --kind video only (claims: always fixed)")
             if args.size < 24 or args.size % 2:
                 raise ValueError(f"size must be an even number >= 24, got {args.size}")
             info = _SYNTH_KINDS[args.kind](args)
@@ -279,10 +292,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fps", type=float, default=4.0, help="frames per second of the clips (video)")
     s.add_argument("--duration", type=int, default=None, help="seconds per stream (stream; default 16)")
     s.add_argument("--fixed-options", action="store_true",
-                   help="list every question's whole answer pool in a fixed order (the demo's world; video)")
+                   help="list every question's whole answer pool in a fixed order (the demo's world; video, seek)")
     s.add_argument("--prior", choices=["frequent", "phrasing", "tint"], default=None,
                    help="video: a prior to unlearn in the train split (test.json debiased, test_biased.json not)")
     s.add_argument("--prior-strength", type=float, default=0.8, help="P(a train answer follows the prior)")
+    s.add_argument("--unsupported-source", choices=["random", "prior"], default=None,
+                   help="claims: an unsupported claim is a random wrong value (default) or repeats a prior the "
+                        "question states")
+    s.add_argument("--teacher-seek", choices=["whole", "exact"], default=None,
+                   help="seek: the teacher seeks a 2 s window of whole seconds (default) or the exact flash interval")
+    s.add_argument("--time-in-question", action="store_true",
+                   help="seek: the question names the 2 s window that holds the flash")
     s.set_defaults(fn=cmd_synth)
 
     for name, fn, helptext in (("sft", cmd_sft, "supervised warm-up"), ("train", cmd_train, "RL training")):

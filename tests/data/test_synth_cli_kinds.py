@@ -30,3 +30,38 @@ def test_synth_fixed_options_is_refused_for_image_kinds(tmp_path):
 def test_diagnose_is_a_subcommand():
     p = subprocess.run([sys.executable, "-m", "mmrl", "diagnose", "--help"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "--checkpoint" in p.stdout
+
+
+@pytest.mark.parametrize("kind,flags,needle", [
+    ("mood", ["--unsupported-source", "prior"], "--unsupported-source"),
+    ("claims", ["--time-in-question"], "--time-in-question"),
+    ("video", ["--teacher-seek", "exact"], "--teacher-seek"),
+    ("claims", ["--prior", "tint"], "--prior"),
+])
+def test_synth_kind_only_flags_are_refused_elsewhere(tmp_path, kind, flags, needle):
+    p = subprocess.run([sys.executable, "-m", "mmrl", "data", "synth", "--kind", kind, "--out", str(tmp_path / "w"),
+                        *flags], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and needle in p.stderr and kind in p.stderr
+
+
+def test_synth_seek_and_claims_flags_reach_the_world(tmp_path):
+    seek = tmp_path / "seek"
+    p = subprocess.run([sys.executable, "-m", "mmrl", "data", "synth", "--kind", "seek", "--out", str(seek),
+                        "--n-train", "2", "--n-test", "1", "--time-in-question", "--fixed-options",
+                        "--teacher-seek", "exact"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    items = json.loads((seek / "train.json").read_text())
+    assert all(" s?" in it["question"] for it in items)  # "What colour flashes between 13 and 15 s?"
+    assert all(len(it["candidates"]) == 4 for it in items)
+    first = json.loads((seek / "teacher.jsonl").read_text().splitlines()[0])
+    assert "." in json.dumps(first)  # exact seconds are floats
+    claims = tmp_path / "claims"
+    p = subprocess.run([sys.executable, "-m", "mmrl", "data", "synth", "--kind", "claims", "--out", str(claims),
+                        "--n-train", "8", "--n-test", "1", "--unsupported-source", "prior"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for it in json.loads((claims / "train.json").read_text()):  # a prior for each attribute; unsupported claims repeat it
+        priors = it["meta"]["priors"]
+        for claim in it["meta"]["claims"]:
+            if not claim["supported"]:
+                assert priors[claim["attribute"]] in claim["text"]
