@@ -183,7 +183,7 @@ def child_argv(args, out: Path, seed: int) -> List[str]:
     return cmd + list(args.overrides)
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="built-in arms to run")
@@ -210,8 +210,21 @@ def main(argv=None) -> None:
     ap.add_argument("--report", default=None, help="also write the markdown table here")
     ap.add_argument("--render-only", action="store_true",
                     help="no training: print the table again from OUT/seed<S>/seed_result.json of an earlier run")
+    ap.add_argument("--seed-dir", default=None,
+                    help="also write each seed's results as DIR/seed<S>.json (with its command and settings), to commit")
+    ap.add_argument("--pool", nargs="+", default=None, metavar="DIR",
+                    help="no training: render the table from the seed<S>.json files in DIR(s) (bench/bpo_pool.py)")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides applied to SFT and every arm")
+    return ap
+
+
+def main(argv=None) -> None:
+    ap = build_parser()
     args = ap.parse_args(argv)
+    if args.pool:
+        from bpo_pool import pool_main
+
+        return pool_main(args)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if "grpo" not in args.arms:
         ap.error("--arms must include grpo (every ratio and difference is taken against it)")
@@ -256,6 +269,10 @@ def main(argv=None) -> None:
     if getattr(args, "commands", None):
         run["commands"] = args.commands
     (out / "run.json").write_text(json.dumps(run))
+    if args.seed_dir:
+        from bpo_pool import write_seed_records
+
+        write_seed_records(results, Path(args.seed_dir), run)
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(table)
