@@ -78,17 +78,19 @@ def load_records(dirs: List[str]) -> List[Dict]:
     return [r for _, r in ordered]
 
 
-def sources(recs: List[Dict], dirs: List[str]) -> List[str]:
-    """Lines naming where each seed's values come from."""
+def sources(dirs: List[str]) -> List[str]:
+    """Lines naming where each seed's values come from, one per folder and origin."""
     out = []
     for d in dirs:
+        groups: Dict[str, List[int]] = {}
         for p in sorted(Path(d).glob("seed*.json")):
             r = json.loads(p.read_text())
             o = r.get("origin")
-            out.append(f"- seed {r['seed']}: `{p}`" + (
-                f", recovered by `{o['reader']}` from `{o['recovered_from']}` at commit {o['commit'][:10]} "
-                f"(differences, per-question-type accuracy, abstention P/R, costs; no per-arm stability, "
-                f"sensitivity, answer w/o looking, null-canvas recall)" if o else ", written by the run"))
+            how = (f"recovered by `{o['reader']}` from `{o['recovered_from']}` at commit {o['commit'][:10]} (paired "
+                   "differences, per-question-type accuracy, abstention P/R, costs; no per-arm stability, sensitivity, "
+                   "answer w/o looking, null-canvas recall)" if o else "written by the run")
+            groups.setdefault(how, []).append(r["seed"])
+        out += [f"- seeds {seeds}: `{d}/seed<S>.json`, {how}" for how, seeds in groups.items()]
     return ["Per-seed sources:", ""] + out + [""]
 
 
@@ -98,7 +100,7 @@ def pool_main(args) -> None:
     commands = list(dict.fromkeys(r["command"] for r in recs))
     pool_cmd = PREFIX + shlex.join(["--pool", *args.pool] + (["--report", args.report] if args.report else []))
     ns = SimpleNamespace(**recs[0]["settings"], argv=[], commands=commands,
-                         sources=[f"Pooled by: `{pool_cmd}`", ""] + sources(recs, args.pool))
+                         sources=[f"Pooled by: `{pool_cmd}`", ""] + sources(args.pool))
     cost_long = next((r["cost_long"] for r in recs if r.get("cost_long")), None)
     table = render(recs, ns, math.nan, budgets_text(recs), cost_long)
     if args.report:

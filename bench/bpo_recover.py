@@ -216,11 +216,40 @@ def cross_check(ts: List[Table], recs: List[Dict]) -> None:
                                  f"vs printed {cell}")
 
 
+def disagreements(recovered: Dict, full: Dict) -> List[str]:
+    """Where a full seed record (a rerun) and a recovered one differ beyond the printing's rounding (0.1 pp): every
+    recovered accuracy, abstention P/R and paired difference; timings are not compared. Empty: it reproduced."""
+    out = []
+    for arm, e in recovered["eval"].items():
+        f = full["eval"].get(arm)
+        if f is None:
+            out.append(f"{arm}: not in the rerun")
+            continue
+        for k in ("macro", "abstain_precision", "abstain_recall"):
+            if abs(e[k] - f[k]) > 6e-4:
+                out.append(f"{arm} {k}: {100 * e[k]:.1f} printed, {100 * f[k]:.2f} rerun")
+        for q, v in e["per_qtype"].items():
+            if v is not None and abs(v - f["per_qtype"].get(q, float("nan"))) <= 6e-4:
+                continue
+            out.append(f"{arm} {q}: {v} printed, {f['per_qtype'].get(q)} rerun")
+    for pair, d in recovered["diffs"].items():
+        a, b = pair.split(" - ")
+        for k, v in d.items():
+            x, y = full["eval"][a].get(k), full["eval"][b].get(k)
+            if v is None or x is None or y is None or any(map(math.isnan, (x, y))):
+                continue
+            if abs(v - (x - y)) > 6e-4:
+                out.append(f"{pair} {k}: {100 * v:+.1f} printed, {100 * (x - y):+.2f} rerun")
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("markdown", help="a results file written by bench/bpo_vs_grpo.py --report, as a path in the repo")
     ap.add_argument("--commit", required=True, help="the commit it is read at (git show COMMIT:PATH; recorded as the origin)")
     ap.add_argument("--out", required=True, help="folder for seed<S>.json")
+    ap.add_argument("--against", default=None, metavar="DIR",
+                    help="also compare with the full seed<S>.json records of a rerun of the same seeds in DIR")
     args = ap.parse_args(argv)
     repo = Path(__file__).resolve().parent.parent
     md = subprocess.run(["git", "-C", str(repo), "show", f"{args.commit}:{args.markdown}"], check=True,
@@ -233,6 +262,11 @@ def main(argv=None) -> None:
                        "derived": DERIVED, "missing": MISSING}
         (out / f"seed{r['seed']}.json").write_text(json.dumps(r, indent=1) + "\n")
         print(f"{out / ('seed%d.json' % r['seed'])}: {len(r['eval'])} arms, {len(r['diffs'])} differences")
+        rerun = Path(args.against or "") / f"seed{r['seed']}.json"
+        if args.against and rerun.exists():
+            bad = disagreements(r, json.loads(rerun.read_text()))
+            print(f"  against {rerun}: " + ("every printed value reproduced" if not bad else
+                                            f"{len(bad)} differ: " + "; ".join(bad[:8])))
 
 
 if __name__ == "__main__":

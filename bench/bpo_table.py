@@ -125,8 +125,12 @@ def render(results: List[Dict], args, wall_min: float, budgets_text: str, cost_l
                 partial[h] = have
         lines.append(f"| {label(arm)} | " + " | ".join(cells) + " |")
     if partial:
-        lines += ["", "† Over seeds " + "; ".join(f"{v} for {h}" for h, v in partial.items()) + " only: the other seeds' "
-                  "records keep these metrics only as the paired differences below (recovered from a results markdown)."]
+        groups: Dict[str, List[str]] = {}
+        for h, v in partial.items():
+            groups.setdefault(str(v), []).append(h)
+        lines += ["", "† Over seeds " + "; ".join(f"{v} only ({', '.join(hs)})" for v, hs in groups.items())
+                  + ": the other seeds' records keep these metrics only as the paired differences below (recovered "
+                  "from a results markdown)."]
     lines += ["", "Differences (pp), paired by seed: mean [95% t-interval].", "",
               "| difference | " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * (len(cols) + 1)]
     pairs = pairs_for(arms)

@@ -112,7 +112,7 @@ def test_pool_recovered_and_new_seeds(tmp_path):
     arm_row = next(x for x in md.splitlines() if x.startswith("| BPO (2x4) | "))
     cells = arm_row.split(" | ")
     assert not cells[1].endswith("†") and cells[4].endswith("†")
-    assert "† Over seeds [2] for stability (changed pixels)" in md
+    assert "† Over seeds [2] only (stability (changed pixels), sensitivity (vs expected), answer w/o looking)" in md
     # bimodal: seeds 1 and 2 learned (F1 >= 50); answer w/o looking kept by seed 2 only
     learned = next(x for x in md.splitlines() if x.startswith("| BPO (2x4) | 2 / 3"))
     assert "(seeds [2]; not kept for the others)" in learned
@@ -132,3 +132,16 @@ def test_pool_refuses_mixed_settings_and_repeated_seeds(tmp_path):
     with pytest.raises(ValueError, match="settings differ: rl_steps = 40 in .*, 80 in"):
         pool.load_records([str(tmp_path / "a"), str(tmp_path / "c")])
     assert not math.isnan(pool.load_records([str(tmp_path / "a")])[0]["eval"]["bpo"]["macro"])
+
+
+def test_disagreements_name_what_a_rerun_changed():
+    recover = _mod("bpo_recover")
+    results = [_result(s) for s in (0, 1)]
+    recs = recover.recover(_markdown(results))
+    assert recover.disagreements(recs[1], results[1]) == []
+    changed = json.loads(json.dumps(results[1]))
+    changed["eval"]["bpo"]["per_qtype"]["order"] += 1 / 13
+    changed["eval"]["bpo"]["stability"] += 1 / 64
+    bad = recover.disagreements(recs[1], changed)
+    assert any(b.startswith("bpo order:") for b in bad)
+    assert any(b.startswith("bpo - grpo stability:") for b in bad) and len(bad) == 2
