@@ -4,7 +4,8 @@ from the same SFT checkpoint, on the synthetic video world (optionally with a pr
     .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--arms grpo grpo_g2 ...] [--sft-steps 600]
         [--rl-steps 300] [--n-train 1024] [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.05]
         [--prior frequent|phrasing|tint] [--prior-strength 0.8] [--cost-tokens 256] [--jobs 1] [--out runs/bpo_vs_grpo]
-        [--report FILE] [--arm 'NAME CONFIG... KEY=VALUE...' ...] [--render-only] [overrides ...]
+        [--report FILE] [--seed-dir DIR] [--arm 'NAME CONFIG... KEY=VALUE...' ...] [--render-only] [overrides ...]
+    .venv/bin/python bench/bpo_vs_grpo.py --pool DIR [DIR ...] [--report FILE]
 
 Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
 lr 1e-4, a 1024 / 256 clip world.
@@ -24,7 +25,10 @@ settings, then the RL arms from that checkpoint with the same steps, lr, prompts
 
 ``--arms`` picks among them (default: all); ``--arm`` adds an arm of your own (config files and dotted overrides;
 a BPO arm must match the budget of a GRPO-family arm). ``--jobs 2`` runs two seeds at once in child processes;
-``--render-only`` prints the table again from an earlier ``--out``.
+``--render-only`` prints the table again from an earlier ``--out``. ``--seed-dir DIR`` also writes each seed's
+results as ``DIR/seed<S>.json`` (with its command and settings; small, to commit), and ``--pool DIR ...`` renders
+the table from such records of several runs (``bench/bpo_pool.py``; seeds recovered from an older results markdown
+by ``bench/bpo_recover.py`` pool the same way).
 
 The arms are stepped round-robin in one process (each with its own saved RNG state, so an arm's run is the one it
 would have alone), so the step-time ratios are measured side by side under the same machine load. After the
