@@ -91,7 +91,26 @@ def sources(dirs: List[str]) -> List[str]:
                    "answer w/o looking, null-canvas recall)" if o else "written by the run")
             groups.setdefault(how, []).append(r["seed"])
         out += [f"- seeds {seeds}: `{d}/seed<S>.json`, {how}" for how, seeds in groups.items()]
+        out += reproduction(Path(d))
     return ["Per-seed sources:", ""] + out + [""]
+
+
+def reproduction(d: Path) -> List[str]:
+    """A line comparing ``d/recovered/seed<S>.json`` (values an earlier results markdown printed) with the records
+    in ``d`` of the same seeds (reruns): reproduced, or how many values differ (``bpo_recover.disagreements``)."""
+    from bpo_recover import disagreements
+
+    rec = {json.loads(p.read_text())["seed"]: json.loads(p.read_text()) for p in sorted((d / "recovered").glob("seed*.json"))}
+    full = {s: json.loads((d / f"seed{s}.json").read_text()) for s in rec if (d / f"seed{s}.json").exists()}
+    if not full:
+        return []
+    o = next(iter(rec.values()))["origin"]
+    bad = {s: disagreements(rec[s], full[s]) for s in full}
+    verdict = ("every value it printed for them (accuracies, abstention P/R, paired differences) is reproduced by "
+               "these records" if not any(bad.values()) else
+               "these records differ from it in " + "; ".join(f"seed {s}: {len(b)} values" for s, b in bad.items() if b))
+    return [f"- seeds {sorted(full)} were run before: `{o['recovered_from']}` at commit {o['commit'][:10]} "
+            f"(recovered in `{d}/recovered/` by `{o['reader']}`); {verdict}."]
 
 
 def pool_main(args) -> None:

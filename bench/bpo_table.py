@@ -142,7 +142,8 @@ def render(results: List[Dict], args, wall_min: float, budgets_text: str, cost_l
     lines += ["", f"Per-seed differences (pp), seeds {seeds} in order:", "",
               "| difference | " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * (len(cols) + 1)]
     for a, b in pairs:
-        cells = [", ".join(f"{100 * d:+.1f}" for d in diff_values(results, a, b, k)) for k, _ in cols]
+        cells = [", ".join("n/a" if math.isnan(d) else f"{100 * d:+.1f}" for d in diff_values(results, a, b, k))
+                 for k, _ in cols]
         lines.append(f"| {short(a)} − {short(b)} | " + " | ".join(cells) + " |")
     lines += ["", f"Abstention is bimodal (a seed learns it or it does not): seeds with held-out abstention F1 ≥ "
               f"{100 * LEARNED:.0f}, and the values among those seeds.", "",

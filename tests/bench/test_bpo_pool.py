@@ -145,3 +145,20 @@ def test_disagreements_name_what_a_rerun_changed():
     bad = recover.disagreements(recs[1], changed)
     assert any(b.startswith("bpo order:") for b in bad)
     assert any(b.startswith("bpo - grpo stability:") for b in bad) and len(bad) == 2
+
+
+def test_pooled_sources_say_whether_reruns_reproduce_the_earlier_table(tmp_path):
+    recover, pool = _mod("bpo_recover"), _mod("bpo_pool")
+    results = [_result(s) for s in (0, 1)]
+    (tmp_path / "recovered").mkdir()
+    for rec in recover.recover(_markdown(results)):
+        rec["origin"] = {"recovered_from": "bench/results/x.md", "commit": "a" * 40, "reader": "bench/bpo_recover.py"}
+        (tmp_path / "recovered" / f"seed{rec['seed']}.json").write_text(json.dumps(rec))
+    run = {"argv": CMD.format(seeds="0 1").split()[2:], "settings": SETTINGS}
+    pool.write_seed_records(results, tmp_path, run)
+    line = pool.reproduction(tmp_path)[0]
+    assert line.startswith("- seeds [0, 1] were run before: `bench/results/x.md` at commit aaaaaaaaaa")
+    assert "is reproduced by these records" in line
+    results[1]["eval"]["grpo"]["per_qtype"]["color"] += 2 / 13
+    pool.write_seed_records(results, tmp_path, run)
+    assert "differ from it in seed 1:" in pool.reproduction(tmp_path)[0]
