@@ -108,6 +108,8 @@ def test_pool_recovered_and_new_seeds(tmp_path):
     per_seed = next(x for x in md.splitlines() if x.startswith("| BPO − GRPO | ") and x.count(",") >= 10)
     stab = [new["eval"][a]["stability"] for a in ("bpo", "grpo")]
     assert f"{100 * (stab[0] - stab[1]):+.1f}" in per_seed.split(" | ")[4].split(", ")[2]
+    old_stab = [100 * (r["eval"]["bpo"]["stability"] - r["eval"]["grpo"]["stability"]) for r in old]
+    assert per_seed.split(" | ")[4].split(", ")[:2] == [f"{x:+.1f}" for x in old_stab]  # the recorded differences
     # arm metrics only seed 2 holds are marked; macro (all seeds) is not
     arm_row = next(x for x in md.splitlines() if x.startswith("| BPO (2x4) | "))
     cells = arm_row.split(" | ")
