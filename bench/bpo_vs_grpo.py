@@ -226,6 +226,10 @@ def main(argv=None) -> None:
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.pool:
+        given = [k for k, v in vars(args).items()
+                 if k not in ("pool", "report") and v != ap.get_default(k) and not (k == "overrides" and v == [])]
+        if given:
+            ap.error(f"--pool renders from the records alone; it takes only --report (got {', '.join(given)})")
         from bpo_pool import pool_main
 
         return pool_main(args)

@@ -120,6 +120,8 @@ def test_pool_recovered_and_new_seeds(tmp_path):
     assert "(seeds [2]; not kept for the others)" in learned
     assert "Held-out abstention recall per null canvas (mean over seeds [2]" in md
     assert "| 0 | bpo |" in md and "| 2 | bpo |" in md  # cost rows of every seed
+    with pytest.raises(SystemExit):  # a flag --pool would ignore is refused
+        vs.main(["--pool", str(tmp_path / "new"), "--seeds", "2"])
 
 
 def test_pool_refuses_mixed_settings_and_repeated_seeds(tmp_path):
