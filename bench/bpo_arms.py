@@ -66,7 +66,10 @@ def check_budgets(arms: Dict[str, "Arm"], budgets: Dict[str, Dict[str, int]]) ->
 
 def budgets_text(results: List[Dict]) -> str:
     arms = list(results[0]["costs"])
-    return "; ".join(f"{ARM_LABEL.get(a, a)}: " + "/".join(str(v) for v in sorted({v for r in results for v in r["budgets"][a].values()}))
+    def values(budget: Dict) -> set:  # per question type; a recovered record keeps the printed list
+        return {x for v in budget.values() for x in (v if isinstance(v, list) else [v])}
+
+    return "; ".join(f"{ARM_LABEL.get(a, a)}: " + "/".join(str(v) for v in sorted(set().union(*(values(r["budgets"][a]) for r in results))))
                      for a in arms)
 
 

@@ -76,12 +76,33 @@ def _v(e: Dict, k: str) -> float:
     return float("nan") if x is None else float(x)
 
 
+def diff_values(results: List[Dict], a: str, b: str, k: str) -> List[float]:
+    """Per-seed a − b of metric k: the recorded difference where a seed record keeps only differences (seeds
+    recovered from a results markdown, ``bench/bpo_recover.py``), else the difference of the arms' values."""
+    out = []
+    for r in results:
+        d = r.get("diffs", {}).get(f"{a} - {b}")
+        out.append(_v(d, k) if d is not None else _v(r["eval"][a], k) - _v(r["eval"][b], k))
+    return out
+
+
+def seeds_with(results: List[Dict], arm: str, k: str) -> List[int]:
+    """Seeds whose record holds arm's own value of metric k (recovered seeds lack some, see bench/bpo_recover.py)."""
+    return [r["seed"] for r in results if k in r["eval"].get(arm, {})]
+
+
+def _ratio(c: Dict, g: Dict, k: str) -> float:
+    """c's median k-time over GRPO's (a recovered cost row keeps only the printed ratio)."""
+    return c[f"{k}_s"] / g[f"{k}_s"] if f"{k}_s" in c else c[f"{k}_ratio"]
+
+
 def render(results: List[Dict], args, wall_min: float, budgets_text: str, cost_long: Optional[Dict]) -> str:
     seeds = [r["seed"] for r in results]
     arms = list(results[0]["costs"])
     cols = columns(results)
     lines = [f"# BPO vs GRPO vs T-GRPO, miniature (seeds {seeds}{', prior world: ' + args.prior if args.prior else ''})",
              "", *(["Commands (their seeds pooled here):", ""] + [f"- `{c}`" for c in args.commands]
+                   + [""] + list(getattr(args, "sources", None) or [])
                    if getattr(args, "commands", None) else
                    ["Command: `.venv/bin/python bench/bpo_vs_grpo.py " + shlex.join(args.argv) + "`"]), "",
              f"World: synthetic video (`make_video_world`), {args.n_train} train / {args.n_test} held-out clips per seed"
@@ -94,45 +115,71 @@ def render(results: List[Dict], args, wall_min: float, budgets_text: str, cost_l
              "training, null views on five canvases no stage trained on (black, light gray, noise, a gradient, a "
              "drifting texture). Percent; mean [95% t-interval] over seeds.", ""]
     lines += ["| arm | " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    partial: Dict[str, List[int]] = {}  # column -> the seeds that hold its per-arm values, where not all do
     for arm in ["sft"] + arms:
-        lines.append(f"| {label(arm)} | " + " | ".join(fmt_ci([_v(r["eval"][arm], k) for r in results]) for k, _ in cols) + " |")
+        cells = []
+        for k, h in cols:
+            have = seeds_with(results, arm, k)
+            cells.append(fmt_ci([_v(r["eval"][arm], k) for r in results]) + ("" if len(have) == len(seeds) else " †"))
+            if len(have) < len(seeds):
+                partial[h] = have
+        lines.append(f"| {label(arm)} | " + " | ".join(cells) + " |")
+    if partial:
+        groups: Dict[str, List[str]] = {}
+        for h, v in partial.items():
+            groups.setdefault(str(v), []).append(h)
+        lines += ["", "† Over seeds " + "; ".join(f"{v} only ({', '.join(hs)})" for v, hs in groups.items())
+                  + ": the other seeds' records keep these metrics only as the paired differences below (recovered "
+                  "from a results markdown)."]
     lines += ["", "Differences (pp), paired by seed: mean [95% t-interval].", "",
               "| difference | " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * (len(cols) + 1)]
     pairs = pairs_for(arms)
     for a, b in pairs:
-        cells = [fmt_ci([_v(r["eval"][a], k) - _v(r["eval"][b], k) for r in results], signed=True) for k, _ in cols]
+        cells = [fmt_ci(diff_values(results, a, b, k), signed=True) for k, _ in cols]
         lines.append(f"| {short(a)} − {short(b)} | " + " | ".join(cells) + " |")
     paper = [f"+{PAPER[k]:.1f}" if k in PAPER else "" for k, _ in cols]
     lines.append("| paper: BPO − budget-matched GRPO | " + " | ".join(paper) + " |")
     lines += ["", f"Per-seed differences (pp), seeds {seeds} in order:", "",
               "| difference | " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * (len(cols) + 1)]
     for a, b in pairs:
-        cells = [", ".join(f"{100 * (_v(r['eval'][a], k) - _v(r['eval'][b], k)):+.1f}" for r in results) for k, _ in cols]
+        cells = [", ".join("n/a" if math.isnan(d) else f"{100 * d:+.1f}" for d in diff_values(results, a, b, k))
+                 for k, _ in cols]
         lines.append(f"| {short(a)} − {short(b)} | " + " | ".join(cells) + " |")
     lines += ["", f"Abstention is bimodal (a seed learns it or it does not): seeds with held-out abstention F1 ≥ "
               f"{100 * LEARNED:.0f}, and the values among those seeds.", "",
               "| arm | learned | F1 among those | recall among those | answer w/o looking among those |", "|---|---|---|---|---|"]
+    def among(got: List[Dict], k: str) -> str:
+        have = [r for r in got if k in r["eval"][arm]]
+        if not have:
+            return "—" if not got else "n/a"
+        m = f"{100 * statistics.mean(r['eval'][arm][k] for r in have):.1f}"
+        return m if len(have) == len(got) else f"{m} (seeds {[r['seed'] for r in have]}; not kept for the others)"
+
     for arm in ["sft"] + arms:
-        got = [r["eval"][arm] for r in results if _v(r["eval"][arm], "abstain_f1") >= LEARNED]
-        among = lambda k: f"{100 * statistics.mean(e[k] for e in got):.1f}" if got else "—"  # noqa: E731
-        lines.append(f"| {label(arm)} | {len(got)} / {len(results)} | {among('abstain_f1')} | {among('abstain_recall')} | "
-                     f"{among('no_look')} |")
-    lines += ["", "Held-out abstention recall per null canvas (mean over seeds):", "",
-              "| arm | " + " | ".join(sorted(results[0]["eval"]["sft"].get("null_recall", {}))) + " |",
-              "|" + "---|" * (len(results[0]["eval"]["sft"].get("null_recall", {})) + 1)]
+        got = [r for r in results if _v(r["eval"][arm], "abstain_f1") >= LEARNED]
+        lines.append(f"| {label(arm)} | {len(got)} / {len(results)} | {among(got, 'abstain_f1')} | "
+                     f"{among(got, 'abstain_recall')} | {among(got, 'no_look')} |")
+    nr_res = [r for r in results if "null_recall" in r["eval"]["sft"]] or results[:1]
+    canvases = sorted(nr_res[0]["eval"]["sft"].get("null_recall", {}))
+    lines += ["", "Held-out abstention recall per null canvas (mean over seeds"
+              + ("" if len(nr_res) == len(results) else f" {[r['seed'] for r in nr_res]}, the only ones that keep it")
+              + "):", "", "| arm | " + " | ".join(canvases) + " |", "|" + "---|" * (len(canvases) + 1)]
     for arm in ["sft"] + arms:
-        nr = sorted(results[0]["eval"][arm].get("null_recall", {}))
         lines.append(f"| {label(arm)} | " + " | ".join(
-            f"{100 * statistics.mean(r['eval'][arm]['null_recall'][k] for r in results):.1f}" for k in nr) + " |")
-    n = results[0]["eval"]["grpo" if "grpo" in arms else arms[0]].get("n", {})
-    lines += ["", "Items behind each metric (seed " + str(seeds[0]) + ", per arm): " + ", ".join(
-        f"{k} {int(v)}" for k, v in sorted(n.items())) + ".", ""]
+            f"{100 * statistics.mean(r['eval'][arm]['null_recall'][k] for r in nr_res):.1f}" for k in canvases) + " |")
+    ref = "grpo" if "grpo" in arms else arms[0]
+    n_res = next((r for r in results if "n" in r["eval"][ref]), results[0])
+    lines += ["", "Items behind each metric (seed " + str(n_res["seed"]) + ", per arm): " + ", ".join(
+        f"{k} {int(v)}" for k, v in sorted(n_res["eval"][ref].get("n", {}).items())) + ".", ""]
     lines += per_qtype(results, arms) + [""] + cost_lines(results, arms, cost_long)
-    mins = [r["minutes"]["total"] for r in results]
-    lines += ["", f"Wall time: {wall_min:.1f} min in all ({statistics.mean(mins):.1f} min per seed: "
-              f"SFT {statistics.mean(r['minutes']['sft'] for r in results):.1f}, "
-              f"RL {statistics.mean(r['minutes']['rl'] for r in results):.1f} for the {len(arms)} arms, "
-              f"eval {statistics.mean(r['minutes']['eval'] for r in results):.1f})."]
+    timed = [r for r in results if "minutes" in r]
+    mean_min = lambda k: statistics.mean(r["minutes"][k] for r in timed)  # noqa: E731
+    if timed:
+        lines += ["", (f"Wall time: {wall_min:.1f} min in all (" if not math.isnan(wall_min) else "Wall time: ")
+                  + f"{mean_min('total'):.1f} min per seed: SFT {mean_min('sft'):.1f}, RL {mean_min('rl'):.1f} for "
+                  f"the {len(arms)} arms, eval {mean_min('eval'):.1f}"
+                  + ("" if len(timed) == len(results) else f"; seeds {[r['seed'] for r in timed]}, the only ones timed")
+                  + (")." if not math.isnan(wall_min) else ".")]
     return "\n".join(lines) + "\n"
 
 
@@ -170,8 +217,8 @@ def cost_lines(results: List[Dict], arms: List[str], cost_long: Optional[Dict]) 
             q, w = c["median_step_s"] / g["median_step_s"], work(c) / max(work(g), 1e-9)
             ratio[arm].append(q)
             per_tok[arm].append(q / w)
-            lines.append(f"| {r['seed']} | {arm} | {c['median_step_s']:.3f} | {q:.2f} | {c['rollout_s'] / g['rollout_s']:.2f} | "
-                         f"{c['update_s'] / g['update_s']:.2f} | {100 * c['view_share']:.2f}% | {c.get('prompts', 0):.0f} | "
+            lines.append(f"| {r['seed']} | {arm} | {c['median_step_s']:.3f} | {q:.2f} | {_ratio(c, g, 'rollout'):.2f} | "
+                         f"{_ratio(c, g, 'update'):.2f} | {100 * c['view_share']:.2f}% | {c.get('prompts', 0):.0f} | "
                          f"{c.get('prompt_tokens', 0):.0f} | {c.get('response_tokens', 0):.0f} | {w:.2f} | {q / w:.2f} |")
     lines.append("")
     from_match = {"bpo": "grpo", "bpo_p8": "grpo_g32", "bpo_anchor": "grpo_g2"}

@@ -4,7 +4,8 @@ from the same SFT checkpoint, on the synthetic video world (optionally with a pr
     .venv/bin/python bench/bpo_vs_grpo.py [--seeds 0 1 2] [--arms grpo grpo_g2 ...] [--sft-steps 600]
         [--rl-steps 300] [--n-train 1024] [--n-test 256] [--prompts-per-step 16] [--sft-null-share 0.05]
         [--prior frequent|phrasing|tint] [--prior-strength 0.8] [--cost-tokens 256] [--jobs 1] [--out runs/bpo_vs_grpo]
-        [--report FILE] [--arm 'NAME CONFIG... KEY=VALUE...' ...] [--render-only] [overrides ...]
+        [--report FILE] [--seed-dir DIR] [--arm 'NAME CONFIG... KEY=VALUE...' ...] [--render-only] [overrides ...]
+    .venv/bin/python bench/bpo_vs_grpo.py --pool DIR [DIR ...] [--report FILE]
 
 Defaults are the demo's (``configs/demo.yaml``, ``mmrl.demo``): 600 SFT steps, 300 RL steps x 16 prompts at
 lr 1e-4, a 1024 / 256 clip world.
@@ -24,7 +25,10 @@ settings, then the RL arms from that checkpoint with the same steps, lr, prompts
 
 ``--arms`` picks among them (default: all); ``--arm`` adds an arm of your own (config files and dotted overrides;
 a BPO arm must match the budget of a GRPO-family arm). ``--jobs 2`` runs two seeds at once in child processes;
-``--render-only`` prints the table again from an earlier ``--out``.
+``--render-only`` prints the table again from an earlier ``--out``. ``--seed-dir DIR`` also writes each seed's
+results as ``DIR/seed<S>.json`` (with its command and settings; small, to commit), and ``--pool DIR ...`` renders
+the table from such records of several runs (``bench/bpo_pool.py``; seeds recovered from an older results markdown
+by ``bench/bpo_recover.py`` pool the same way).
 
 The arms are stepped round-robin in one process (each with its own saved RNG state, so an arm's run is the one it
 would have alone), so the step-time ratios are measured side by side under the same machine load. After the
@@ -183,7 +187,7 @@ def child_argv(args, out: Path, seed: int) -> List[str]:
     return cmd + list(args.overrides)
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="built-in arms to run")
@@ -210,8 +214,25 @@ def main(argv=None) -> None:
     ap.add_argument("--report", default=None, help="also write the markdown table here")
     ap.add_argument("--render-only", action="store_true",
                     help="no training: print the table again from OUT/seed<S>/seed_result.json of an earlier run")
+    ap.add_argument("--seed-dir", default=None,
+                    help="also write each seed's results as DIR/seed<S>.json (with its command and settings), to commit")
+    ap.add_argument("--pool", nargs="+", default=None, metavar="DIR",
+                    help="no training: render the table from the seed<S>.json files in DIR(s) (bench/bpo_pool.py)")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides applied to SFT and every arm")
+    return ap
+
+
+def main(argv=None) -> None:
+    ap = build_parser()
     args = ap.parse_args(argv)
+    if args.pool:
+        given = [k for k, v in vars(args).items()
+                 if k not in ("pool", "report") and v != ap.get_default(k) and not (k == "overrides" and v == [])]
+        if given:
+            ap.error(f"--pool renders from the records alone; it takes only --report (got {', '.join(given)})")
+        from bpo_pool import pool_main
+
+        return pool_main(args)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if "grpo" not in args.arms:
         ap.error("--arms must include grpo (every ratio and difference is taken against it)")
@@ -256,6 +277,10 @@ def main(argv=None) -> None:
     if getattr(args, "commands", None):
         run["commands"] = args.commands
     (out / "run.json").write_text(json.dumps(run))
+    if args.seed_dir:
+        from bpo_pool import write_seed_records
+
+        write_seed_records(results, Path(args.seed_dir), run)
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(table)
