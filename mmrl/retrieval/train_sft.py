@@ -7,7 +7,7 @@ Each step draws ``train.batch_size`` gold states (query q, chain prefix g[:t]) w
                                                      ∪ {e_BACKTRACK, e_STOP}
 
 Images in a state's own chain are not its negatives (the policy never offers them), nor is BACKTRACK on an
-empty chain. The special embeddings are negatives here; imitation teaches when they are right.
+empty chain. Over many worlds (a ``CorpusUnion``) a state's negatives are the keys of its own corpus only. The special embeddings are negatives here; imitation teaches when they are right.
 """
 from __future__ import annotations
 
@@ -58,18 +58,23 @@ class SFTLoss:
         pos = [queries[n].chain[t] for n, t in batch]
         states = router.state_embeddings([queries[n] for n, _ in batch], chains)
         keys = list(dict.fromkeys(pos))
+        scopes = [router.scope(p) for p in pos]
         if ctx["hard"]:
             for b, s in enumerate(states):
-                keys += router.candidates(s, set(chains[b]) | {pos[b]}, k=ctx["hard"])
+                keys += router.candidates(s, set(chains[b]) | {pos[b]}, k=ctx["hard"], scope=scopes[b])
             keys = list(dict.fromkeys(keys))
         key_emb = torch.cat([router.image_embeddings(keys, grad=True), router.special.to(states.dtype)])
         where = {k: j for j, k in enumerate(keys)}
         labels = torch.tensor([where[p] for p in pos])
         mask = torch.ones(len(batch), len(keys) + 2, dtype=torch.bool)
+        key_scope = [router.scope(k) for k in keys]
         for b, ch in enumerate(chains):
             for c in ch:
                 if c in where:
                     mask[b, where[c]] = False
+            for j, ks in enumerate(key_scope):
+                if ks != scopes[b]:
+                    mask[b, j] = False  # another world's image: not a negative of this state
             if not ch:
                 mask[b, len(keys)] = False  # no BACKTRACK on an empty chain
         loss = info_nce(states, key_emb, labels, router.params.temperature, mask)
