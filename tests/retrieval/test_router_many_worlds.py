@@ -61,34 +61,30 @@ def test_candidates_and_rollouts_stay_in_the_querys_corpus(worlds, tmp_path):
         assert len(ep.steps[0].candidates) == len(corpus.parts[part])  # top_k 50 > the part: all of it, nothing else
 
 
-def test_sft_negatives_come_from_the_states_own_corpus(worlds, tmp_path, monkeypatch):
+def test_an_sft_step_draws_its_states_and_negatives_from_one_world(worlds, tmp_path, monkeypatch):
     import mmrl.retrieval.train_sft as sft
 
     root, _ = worlds
-    cfg = _cfg(f"{root}/w*/queries.json", tmp_path / "o", "sft.hard_negatives=2", "train.batch_size=12")
+    cfg = _cfg(f"{root}/w*/queries.json", tmp_path / "o", "sft.hard_negatives=3")
     corpus, queries, _ = load_data(cfg, say=lambda *_: None)
     router = build_router(cfg, corpus)
-    seen = {}
+    keys, embed = [], router.image_embeddings
 
-    def spy(states, keys, labels, temperature, mask):
-        seen.update(labels=labels, mask=mask.clone())
-        return sft.torch.zeros((), requires_grad=True)
+    def spy(ids, grad):
+        if grad:
+            keys.append(list(ids))
+        return embed(ids, grad)
 
-    monkeypatch.setattr(sft, "info_nce", spy)
-    loss = sft.SFTLoss()
-    loss(router, queries, 0, torch.Generator().manual_seed(1), loss.setup(cfg, router, corpus))
-    picks = torch.randint(len(sft.gold_states(queries)), (12,), generator=torch.Generator().manual_seed(1)).tolist()
-    batch = [sft.gold_states(queries)[i] for i in picks]
-    pos = [queries[n].chain[t] for n, t in batch]
-    keys = list(dict.fromkeys(pos))  # the in-batch positives come first in the key list
-    mask, labels = seen["mask"], seen["labels"]
-    assert len({corpus.part_of(p) for p in pos}) > 1  # the batch mixes worlds
-    for b, p in enumerate(pos):
-        assert bool(mask[b, labels[b]])
-        for j, k in enumerate(keys):
-            if corpus.part_of(k) != corpus.part_of(p):
-                assert not bool(mask[b, j]), (p, k)
-    assert bool(mask.any(dim=1).all())
+    monkeypatch.setattr(router, "image_embeddings", spy)
+    monkeypatch.setattr(sft, "info_nce", lambda *a: sft.torch.zeros((), requires_grad=True))
+    loss, gen = sft.SFTLoss(), torch.Generator().manual_seed(1)
+    ctx = loss.setup(cfg, router, corpus)
+    for step in range(6):
+        loss(router, queries, step, gen, ctx)
+    parts = [{corpus.part_of(k) for k in ks} for ks in keys]
+    assert all(len(p) == 1 for p in parts)  # positives and hard negatives of a step: one world
+    assert len(set().union(*parts)) > 1  # the steps visit several worlds
+    assert all(len(ks) > 1 for ks in keys)  # and have negatives there
 
 
 @pytest.mark.slow
