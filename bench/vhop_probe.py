@@ -57,7 +57,7 @@ def hop_accuracy(router, corpus, queries) -> dict:
 
 def summarise(dirs) -> str:
     """A markdown table of several probes' ``probe.json`` (held-out hop accuracy %, next to the scene-only chance)."""
-    rows = ["| world (colours x shapes, scene cap, emblem) | train worlds | train queries (images) | SFT steps, lr | held-out hop-0 "
+    rows = ["| world (colours x shapes, scene cap, emblem, image px) | train worlds | train queries (images) | SFT steps, lr | held-out hop-0 "
             "top-1 (text -> image) | held-out hop>=1 top-1 | scene-only chance | top-1 in gold scene | top-1 has the "
             "emblem's object | train-split hop>=1 top-1 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for d in dirs:
@@ -65,7 +65,7 @@ def summarise(dirs) -> str:
         a, h, t = r["args"], r["held_out"], r["train"]
         pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
         worlds = a.get("worlds", 0) or 1
-        rows.append(f"| {a['colours']} x {a['shapes']}, {a['scene_cap']}, {a['emblem_scale']} | {worlds} | "
+        rows.append(f"| {a['colours']} x {a['shapes']}, {a['scene_cap']}, {a['emblem_scale']}, {a['size']} | {worlds} | "
                     f"{r['queries']['train'] if 'queries' in r else a['n_train']} ({r['images']['train']}) | {a['steps']}, {a['lr']:g} | {pct(h['acc/t0'])} | {pct(h['acc/t1+'])} "
                     f"| {pct(h['scene_chance/t1+'])} | {pct(h['top1_in_scene/t1+'])} | {pct(h['top1_main/t1+'])} "
                     f"| {pct(t['acc/t1+'])} |")
