@@ -72,7 +72,7 @@ def summarise(dirs) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out")
     p.add_argument("--summarise", nargs="+", metavar="OUT", help="print the table of these probes' probe.json")
@@ -92,7 +92,7 @@ def main() -> None:
     p.add_argument("--hard-negatives", type=int, help="sft.hard_negatives (default: the config's)")
     p.add_argument("--index-refresh", type=int, help="train.index_refresh (default: the config's)")
     p.add_argument("--reuse", action="store_true", help="evaluate an existing --out (same flags) without training")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.summarise:
         print(summarise(a.summarise))
         return
