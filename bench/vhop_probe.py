@@ -34,7 +34,7 @@ def hop_accuracy(router, corpus, queries) -> dict:
     for it in corpus.items:
         sizes[scene(it.id)] = sizes.get(scene(it.id), 0) + 1
     main = lambda i: tuple(corpus.by_id[i].meta["main"].values())  # noqa: E731
-    hits, in_scene, has_main = {"t0": [], "t1+": []}, [], []
+    hits, in_scene, has_main, named_scene = {"t0": [], "t1+": []}, [], [], []
     chance = {"t0": [], "t1+": []}
     states = [(q, t) for q in queries for t in range(len(q.chain))]
     with torch.no_grad():
@@ -46,29 +46,36 @@ def hop_accuracy(router, corpus, queries) -> dict:
                 key = "t0" if t == 0 else "t1+"
                 hits[key].append(float(top[0] == q.chain[t]))
                 chance[key].append(1.0 / (sizes[scene(q.chain[t])] - t))
+                if not t:
+                    named_scene.append(float(scene(top[0]) == scene(q.chain[0])))
                 if t:
                     in_scene.append(float(scene(top[0]) == scene(q.chain[t])))
                     has_main.append(float(main(top[0]) == main(q.chain[t])))
     mean = lambda xs: sum(xs) / max(1, len(xs))  # noqa: E731
     return {f"acc/{k}": mean(v) for k, v in hits.items()} | {f"scene_chance/{k}": mean(v) for k, v in chance.items()} \
         | {f"n/{k}": len(v) for k, v in hits.items()} | {"top1_in_scene/t1+": mean(in_scene),
-                                                          "top1_main/t1+": mean(has_main)}
+                                                          "top1_main/t1+": mean(has_main),
+                                                          "top1_in_scene/t0": mean(named_scene)}
 
 
 def summarise(dirs) -> str:
     """A markdown table of several probes' ``probe.json`` (held-out hop accuracy %, next to the scene-only chance)."""
-    rows = ["| world (colours x shapes, scene cap, emblem, image px) | train worlds | train queries (images) | SFT steps, lr | held-out hop-0 "
-            "top-1 (text -> image) | held-out hop>=1 top-1 | scene-only chance | top-1 in gold scene | top-1 has the "
-            "emblem's object | train-split hop>=1 top-1 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| world (colours x shapes, scene cap, emblem, image px) | train worlds | train queries (images) | SFT "
+            "steps, lr | held-out hop-0 top-1 (text -> image) | hop-0 top-1 in the named scene | held-out hop>=1 top-1 "
+            "| scene-only chance (hop-0 / hop>=1) | hop>=1 top-1 in gold scene | hop>=1 top-1 has the emblem's object "
+            "| train-split hop>=1 top-1 |", "|---" * 11 + "|"]
+    pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
     for d in dirs:
         r = json.loads((Path(d) / "probe.json").read_text())
         a, h, t = r["args"], r["held_out"], r["train"]
-        pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
-        worlds = a.get("worlds", 0) or 1
-        rows.append(f"| {a['colours']} x {a['shapes']}, {a['scene_cap']}, {a['emblem_scale']}, {a['size']} | {worlds} | "
-                    f"{r['queries']['train'] if 'queries' in r else a['n_train']} ({r['images']['train']}) | {a['steps']}, {a['lr']:g} | {pct(h['acc/t0'])} | {pct(h['acc/t1+'])} "
-                    f"| {pct(h['scene_chance/t1+'])} | {pct(h['top1_in_scene/t1+'])} | {pct(h['top1_main/t1+'])} "
-                    f"| {pct(t['acc/t1+'])} |")
+        cells = [f"{a['colours']} x {a['shapes']}, {a['scene_cap']}, {a['emblem_scale']}, {a['size']}",
+                 str(a.get("worlds", 0) or 1),
+                 f"{r['queries']['train'] if 'queries' in r else a['n_train']} ({r['images']['train']})",
+                 f"{a['steps']}, {a['lr']:g}", pct(h["acc/t0"]),
+                 pct(h["top1_in_scene/t0"]) if "top1_in_scene/t0" in h else "-", pct(h["acc/t1+"]),
+                 f"{pct(h['scene_chance/t0'])} / {pct(h['scene_chance/t1+'])}", pct(h["top1_in_scene/t1+"]),
+                 pct(h["top1_main/t1+"]), pct(t["acc/t1+"])]
+        rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

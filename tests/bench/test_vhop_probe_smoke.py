@@ -30,4 +30,5 @@ def test_vhop_probe_trains_on_many_worlds(tmp_path, capsys):
     capsys.readouterr()
     probe.main(["--summarise", str(out)])
     row = capsys.readouterr().out.splitlines()[-1]
-    assert row.startswith("| 8 x 1, 8, 0.45, 56 | 2 | 10 (")
+    assert row.startswith("| 8 x 1, 8, 0.45, 56 | 2 | 10 (") and row.count("|") == 12
+    assert "top1_in_scene/t0" in res["held_out"]
