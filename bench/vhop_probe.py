@@ -61,9 +61,11 @@ def hop_accuracy(router, corpus, queries) -> dict:
 def summarise(dirs) -> str:
     """A markdown table of several probes' ``probe.json`` (held-out hop accuracy %, next to the scene-only chance)."""
     rows = ["| world (colours x shapes, scene cap, emblem, image px) | train worlds | train queries (images) | SFT "
-            "steps, lr | held-out hop-0 top-1 (text -> image) | hop-0 top-1 in the named scene | held-out hop>=1 top-1 "
+            "steps, lr, batch, hard negatives, pooling | held-out hop-0 top-1 (text -> image) | hop-0 top-1 in the named scene | held-out hop>=1 top-1 "
             "| scene-only chance (hop-0 / hop>=1) | hop>=1 top-1 in gold scene | hop>=1 top-1 has the emblem's object "
             "| train-split hop>=1 top-1 |", "|---" * 11 + "|"]
+    from omegaconf import OmegaConf
+
     pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
     for d in dirs:
         r = json.loads((Path(d) / "probe.json").read_text())
@@ -71,7 +73,8 @@ def summarise(dirs) -> str:
         cells = [f"{a['colours']} x {a['shapes']}, {a['scene_cap']}, {a['emblem_scale']}, {a['size']}",
                  str(a.get("worlds", 0) or 1),
                  f"{r['queries']['train'] if 'queries' in r else a['n_train']} ({r['images']['train']})",
-                 f"{a['steps']}, {a['lr']:g}", pct(h["acc/t0"]),
+                 f"{a['steps']}, {a['lr']:g}, {a['batch_size']}, {OmegaConf.load(Path(d) / 'sft' / 'config.yaml').sft.hard_negatives}, {a['pooling']}",
+                 pct(h["acc/t0"]),
                  pct(h["top1_in_scene/t0"]) if "top1_in_scene/t0" in h else "-", pct(h["acc/t1+"]),
                  f"{pct(h['scene_chance/t0'])} / {pct(h['scene_chance/t1+'])}", pct(h["top1_in_scene/t1+"]),
                  pct(h["top1_main/t1+"]), pct(t["acc/t1+"])]
