@@ -61,19 +61,20 @@ def hop_accuracy(router, corpus, queries) -> dict:
 def summarise(dirs) -> str:
     """A markdown table of several probes' ``probe.json`` (held-out hop accuracy %, next to the scene-only chance)."""
     rows = ["| world (colours x shapes, scene cap, emblem, image px) | train worlds | train queries (images) | SFT "
-            "steps, lr, batch, hard negatives, pooling | held-out hop-0 top-1 (text -> image) | hop-0 top-1 in the named scene | held-out hop>=1 top-1 "
-            "| scene-only chance (hop-0 / hop>=1) | hop>=1 top-1 in gold scene | hop>=1 top-1 has the emblem's object "
-            "| train-split hop>=1 top-1 |", "|---" * 11 + "|"]
+            "steps, lr, batch, hard negatives, pooling | held-out hop-0 top-1 (text -> image) | hop-0 top-1 in the "
+            "named scene | held-out hop>=1 top-1 | scene-only chance (hop-0 / hop>=1) | hop>=1 top-1 in gold scene | "
+            "hop>=1 top-1 has the emblem's object | train-split hop>=1 top-1 |", "|---" * 11 + "|"]
     from omegaconf import OmegaConf
 
     pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
     for d in dirs:
         r = json.loads((Path(d) / "probe.json").read_text())
         a, h, t = r["args"], r["held_out"], r["train"]
+        hard = OmegaConf.load(Path(d) / "sft" / "config.yaml").sft.hard_negatives
         cells = [f"{a['colours']} x {a['shapes']}, {a['scene_cap']}, {a['emblem_scale']}, {a['size']}",
                  str(a.get("worlds", 0) or 1),
                  f"{r['queries']['train'] if 'queries' in r else a['n_train']} ({r['images']['train']})",
-                 f"{a['steps']}, {a['lr']:g}, {a['batch_size']}, {OmegaConf.load(Path(d) / 'sft' / 'config.yaml').sft.hard_negatives}, {a['pooling']}",
+                 f"{a['steps']}, {a['lr']:g}, {a['batch_size']}, {hard}, {a['pooling']}",
                  pct(h["acc/t0"]),
                  pct(h["top1_in_scene/t0"]) if "top1_in_scene/t0" in h else "-", pct(h["acc/t1+"]),
                  f"{pct(h['scene_chance/t0'])} / {pct(h['scene_chance/t1+'])}", pct(h["top1_in_scene/t1+"]),
@@ -87,7 +88,8 @@ def main(argv=None) -> None:
     p.add_argument("--out")
     p.add_argument("--summarise", nargs="+", metavar="OUT", help="print the table of these probes' probe.json")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--worlds", type=int, default=0, help="train on this many other worlds (0: world seed's own train split)")
+    p.add_argument("--worlds", type=int, default=0,
+                   help="train on this many other worlds (0: world seed's own train split)")
     p.add_argument("--n-train", type=int, default=150, help="training queries (per world with --worlds)")
     p.add_argument("--n-test", type=int, default=25)
     p.add_argument("--size", type=int, default=112)
@@ -124,7 +126,8 @@ def main(argv=None) -> None:
     train = out / ("worlds/*/queries_train.json" if a.worlds else "world/queries_train.json")
     over = [f"data.train={train}", f"data.eval={out / 'world/queries_test.json'}",
             f"train.out_dir={out / 'sft'}", f"train.steps={a.steps}", f"train.save_every={a.steps}",
-            f"train.seed={a.seed}", f"train.batch_size={a.batch_size}", f"train.lr={a.lr}", f"model.pooling={a.pooling}"] + (
+            f"train.seed={a.seed}", f"train.batch_size={a.batch_size}", f"train.lr={a.lr}",
+            f"model.pooling={a.pooling}"] + (
         [f"sft.hard_negatives={a.hard_negatives}"] if a.hard_negatives is not None else []) + (
         [f"train.index_refresh={a.index_refresh}"] if a.index_refresh else [])
     cfg = load_stage_config("sft", [str(REPO / "configs/vhop_sft.yaml")], over)

@@ -10,7 +10,8 @@ Images in a state's own chain are not its negatives (the policy never offers the
 empty chain. Over many worlds (a ``CorpusUnion``) each step draws its states from one world (uniform over the
 worlds), so the in-batch positives and the hard negatives all lie in the states' own corpus. (Masking the other
 worlds' keys out of a mixed batch instead leaves a state a handful of negatives: the embeddings collapsed, mean
-pairwise cosine 0.99, in an 800-step probe over 30 worlds.) The special embeddings are negatives here; imitation teaches when they are right.
+pairwise cosine 0.99, in an 800-step probe over 30 worlds.) The special embeddings are negatives here;
+imitation teaches when they are right.
 """
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ def test_vhop_probe_trains_on_many_worlds(tmp_path, capsys):
     probe = _load()
     out = tmp_path / "p"
     probe.main(["--out", str(out), "--worlds", "2", "--n-train", "5", "--n-test", "5", "--steps", "2", "--size", "56",
-                "--shapes", "1", "--colours", "8", "--scene-cap", "8", "--emblem-scale", "0.45", "--index-refresh", "1"])
+                "--shapes", "1", "--colours", "8", "--scene-cap", "8", "--emblem-scale", "0.45",
+                "--index-refresh", "1"])
     res = json.loads((out / "probe.json").read_text())
     assert res["queries"] == {"train": 10, "test": 5}
     assert res["held_out"]["n/t0"] == 5 and res["held_out"]["n/t1+"] == 0 + 1 + 2 + 3 + 4

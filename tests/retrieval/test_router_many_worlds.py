@@ -59,6 +59,10 @@ def test_candidates_and_rollouts_stay_in_the_querys_corpus(worlds, tmp_path):
         for st in ep.steps:
             assert all(corpus.part_of(c) == part for c in st.candidates)  # empty once the chain holds the part
         assert len(ep.steps[0].candidates) == len(corpus.parts[part])  # top_k 50 > the part: all of it, nothing else
+    from mmrl.data.vhop_format import VhopQuery
+
+    with pytest.raises(ValueError, match="gold chain to name its corpus"):
+        router.rollout([VhopQuery("free", "any text", "exact", 1, [])])
 
 
 def test_an_sft_step_draws_its_states_and_negatives_from_one_world(worlds, tmp_path, monkeypatch):
@@ -100,6 +104,19 @@ def test_sft_then_imitation_train_on_many_worlds(worlds, tmp_path):
                    f"train.init_from={sft_out}", stage="imitate"), ImitateLoss(), quiet=True)
     log = [json.loads(x) for x in (tmp_path / "im" / "metrics.jsonl").read_text().splitlines()]
     assert len(log) == 2 and all(r["states"] > 0 for r in log)
+    from mmrl.retrieval.train_rl import RLLoss
+
+    run_stage(_cfg(f"{root}/w*/queries.json", tmp_path / "rl", "train.steps=1", "train.batch_size=2",
+                   "rl.group_size=2", f"train.init_from={sft_out}", f"rl.ref_from={sft_out}", stage="rl"),
+              RLLoss(), quiet=True)
+    assert (tmp_path / "rl" / "final" / "router.pt").is_file()
+
+
+def test_cli_takes_a_list_of_query_files(capsys):
+    from mmrl.cli import main
+
+    assert main(["vhop", "sft", "--dry-run", "data.train=[a/q.json,b/q.json]", "train.out_dir=o"]) == 0
+    assert "- a/q.json" in capsys.readouterr().out
 
 
 def test_bad_data_specs_name_the_key(worlds, tmp_path):
