@@ -158,7 +158,7 @@ def load_router_weights(router: Router, where: str, key: str) -> None:
 def evaluate_router(router: Router, queries: Sequence[Query], corpus=None, batch: int = 16) -> Dict[str, float]:
     """Greedy chains on ``queries`` (over ``corpus``, e.g. the held-out split; the router's own corpus and index
     are restored afterwards): success (the chain contains the gold chain) overall and by level, mean hops."""
-    kept = (router.corpus, router.index, router._images)
+    kept = (router.corpus, router.index, router._images, router._scoped)
     was_training = router.training
     router.eval()
     try:
@@ -169,7 +169,7 @@ def evaluate_router(router: Router, queries: Sequence[Query], corpus=None, batch
         for s in range(0, len(queries), batch):
             eps += router.rollout(queries[s:s + batch], mode="greedy")
     finally:
-        router.corpus, router.index, router._images = kept
+        router.corpus, router.index, router._images, router._scoped = kept
         router.train(was_training)
     return success_by_level(queries, [e.chain for e in eps], [e.hops for e in eps])
 

@@ -95,8 +95,11 @@ def test_an_sft_step_draws_its_states_and_negatives_from_one_world(worlds, tmp_p
 def test_sft_then_imitation_train_on_many_worlds(worlds, tmp_path):
     root, files = worlds
     sft_out = tmp_path / "sft"
-    res = run_stage(_cfg(f"{root}/w*/queries.json", sft_out, "train.steps=2", "sft.hard_negatives=2",
-                         f"data.eval={files[1]}"), SFTLoss(), quiet=True)
+    res = run_stage(_cfg(f"{root}/w*/queries.json", sft_out, "train.steps=3", "sft.hard_negatives=2",
+                         f"data.eval={files[1]}", "train.eval_every=1"), SFTLoss(), quiet=True)
+    # mid-run evaluations on the held-out corpus hand the joined corpora's per-world indexes back
+    log = [json.loads(x) for x in (sft_out / "metrics.jsonl").read_text().splitlines()]
+    assert [("eval/success" in r) for r in log] == [True, True, False]
     assert res["n"] == 6.0
     from mmrl.retrieval.train_imitate import ImitateLoss
 
