@@ -152,3 +152,11 @@ def test_two_query_files_over_one_corpus_share_its_part(worlds, tmp_path):
     with pytest.raises(ConfigError, match=r"data.train.*also comes from"):
         load_data(_cfg(f"[{files[0]},{other}]", tmp_path / "o"))
     other.unlink()
+
+
+@pytest.mark.slow
+def test_sft_over_many_worlds_resumes_exactly(worlds, tmp_path):
+    from tests.retrieval.test_router_stages import _resumed_equals_straight
+
+    root, _ = worlds
+    _resumed_equals_straight("sft", SFTLoss, f"{root}/w*/queries.json", tmp_path, "sft.hard_negatives=2")
