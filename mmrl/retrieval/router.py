@@ -7,7 +7,8 @@
 ``rollout`` runs a batch of episodes to the end (greedy, sampled, or DAgger-mixed with an oracle) and returns each
 whole chain with its step records; ``step_log_probs`` recomputes log π of recorded steps with gradients (the
 training stages). The corpus index holds the embeddings of the current weights: call ``refresh_index`` after an
-update (the stages do it every ``index_refresh`` steps and before every evaluation).
+update (the stages do it every ``index_refresh`` steps and before every evaluation). Over a ``CorpusUnion`` (many
+worlds, ``mmrl.data.vhop_union``) a query's candidates come from its own corpus only (one faiss index per part).
 """
 from __future__ import annotations
 
@@ -44,12 +45,13 @@ class Router(nn.Module):
         g = torch.Generator().manual_seed(seed)
         self.special = nn.Parameter(nn.functional.normalize(torch.randn(N_SPECIAL, dim, generator=g), dim=-1))
         self.index = None  # (CorpusIndex, embeddings [N, D], id -> row) of the weights at the last refresh
+        self._scoped: Dict[str, object] = {}  # part key -> CorpusIndex of that part (a CorpusUnion), same refresh
         self._images: Dict[str, object] = {}
 
     # -- the corpus side -------------------------------------------------------------------------------------
     def set_corpus(self, corpus) -> None:
         """Route over another corpus (a held-out split); the index is rebuilt on next use."""
-        self.corpus, self.index, self._images = corpus, None, {}
+        self.corpus, self.index, self._images, self._scoped = corpus, None, {}, {}
 
     def image(self, item_id: str):
         if item_id not in self._images:  # decoded once per corpus (the corpora are small; states reuse images)
@@ -73,16 +75,38 @@ class Router(nn.Module):
             raise ValueError(f"{embs.shape[0]} corpus embeddings for {len(ids)} corpus images")
         index = CorpusIndex(embs.shape[1], self.corpus)
         index.add(ids, embs)
-        self.index = (index, embs, {c: n for n, c in enumerate(ids)})
+        pos = {c: n for n, c in enumerate(ids)}
+        self.index = (index, embs, pos)
+        self._scoped = {}
+        for key, part in getattr(self.corpus, "parts", {}).items():
+            self._scoped[key] = CorpusIndex(embs.shape[1], self.corpus)
+            self._scoped[key].add(part, embs[[pos[i] for i in part]])
 
     def _index(self):
         if self.index is None:
             self.refresh_index()
         return self.index
 
-    def candidates(self, state: torch.Tensor, excluded: Set[str], k: Optional[int] = None) -> List[str]:
-        """The top-``k`` corpus ids by cosine with ``state [D]`` (faiss search), leaving out ``excluded``."""
+    def scope(self, item_id: str) -> Optional[str]:
+        """The part of a ``CorpusUnion`` that ``item_id`` (e.g. a query's first gold image) belongs to; ``None``
+        over a single corpus."""
+        return self.corpus.part_of(item_id) if hasattr(self.corpus, "part_of") else None
+
+    def query_scope(self, query: Query) -> Optional[str]:
+        """The query's own corpus within a ``CorpusUnion`` (the part of its gold chain); ``None`` otherwise."""
+        if not hasattr(self.corpus, "part_of"):
+            return None
+        if not query.chain:
+            raise ValueError(f"query {query.id!r}: over joined corpora a query needs its gold chain to name its corpus")
+        return self.corpus.part_of(query.chain[0])
+
+    def candidates(self, state: torch.Tensor, excluded: Set[str], k: Optional[int] = None,
+                   scope: Optional[str] = None) -> List[str]:
+        """The top-``k`` corpus ids by cosine with ``state [D]`` (faiss search), leaving out ``excluded``; with
+        ``scope`` (a part key of a ``CorpusUnion``) only ids of that part."""
         index, _, _ = self._index()
+        if scope is not None:
+            index = self._scoped[scope]
         k = min(k or self.params.top_k, len(index))
         _, hits = index.search(state.detach().float()[None], k + len(excluded))
         return [h for h in hits[0] if h not in excluded][:k]
@@ -150,7 +174,8 @@ class Router(nn.Module):
             if not live:
                 return eps
             states = self.state_embeddings([queries[n] for n in live], [eps[n].chain for n in live]).float()
-            cands = [self.candidates(states[j], eps[n].excluded()) for j, n in enumerate(live)]
+            cands = [self.candidates(states[j], eps[n].excluded(), scope=self.query_scope(queries[n]))
+                     for j, n in enumerate(live)]
             logp = action_log_probs(self.logits(states, [eps[n].chain for n in live], cands, grad=False))
             k_max = logp.shape[1] - N_SPECIAL
             if mode == "greedy":

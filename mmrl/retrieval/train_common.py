@@ -17,7 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -28,14 +28,17 @@ from mmrl.config import LoraConfig
 from mmrl.errors import ConfigError
 from mmrl.retrieval.router import Query, Router
 from mmrl.retrieval.router_chain import contains_chain
+from mmrl.retrieval.train_data import check_spec, load_data  # noqa: F401  (load_data: the stages' data)
 
 STAGES = ("sft", "imitate", "rl")
 
 
 @dataclass
 class StageData:
-    train: str = ""  # training queries (mmrl-vhop-queries JSON; it names its corpus)
-    eval: Optional[str] = None  # held-out queries over their own corpus, evaluated at the end (and every eval_every)
+    # a query file (mmrl-vhop-queries JSON; it names its corpus), a glob pattern or a list of them: many worlds as
+    # one set, each query over its own corpus (mmrl.retrieval.train_data)
+    train: Any = ""
+    eval: Any = None  # held-out queries (same forms) over their own corpus, evaluated at the end (and every eval_every)
     skip_bad: bool = False  # leave out missing/corrupt images and the queries naming them (counted), else an error
 
 
@@ -85,8 +88,10 @@ def load_stage_config(stage: str, files: Sequence[str], overrides: Sequence[str]
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         raise ConfigError((f"config key '{key}': " if key else "") + str(e).splitlines()[0]) from None
-    for key, val in (("data.train", cfg.data.train), ("model.path", cfg.model.path),
-                     ("train.out_dir", cfg.train.out_dir)):
+    check_spec(cfg.data.train, "data.train")
+    if cfg.data.eval is not None:
+        check_spec(cfg.data.eval, "data.eval")
+    for key, val in (("model.path", cfg.model.path), ("train.out_dir", cfg.train.out_dir)):
         if not val:
             raise ConfigError(f"config key '{key}' is required")
     if cfg.model.pooling not in ("mean", "last"):
@@ -104,31 +109,6 @@ def load_stage_config(stage: str, files: Sequence[str], overrides: Sequence[str]
 
 
 # -- building ----------------------------------------------------------------------------------------------
-def load_data(cfg, say=print) -> Tuple[object, List[Query], Optional[Tuple[object, List[Query]]]]:
-    """(train corpus, train queries, (eval corpus, eval queries) or None); skipped items are counted aloud."""
-    from mmrl.data.vhop_format import corpus_path, load_corpus, load_queries
-    from mmrl.errors import DataError
-
-    def one(path, key):
-        try:
-            with open(path) as f:
-                rel = json.load(f).get("corpus")
-            corpus = load_corpus(corpus_path(path, str(rel)), skip_bad=cfg.data.skip_bad)
-            qs, skipped = load_queries(path, corpus, skip_bad=cfg.data.skip_bad)
-        except (DataError, OSError, ValueError) as e:
-            raise ConfigError(f"config key '{key}': {e}") from None
-        if not qs:
-            raise ConfigError(f"config key '{key}': {path} holds no usable query")
-        if corpus.skipped or skipped:
-            say(f"mmrl: {key}: skipped {len(corpus.skipped)} corpus images and {len(skipped)} queries "
-                f"(data.skip_bad); first: {(corpus.skipped + skipped)[0][1]}")
-        return corpus, qs
-
-    corpus, train = one(cfg.data.train, "data.train")
-    held = one(cfg.data.eval, "data.eval") if cfg.data.eval else None
-    return corpus, train, held
-
-
 def load_embedder(m: StageModel):
     from mmrl.retrieval.embedder import Embedder
 
@@ -178,7 +158,7 @@ def load_router_weights(router: Router, where: str, key: str) -> None:
 def evaluate_router(router: Router, queries: Sequence[Query], corpus=None, batch: int = 16) -> Dict[str, float]:
     """Greedy chains on ``queries`` (over ``corpus``, e.g. the held-out split; the router's own corpus and index
     are restored afterwards): success (the chain contains the gold chain) overall and by level, mean hops."""
-    kept = (router.corpus, router.index, router._images)
+    kept = (router.corpus, router.index, router._images, router._scoped)
     was_training = router.training
     router.eval()
     try:
@@ -189,7 +169,7 @@ def evaluate_router(router: Router, queries: Sequence[Query], corpus=None, batch
         for s in range(0, len(queries), batch):
             eps += router.rollout(queries[s:s + batch], mode="greedy")
     finally:
-        router.corpus, router.index, router._images = kept
+        router.corpus, router.index, router._images, router._scoped = kept
         router.train(was_training)
     return success_by_level(queries, [e.chain for e in eps], [e.hops for e in eps])
 
