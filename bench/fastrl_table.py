@@ -48,7 +48,9 @@ def pair_stats(r: Dict, base: str) -> Dict:
 def render(results: List[Dict], args) -> str:
     seeds = [r["seed"] for r in results]
     lines = [f"# FastRL on GRPO / DAPO / GSPO, miniature (seeds {seeds})", "",
-             "Command: `.venv/bin/python bench/fastrl.py " + shlex.join(args.argv) + "`", "",
+             "Command: `.venv/bin/python bench/fastrl.py " + shlex.join(a for a in args.argv if a != "--render-only") + "`"
+             + (" (this table re-rendered from its results.json with `--render-only` added)"
+                if getattr(args, "render_only", False) else ""), "",
              f"World: synthetic video clips (the demo's), {args.n_sft} train clips, {args.n_rl} of them as the RL split, "
              f"{args.n_test} held-out. SFT: {args.warmup_steps} steps on letter answers (the demo's SFT), then "
              f"{args.sft_steps} steps (lr {args.sft_lr or 'of configs/demo.yaml'}) on targets with a ~40-token "
@@ -104,6 +106,13 @@ def render(results: List[Dict], args) -> str:
               + (f"Predicted letters of the SFT start on the held-out clips: {letters}. " if letters else "") +
               f"Minutes per seed: {statistics.mean(mins):.1f} (SFT {statistics.mean(r['minutes']['sft'] for r in results):.1f}, "
               f"RL + evals {statistics.mean(r['minutes']['rl'] for r in results):.1f})."]
+    steps = [p["step"] for p in results[0]["arms"][f"{args.bases[0]}"]["points"]]
+    lines += ["", f"Held-out accuracy (%) at steps {', '.join(map(str, steps))}:", "", "| seed | arm | curve |", "|---|---|---|"]
+    for r in results:
+        for name, arm in r["arms"].items():
+            label = name.split("_")[0].upper() + (" + FastRL" if name.endswith("_fastrl") else "")
+            lines.append(f"| {r['seed']} | {label} | "
+                         + ", ".join(f"{100 * p['acc']:.1f}" for p in arm["points"]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -120,7 +129,7 @@ def plot(results: List[Dict], args, path: Path) -> None:
             k = min(len(p) for p in pts)
             wall = [statistics.mean(p[i]["wall"] for p in pts) for i in range(k)]
             acc = [100 * statistics.mean(p[i]["acc"] for p in pts) for i in range(k)]
-            ax.plot(wall, acc, style, marker="o", ms=3, label=name.replace("_fastrl", " + FastRL").upper())
+            ax.plot(wall, acc, style, marker="o", ms=3, label=base.upper() + (" + FastRL" if name.endswith("_fastrl") else ""))
         ax.set_title(base.upper())
         ax.set_xlabel("training wall-clock (s)")
         ax.set_ylabel("held-out accuracy (%)")
