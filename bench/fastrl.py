@@ -2,17 +2,22 @@
 ``fastrl`` wrapper, from the same SFT checkpoint, on a synthetic video world whose responses reason before they
 answer (about 40 tokens, ``mmrl.data.reasoning``), over seeds.
 
-    .venv/bin/python bench/fastrl.py [--seeds 0 1 2] [--bases grpo dapo gspo] [--warmup-steps 600] [--sft-steps 150]
-        [--sft-lr 1e-3] [--[no-]answer-first] [--rl-lr 0] [--rl-steps 100] [--n-sft 1024] [--n-rl 256] [--n-test 128]
+    .venv/bin/python bench/fastrl.py [--seeds 0 1 2] [--bases grpo dapo gspo] [--warmup-steps 600] [--sft-steps 300]
+        [--sft-lr 3e-4] [--[no-]answer-first] [--rl-lr 0] [--rl-steps 100] [--n-sft 1024] [--n-rl 256] [--n-test 128]
         [--prompts-per-step 8] [--n 8] [--eval-every 10] [--tau 0.8] [--jobs 1] [--out runs/fastrl] [--reuse-sft]
-        [--render-only] [overrides ...]
+        [--sft-only] [--render-only] [overrides ...]
 
 Per seed: one world (``make_video_world`` with the demo's clips) whose train split gets the reasoning SFT targets;
-the SFT start point is the demo's letter-answer SFT (``--warmup-steps``: perception) followed by a short SFT on
+the SFT start point is the demo's letter-answer SFT (``--warmup-steps``: perception) followed by an SFT on
 the reasoning targets (``--sft-steps`` at ``--sft-lr``), both on the whole train split (``--n-sft``). By default
 the reasoning target opens with the chosen letter (``--answer-first``): trained to reason first, the tiny model
 loses its perception and sits at chance (25-34% held-out, where RL does not move it; bench/results/fastrl.md
-keeps those runs), while opening with the letter keeps the warm-up's perception (~60%), leaving RL room to improve.
+records those runs), while opening with the letter keeps the warm-up's perception. The reasoning SFT's lr matters:
+150 steps at 1e-3 collapsed 2 of 3 seeds onto one letter, 150 steps at 3e-4 left all three near chance (27-31%,
+the answer tag not yet copying the opening letter), 300 steps at 3e-4 (the default) reach 78 / 65 / 30% on seeds
+0 / 1 / 2 with no letter above 45% of the answers. ``--sft-only`` stops after each seed's SFT and prints its
+held-out accuracy and predicted-letter counts (the same counts go into the results), to check the start point
+before RL is spent on it.
 Then every arm trains on the first ``--n-rl`` clips of that
 split (a small RL split, so that the run spans several epochs and ARS, which acts at epoch boundaries, acts), with
 the same steps, lr, prompts per step and rewards (accuracy + 0.5 x ``answer_tag_format``: FastRL's r = acc + 0.5 fmt).
@@ -40,6 +45,7 @@ import json
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List
 
@@ -107,6 +113,13 @@ class TimedArm(Arm):
                 "gen_tokens": sum(s["gen_tokens"] for s in st), "trained_tokens": sum(s["trained_tokens"] for s in st)}
 
 
+def pred_letters(predictions: Path) -> Dict[str, int]:
+    """How often each letter is the parsed answer in an evaluation's predictions (None: no parsable answer), sorted:
+    a reasoning SFT that collapsed onto one letter shows here before any RL is spent on it."""
+    rows = [json.loads(line) for line in predictions.read_text().splitlines() if line.strip()]
+    return dict(sorted(Counter(str(r.get("pred")) for r in rows).items()))
+
+
 # ---- one seed ---------------------------------------------------------------------------------------------------
 def arm_overrides(base: str, fastrl: bool, args) -> List[str]:
     if not fastrl:
@@ -123,6 +136,9 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     from mmrl.models.tiny import ensure_tiny_model
     from mmrl.train.sft import run_sft
 
+    import torch
+
+    torch.set_num_threads(1)  # the machine is shared: one core per seed
     t0 = time.time()
     world = out / "world"
     info = make_video_world(str(world), args.n_sft, args.n_test, seed=seed, **WORLD)
@@ -164,6 +180,8 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     acc0 = None
     for base in args.bases:
         for fast in (False, True):
+            if acc0 is not None and args.sft_only:
+                break
             name = f"{base}_fastrl" if fast else base
             cfg = load_config([str(DEMO)], common + [f"data.train={rl_train}", f"train.out_dir={out / name}",
                                                      f"model.path={sft_path}", f"train.steps={args.rl_steps}"]
@@ -173,6 +191,12 @@ def run_seed(seed: int, args, out: Path) -> Dict:
             if acc0 is None:  # every arm starts from the same checkpoint: evaluate it once
                 acc0 = float(arms[name].trainer.evaluate()["eval/accuracy"])
                 arms[name].points[0]["acc"] = acc0
+                letters = pred_letters(Path(cfg.train.out_dir) / "predictions" / f"step_{0:06d}.jsonl")
+    top = max(letters.values()) / max(sum(letters.values()), 1)
+    log(f"[seed {seed}] SFT start: held-out accuracy {100 * acc0:.1f}%, predicted letters {letters} "
+        f"(most frequent {100 * top:.0f}%)")
+    if args.sft_only:
+        return {"seed": seed, "acc0": acc0, "sft_letters": letters, "minutes": {"sft": sft_min}}
     log(f"[seed {seed}] SFT held-out accuracy {100 * acc0:.1f}%; RL {args.rl_steps} steps x {args.prompts_per_step} "
         f"prompts x {args.n}, arms {list(arms)} side by side")
     t1 = time.time()
@@ -183,7 +207,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
             accs = {n: arms[n].evaluate() for n in order}
             log(f"[seed {seed}] step {step + 1}: " + ", ".join(
                 f"{n} {100 * a:.1f}% ({arms[n].wall:.0f}s)" for n, a in accs.items()))
-    res = {"seed": seed, "acc0": acc0, "arms": {n: a.summary() for n, a in arms.items()},
+    res = {"seed": seed, "acc0": acc0, "sft_letters": letters, "arms": {n: a.summary() for n, a in arms.items()},
            "minutes": {"sft": sft_min, "rl": (time.time() - t1) / 60, "total": (time.time() - t0) / 60}}
     (out / "seed_result.json").write_text(json.dumps(res, indent=2))
     return res
@@ -197,7 +221,7 @@ def child_argv(args, out: Path, seed: int) -> List[str]:
               "max_new_tokens", "tau", "ngram"):
         if getattr(args, k) is not None:
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
-    flags = (["--reuse-sft"] if args.reuse_sft else []) + (["--answer-first"] if args.answer_first else ["--no-answer-first"])
+    flags = (["--reuse-sft"] if args.reuse_sft else []) + (["--sft-only"] if args.sft_only else []) + (["--answer-first"] if args.answer_first else ["--no-answer-first"])
     return cmd + ["--bases", *args.bases, *flags, *args.overrides]
 
 
@@ -207,8 +231,8 @@ def main(argv=None) -> None:
     ap.add_argument("--bases", nargs="+", default=list(BASES), choices=list(BASES))
     ap.add_argument("--warmup-steps", type=int, default=600, help="letter-answer SFT steps (the demo's SFT, at "
                     "configs/demo.yaml's sft.lr) before the reasoning SFT; 0 = none")
-    ap.add_argument("--sft-steps", type=int, default=150, help="SFT steps on the reasoning targets")
-    ap.add_argument("--sft-lr", type=float, default=1e-3, help="lr of the reasoning SFT (0: configs/demo.yaml's sft.lr)")
+    ap.add_argument("--sft-steps", type=int, default=300, help="SFT steps on the reasoning targets")
+    ap.add_argument("--sft-lr", type=float, default=3e-4, help="lr of the reasoning SFT (0: configs/demo.yaml's sft.lr)")
     ap.add_argument("--answer-first", action=argparse.BooleanOptionalAction, default=True,
                     help="reasoning targets open with the chosen letter (mmrl.data.reasoning)")
     ap.add_argument("--rl-lr", type=float, default=0.0, help="lr of the RL arms (0: configs/demo.yaml's train.lr, 1e-4)")
@@ -225,6 +249,8 @@ def main(argv=None) -> None:
     ap.add_argument("--jobs", type=int, default=1, help="seeds run at once, each in a child process")
     ap.add_argument("--out", default="runs/fastrl")
     ap.add_argument("--render-only", action="store_true", help="print the table again from an earlier --out")
+    ap.add_argument("--sft-only", action="store_true", help="stop after each seed's SFT: print its held-out accuracy "
+                    "and predicted-letter counts (a check of the start point before RL is spent on it)")
     ap.add_argument("--reuse-sft", action="store_true", help="keep an earlier --out's SFT checkpoint of the same "
                     "seed, steps, train size and overrides (the world is rebuilt: it is deterministic)")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides for every stage and arm")
@@ -244,6 +270,10 @@ def main(argv=None) -> None:
                                          lambda seed: child_argv(args, out, seed))
     else:
         results = [run_seed(s, args, out / f"seed{s}") for s in args.seeds]
+    if args.sft_only:
+        for r in results:
+            print(f"seed {r['seed']}: SFT held-out accuracy {100 * r['acc0']:.1f}%, predicted letters {r['sft_letters']}")
+        return
     table = render(results, args)
     if not args.render_only:
         table += f"\nWall time of this command: {(time.time() - t0) / 60:.1f} min.\n"
