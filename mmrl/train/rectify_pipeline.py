@@ -74,7 +74,7 @@ def run_pipeline(cfg: Config, quiet: bool = False, nframes: int = 4, say=print, 
         RLTrainer(_stage(cfg, rl1), quiet=quiet).run(resume="auto")
     scripts = root / "rectified.jsonl"
     selecting = bool(cfg.rectify.val)
-    if not (root / "rectify.json").exists() or not (sft / "final").exists() and not selecting:
+    if not (root / "rectify.json").exists() or (not (sft / "final").exists() and not selecting):
         counts = rectify_run(str(rl1), str(scripts), nframes=nframes, cfg=cfg, seek=seek)
         (root / "rectify.json").write_text(json.dumps(counts, indent=2))
         say(f"mmrl rectify: {counts['rewritten']} of {counts['episodes']} episodes rewritten -> {scripts}")
