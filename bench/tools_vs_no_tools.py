@@ -1,6 +1,8 @@
 """Tools against no tools on the seek world (issue 11): held-out accuracy of
 (a) GRPO without tools on the overview, (b) GRPO with ``tools/video_seek.yaml``, (c) rectified bootstrapping
-(``mmrl rectify``: (b)'s run, then rectify -> multi-turn SFT -> RL), each from an SFT warm-up of the same budget
+(``mmrl rectify``: (b)'s run, then rectify -> multi-turn SFT -> RL, the SFT setting (lr x steps x teacher mix)
+chosen by accuracy on a validation split of training clips no stage trains on, ``rectify.val``,
+``mmrl.train.rectify_select``), each from an SFT warm-up of the same budget
 (teacher episodes for the tool arms, the overview's answers for (a)), with tool-call validity, calls per
 episode, seek IoU and tokens per episode, per seed and mean ± 95% CI. The overview alone is checked against
 chance (mean 1 / number of options of the test questions).
@@ -128,7 +130,8 @@ def run_seed(args, seed: int) -> dict:
 
     root = Path(args.out) / f"seed{seed}"
     t0 = time.time()
-    world = make_seek_world(str(root / "world"), args.n_train, args.n_test, seed=seed,  # deterministic given the seed
+    # deterministic given the seed; the val clips continue the train stream (train and test do not depend on n_val)
+    world = make_seek_world(str(root / "world"), args.n_train, args.n_test, seed=seed, n_val=args.n_val,
                             teacher_seek=args.teacher_seek, time_in_question=args.time_in_question,
                             fixed_options=args.fixed_options)
     suite = suite_file(args.prompt, Path(args.out))
@@ -147,7 +150,8 @@ def run_seed(args, seed: int) -> dict:
         RLTrainer(a, quiet=True).run(overwrite=True)
     out["a"] = eval_plain(str(root / "a" / "final"), a, root / "a")
     # (b) is the pipeline's first RL stage: (c) continues from it (rectify -> SFT -> RL)
-    c = tool_cfg(ov("c"), suite, f"model.path={root / 'sft_tools' / 'final'}", f"sft.steps={args.rectify_sft_steps}")
+    c = tool_cfg(ov("c"), suite, f"model.path={root / 'sft_tools' / 'final'}", f"sft.steps={args.rectify_sft_steps}",
+                 *select_overrides(args, world))
     out["rectify"] = run_pipeline(c, quiet=True, say=lambda _: None, seek=args.teacher_seek)
     out["b"] = eval_tools(out["rectify"]["rl1"] + "/final", c)
     out["c"] = eval_tools(out["rectify"]["final"], c)
@@ -157,6 +161,16 @@ def run_seed(args, seed: int) -> dict:
     out["chance"] = sum(1 / len(s.candidates) for s in test) / len(test)
     out["minutes"] = (time.time() - t0) / 60
     return out
+
+
+def select_overrides(args, world: dict) -> list:
+    """The ``rectify.*`` keys of (c): candidates chosen on the world's val split (none without ``--n-val``)."""
+    if not args.n_val:
+        return []
+    grid = [f"rectify.val={world['val']}", f"rectify.lr=[{','.join(map(str, args.rectify_lrs))}]",
+            f"rectify.steps=[{','.join(map(str, args.rectify_steps))}]",
+            f"rectify.teacher_mix=[{','.join(map(str, args.rectify_mix))}]"]
+    return grid + ([f"rectify.teacher={world['teacher']}"] if any(m > 0 for m in args.rectify_mix) else [])
 
 
 def fmt_num(xs: list) -> str:
@@ -172,6 +186,9 @@ def fmt_num(xs: list) -> str:
 def table(results: list, cmd: str, args) -> str:
     from bpo_table import fmt_ci
 
+    rect = (f"SFT setting chosen by accuracy on {args.n_val} validation clips (the train stream's next clips; no stage "
+            f"trains on them) among lr {args.rectify_lrs} x steps {args.rectify_steps} x teacher scripts per "
+            f"rectified sample {args.rectify_mix}" if args.n_val else f"{args.rectify_sft_steps} SFT steps")
     cols = [("accuracy", "held-out acc %", 100), ("call_validity", "call validity %", 100),
             ("calls_per_episode", "calls / episode", 1), ("seek_iou", "seek IoU", 1), ("seek_hit", "IoU > 0 %", 100),
             ("tokens_per_episode", "tokens / episode", 1)]
@@ -191,8 +208,8 @@ def table(results: list, cmd: str, args) -> str:
              f"{'naming the 2 s window that holds the flash' if args.time_in_question else 'without a time'}, "
              f"{'all 4 colours as options in fixed order' if args.fixed_options else 'balanced options'}; tool list "
              f"`prompt: {args.prompt}`, teacher and rectified seeks `{args.teacher_seek}`; SFT warm-up {args.sft_steps} steps x {args.sft_batch}; "
-             f"GRPO {args.rl_steps} steps x {args.prompts} prompts x {args.n}; (c): (b)'s run, rectify, "
-             f"{args.rectify_sft_steps} SFT steps, {args.rl_steps} more GRPO steps. Seeds {args.seeds}; mean with 95% "
+             f"GRPO {args.rl_steps} steps x {args.prompts} prompts x {args.n}; (c): (b)'s run, rectify, {rect}, "
+             f"{args.rl_steps} more GRPO steps. Seeds {args.seeds}; mean with 95% "
              f"t-interval over seeds. Chance (1 / options, test): " + ", ".join(f"{x:.1f}%" for x in chance) + ".", ""]
     tt = {k: [r["teacher_tokens"][k] for r in results] for k in ("full", "compact")}
     lines += rows + ["", "Tokens per teacher episode (32 train scripts replayed, no model), tool list `prompt: full` "
@@ -204,7 +221,27 @@ def table(results: list, cmd: str, args) -> str:
                      f"{rc['rewritten']} of {rc['episodes']} episodes (wrong answer {rc['wrong_answer']}, IoU 0 "
                      f"{rc['no_evidence']}, both {rc['both']}, duplicates {rc['duplicates']}, turns kept "
                      f"{rc['turns_kept']}, dropped {rc['turns_dropped']}); {r['minutes']:.1f} min")
+    lines += selection_lines(results)
     return "\n".join(lines)
+
+
+def selection_lines(results: list) -> list:
+    """(c) - (a) and (c) - (b) per seed with the 95% interval over seeds, and the setting each seed's validation
+    split chose (``select.json``: every candidate's validation accuracy, and (b)'s own as the reference)."""
+    from bpo_table import fmt_ci
+
+    ca = [r["c"]["accuracy"] - r["a"]["accuracy"] for r in results]
+    cb = [r["c"]["accuracy"] - r["b"]["accuracy"] for r in results]
+    lines = ["", f"(c) - (a): {fmt_ci(ca, signed=True)} pp (per seed " + ", ".join(f"{100 * x:+.1f}" for x in ca) +
+             f"); (c) - (b): {fmt_ci(cb, signed=True)} pp (per seed " + ", ".join(f"{100 * x:+.1f}" for x in cb) + ")."]
+    for r in results:
+        sel = r["rectify"].get("selection")
+        if not sel:
+            continue
+        cands = ", ".join(f"{c['tag']} {100 * c['val']['accuracy']:.1f}" for c in sel["candidates"])
+        lines.append(f"- seed {r['seed']}: chose `{sel['chosen']}` on {sel['n_val']} validation clips; validation acc %: "
+                     f"(b) {100 * sel['reference']['val']['accuracy']:.1f}; candidates {cands}")
+    return lines
 
 
 def main(argv=None) -> str:
@@ -221,7 +258,14 @@ def main(argv=None) -> str:
     ap.add_argument("--rl-lr", type=float, default=1e-4)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--rectify-sft-steps", type=int, default=10)
+    ap.add_argument("--rectify-sft-steps", type=int, default=10, help="(c)'s SFT steps without --n-val")
+    ap.add_argument("--n-val", type=int, default=64,
+                    help="validation clips (the train stream's next clips, no stage trains on them) choosing (c)'s "
+                         "SFT setting; 0: --rectify-sft-steps at --sft-lr on the rectified scripts alone")
+    ap.add_argument("--rectify-lrs", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3])
+    ap.add_argument("--rectify-steps", type=int, nargs="+", default=[10, 30])
+    ap.add_argument("--rectify-mix", type=float, nargs="+", default=[0.0, 1.0],
+                    help="teacher scripts per rectified sample mixed into (c)'s SFT set")
     ap.add_argument("--prompt", choices=["full", "compact"], default="compact",
                     help="the suite's system-turn tool list (tools/video_seek.yaml's `prompt`)")
     ap.add_argument("--teacher-seek", choices=["whole", "exact"], default="whole",

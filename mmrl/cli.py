@@ -33,7 +33,7 @@ def cmd_make_tiny(args) -> None:
 
 
 _SYNTH_FLAGS = {"size": "--size", "n_frames": "--frames", "fps": "--fps", "prior_strength": "--prior-strength",
-                "duration": "--duration"}
+                "duration": "--duration", "n_val": "--n-val"}
 
 
 def _synth_image(args):
@@ -60,7 +60,7 @@ def _synth_seek(args):
 
     return make_seek_world(args.out, args.n_train, args.n_test, seed=args.seed, size=args.size, fps=args.fps,
                            teacher_seek=args.teacher_seek or "whole", time_in_question=args.time_in_question,
-                           fixed_options=args.fixed_options)
+                           fixed_options=args.fixed_options, n_val=args.n_val or 0)
 
 
 def _synth_stream(args):
@@ -79,7 +79,8 @@ def _synth_vhop(args):
 # flags that only some kinds read: (attribute, flag, kinds); any other kind refuses them
 _KIND_FLAGS = (("prior", "--prior", ("video",)), ("fixed_options", "--fixed-options", ("video", "seek")),
                ("unsupported_source", "--unsupported-source", ("claims",)),
-               ("teacher_seek", "--teacher-seek", ("seek",)), ("time_in_question", "--time-in-question", ("seek",)))
+               ("teacher_seek", "--teacher-seek", ("seek",)), ("time_in_question", "--time-in-question", ("seek",)),
+               ("n_val", "--n-val", ("seek",)))
 
 
 def _check_kind_flags(args) -> None:
@@ -303,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seek: the teacher seeks a 2 s window of whole seconds (default) or the exact flash interval")
     s.add_argument("--time-in-question", action="store_true",
                    help="seek: the question names the 2 s window that holds the flash")
+    s.add_argument("--n-val", type=int, default=None,
+                   help="seek: val.json, the train stream's next N clips (a validation split, e.g. for rectify.val)")
     s.set_defaults(fn=cmd_synth)
 
     for name, fn, helptext in (("sft", cmd_sft, "supervised warm-up"), ("train", cmd_train, "RL training")):

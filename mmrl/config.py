@@ -122,6 +122,17 @@ class SFTConfig:
 
 
 @dataclass
+class RectifyConfig:
+    """``mmrl rectify``'s pipeline: the rectify-SFT setting chosen by accuracy on a validation split
+    (``mmrl.train.rectify_select``); every list empty = ``sft.lr`` and ``sft.steps`` on the rectified set alone."""
+    val: Optional[str] = None  # validation annotations: clips no stage trains on, never data.test
+    lr: List[float] = field(default_factory=list)  # candidate sft.lr values
+    steps: List[int] = field(default_factory=list)  # candidate sft.steps values
+    teacher: Optional[str] = None  # teacher scripts (JSONL {id, turns}) mixed into the rectified set
+    teacher_mix: List[float] = field(default_factory=list)  # candidate teacher scripts per rectified sample
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -130,6 +141,7 @@ class Config:
     rewards: List[RewardConfig] = field(default_factory=lambda: [RewardConfig("accuracy", 1.0), RewardConfig("format", 0.1)])
     train: TrainConfig = field(default_factory=TrainConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    rectify: RectifyConfig = field(default_factory=RectifyConfig)
 
 
 def _check(cfg: Config) -> None:
@@ -145,6 +157,7 @@ def _check(cfg: Config) -> None:
         if value not in allowed:
             raise ConfigError(f"config key '{key}' = {value!r}; expected one of {', '.join(allowed)}")
     _check_agent_loop(cfg)
+    _check_rectify(cfg.rectify, cfg.data.test)
     positive = {"rollout.n": cfg.rollout.n, "train.prompts_per_step": cfg.train.prompts_per_step,
                 "train.micro_batch": cfg.train.micro_batch,
                 "rollout.max_new_tokens": cfg.rollout.max_new_tokens}
@@ -183,6 +196,21 @@ def _check_agent_loop(cfg: Config) -> None:
                           "rollout.seed_per_group off only (so far)")
     if r.agent_loop == "stream" and r.engine != "hf":
         raise ConfigError("config key 'rollout.engine' must be 'hf' with rollout.agent_loop=stream (so far)")
+
+
+def _check_rectify(r: RectifyConfig, test: Optional[str]) -> None:
+    """A candidate list needs a validation split to choose by; the validation split is not the test split."""
+    grid = {"rectify.lr": r.lr, "rectify.steps": r.steps, "rectify.teacher_mix": r.teacher_mix}
+    for key, values in grid.items():
+        if values and not r.val:
+            raise ConfigError(f"config key '{key}' lists candidates; set rectify.val (a validation split) to choose")
+        if any(v < 0 or (v == 0 and key != "rectify.teacher_mix") for v in values):
+            raise ConfigError(f"config key '{key}' = {list(values)}: values must be > 0 (teacher_mix: >= 0)")
+    if r.val and test and r.val == test:
+        raise ConfigError(f"config key 'rectify.val' = {r.val!r} is data.test: select on a validation split")
+    if any(m > 0 for m in r.teacher_mix) != bool(r.teacher):
+        raise ConfigError("config key 'rectify.teacher' and a rectify.teacher_mix value > 0 go together "
+                          f"(teacher={r.teacher!r}, teacher_mix={list(r.teacher_mix)})")
 
 
 def load_config(files: List[str] | None = None, overrides: List[str] | None = None) -> Config:

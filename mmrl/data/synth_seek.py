@@ -66,11 +66,15 @@ def teacher(item: dict, seek: str = "whole", width: int = 2, nframes: int = 4) -
 
 def make_seek_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size: int = 56, duration: float = 32.0,
                     fps: float = 4.0, flash_frames: int = 2, overview: int = 8, codec: Optional[str] = None,
-                    teacher_seek: str = "whole", time_in_question: bool = False, fixed_options: bool = False) -> Dict:
+                    teacher_seek: str = "whole", time_in_question: bool = False, fixed_options: bool = False,
+                    n_val: int = 0) -> Dict:
     """Write ``out_dir/videos/*.mp4``, ``train.json``, ``test.json`` and ``teacher.jsonl`` (train teacher turns,
     ``teacher(item, seek=teacher_seek)``). ``time_in_question``: the question names the 2 s window of whole
     seconds that holds the flash (``TIMED_QUESTION``, the teacher's ``whole`` seek), a text cue besides the
-    marker. ``fixed_options``: every question lists all colours in canonical order (``Balancer``)."""
+    marker. ``fixed_options``: every question lists all colours in canonical order (``Balancer``).
+    ``n_val``: ``val.json`` holds the next ``n_val`` clips of the train stream (the same generator after the
+    ``n_train`` train clips, so train and test do not depend on it), without teacher scripts: a validation
+    split of training clips that no training stage reads."""
     n_frames = int(round(duration * fps))
     if size < 24 or size % 2:
         raise ValueError(f"size must be an even number >= 24, got {size}")
@@ -78,26 +82,33 @@ def make_seek_world(out_dir: str, n_train: int, n_test: int, seed: int = 0, size
         raise ValueError(f"flash_frames must be between 1 and fps ({fps}): a flash lasts at most 1 s")
     if teacher_seek not in SEEK_STYLES:
         raise ValueError(f"teacher_seek must be one of {', '.join(SEEK_STYLES)}, got {teacher_seek!r}")
+    if n_val < 0:
+        raise ValueError(f"n_val must be >= 0, got {n_val}")
     avoid = overview_indices(n_frames, overview)
     codec = codec or available_codec()
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
     result: Dict = {"out_dir": out_dir, "codec": codec, "n_frames": n_frames}
-    for split, n in (("train", n_train), ("test", n_test)):
+    for split, n in (("train", n_train + n_val), ("test", n_test)):
         rng = split_rng(seed, split)
         bal = Balancer(rng, fixed_options=fixed_options)
         items = []
-        for i in range(n):
+        for j in range(n):
+            name, i = ("val", j - n_train) if split == "train" and j >= n_train else (split, j)
             colour = bal.value("seek", list(PALETTE))
             start = flash_start(rng, n_frames, flash_frames, avoid)
-            rel = f"videos/{split}_{i:05d}.mp4"
+            rel = f"videos/{name}_{i:05d}.mp4"
             write_mp4(os.path.join(out_dir, rel), seek_clip(colour, start, flash_frames, n_frames, size), fps, codec)
             t0, t1 = round(start / fps, 6), round((start + flash_frames) / fps, 6)
             question = TIMED_QUESTION.format(**seek_arguments(t0, t1, "whole")) if time_in_question else QUESTION
-            items.append({"id": f"{split}-{i:05d}", "video": rel, "question": question,
+            items.append({"id": f"{name}-{i:05d}", "video": rel, "question": question,
                           "candidates": bal.candidates(colour, list(PALETTE)), "answer": colour, "qtype": "seek",
                           "evidence": {"segments": [[t0, t1]], "boxes": [], "source_size": [size, size]},
                           "meta": {"seed": int(seed), "flash_frames": [start, start + flash_frames - 1],
                                    "fps": fps, "duration": duration, "overview_max": overview}})
+        if split == "train" and n_val:
+            items, val = items[:n_train], items[n_train:]
+            write_json(val, os.path.join(out_dir, "val.json"))
+            result["val"] = os.path.join(out_dir, "val.json")
         write_json(items, os.path.join(out_dir, f"{split}.json"))
         result[split] = os.path.join(out_dir, f"{split}.json")
         if split == "train":

@@ -6,8 +6,10 @@
 - ``mmrl rectify --config cfg.yaml [key=value ...]``: the pipeline RL -> rectify -> SFT -> RL in
   ``train.out_dir``: ``rl1/`` (the config as given: a multi-turn tool run), ``rectified.jsonl`` and
   ``rectify.json`` (counts), ``sft/`` (multi-turn SFT of ``rl1/final`` on the rectified scripts, ``sft.steps``,
-  ``sft.batch_size``, ``sft.lr``) and ``rl2/`` (the same RL config from ``sft/final``). A stage whose ``final/``
-  exists is not run again, so an interrupted pipeline continues where it stopped.
+  ``sft.batch_size``, ``sft.lr``) and ``rl2/`` (the same RL config from ``sft/final``). With ``rectify.val`` the
+  SFT stage is a set of candidates ``sft/<tag>/`` chosen by validation accuracy (``mmrl.train.rectify_select``,
+  ``select.json``) and ``rl2/`` starts from the winner. A stage whose ``final/`` exists is not run again, so an
+  interrupted pipeline continues where it stopped.
 """
 from __future__ import annotations
 
@@ -71,19 +73,31 @@ def run_pipeline(cfg: Config, quiet: bool = False, nframes: int = 4, say=print, 
         say(f"mmrl rectify: stage 1/3, RL in {rl1}")
         RLTrainer(_stage(cfg, rl1), quiet=quiet).run(resume="auto")
     scripts = root / "rectified.jsonl"
-    if not (sft / "final").exists():
+    selecting = bool(cfg.rectify.val)
+    if not (root / "rectify.json").exists() or (not (sft / "final").exists() and not selecting):
         counts = rectify_run(str(rl1), str(scripts), nframes=nframes, cfg=cfg, seek=seek)
         (root / "rectify.json").write_text(json.dumps(counts, indent=2))
         say(f"mmrl rectify: {counts['rewritten']} of {counts['episodes']} episodes rewritten -> {scripts}")
         if not counts["rewritten"]:
             raise DataError(f"mmrl rectify: no episode of {rl1} needed rectifying; nothing to fine-tune on")
+    chosen = None
+    if selecting:  # rectify.val: every candidate setting fine-tuned and scored on the validation split
+        from mmrl.train.rectify_select import select
+
+        say(f"mmrl rectify: stage 2/3, SFT candidates on the rectified episodes in {sft}, chosen on {cfg.rectify.val}")
+        chosen = select(cfg, root, str(rl1 / "final"), str(scripts), _stage, quiet, say)
+        sft = Path(chosen["path"]).parent
+    elif not (sft / "final").exists():
         say(f"mmrl rectify: stage 2/3, SFT on the rectified episodes in {sft}")
         run_sft(_stage(cfg, sft, model__path=str(rl1 / "final"), sft__turns=str(scripts)), quiet=quiet, resume="auto")
     if not (rl2 / "final").exists():
         say(f"mmrl rectify: stage 3/3, RL in {rl2}")
         RLTrainer(_stage(cfg, rl2, model__path=str(sft / "final")), quiet=quiet).run(resume="auto")
     counts = json.loads((root / "rectify.json").read_text())
-    return {**counts, "rl1": str(rl1), "sft": str(sft), "rl2": str(rl2), "final": str(rl2 / "final")}
+    out = {**counts, "rl1": str(rl1), "sft": str(sft), "rl2": str(rl2), "final": str(rl2 / "final")}
+    if chosen is not None:
+        out["selection"] = chosen
+    return out
 
 
 def add_arguments(s) -> None:

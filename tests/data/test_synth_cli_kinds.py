@@ -37,6 +37,7 @@ def test_diagnose_is_a_subcommand():
     ("claims", ["--time-in-question"], "--time-in-question"),
     ("video", ["--teacher-seek", "exact"], "--teacher-seek"),
     ("claims", ["--prior", "tint"], "--prior"),
+    ("image", ["--n-val", "2"], "--n-val"),
 ])
 def test_synth_kind_only_flags_are_refused_elsewhere(tmp_path, kind, flags, needle):
     p = subprocess.run([sys.executable, "-m", "mmrl", "data", "synth", "--kind", kind, "--out", str(tmp_path / "w"),
@@ -48,8 +49,9 @@ def test_synth_seek_and_claims_flags_reach_the_world(tmp_path):
     seek = tmp_path / "seek"
     p = subprocess.run([sys.executable, "-m", "mmrl", "data", "synth", "--kind", "seek", "--out", str(seek),
                         "--n-train", "2", "--n-test", "1", "--time-in-question", "--fixed-options",
-                        "--teacher-seek", "exact"], capture_output=True, text=True, timeout=300)
+                        "--teacher-seek", "exact", "--n-val", "1"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
+    assert [v["id"] for v in json.loads((seek / "val.json").read_text())] == ["val-00000"]
     items = json.loads((seek / "train.json").read_text())
     assert all(" s?" in it["question"] for it in items)  # "What colour flashes between 13 and 15 s?"
     assert all(len(it["candidates"]) == 4 for it in items)

@@ -89,3 +89,37 @@ def test_tools_preview_from_a_run_and_from_a_checkpoint(pipeline, tiny_model_pat
     unseen = next(f"train-{i:05d}" for i in range(4) if f"train-{i:05d}" not in seen)  # 2 of the 4 were drawn
     assert main(["tools", "preview", "--run", str(pipeline / "run" / "rl1"), "--sample", unseen, "--out", str(png2)]) == 2
     assert f"no saved episode of sample '{unseen}'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_pipeline_chooses_the_sft_setting_on_validation_and_resumes(pipeline, capsys):
+    """rectify.val with two candidate lrs: both fine-tuned from rl1/final and scored on the val clips, rl2 starts
+    from the winner; a second call trains nothing again and keeps the scores."""
+    import shutil
+
+    make_seek_world(str(pipeline / "valworld"), 4, 2, seed=0, duration=8.0, fps=4.0, flash_frames=2, overview=4,
+                    n_val=2)
+    run = pipeline / "run_select"
+    shutil.copytree(pipeline / "run" / "rl1", run / "rl1")  # rl1 has a final model: not run again
+    args = ["rectify", "--config", str(pipeline / "cfg.yaml"), "--quiet", f"train.out_dir={run}",
+            f"rectify.val={pipeline / 'valworld' / 'val.json'}", "rectify.lr=[1e-4,1e-3]"]
+    capsys.readouterr()
+    assert main(args) == 0
+    text = capsys.readouterr().out  # progress lines, then the result as JSON
+    assert "validation accuracy" in text and json.loads(text[text.index("{\n"):])["selection"]["chosen"] in \
+        {"lr0.0001_steps1_mix0", "lr0.001_steps1_mix0"}
+    sel = json.loads((run / "select.json").read_text())
+    assert [c["tag"] for c in sel["candidates"]] == ["lr0.0001_steps1_mix0", "lr0.001_steps1_mix0"]
+    assert sel["n_val"] == 2 and sel["reference"]["model"] == str(run / "rl1" / "final")
+    assert all(c["val"]["n"] == 2 and (run / "sft" / c["tag"] / "final").exists() for c in sel["candidates"])
+    best = max(c["val"]["accuracy"] for c in sel["candidates"])
+    assert sel["chosen"] == next(c["tag"] for c in sel["candidates"] if c["val"]["accuracy"] == best)
+    rl2_cfg = (run / "rl2" / "config.yaml").read_text()
+    assert f"path: {run / 'sft' / sel['chosen'] / 'final'}" in rl2_cfg and (run / "rl2" / "final").exists()
+    stamps = {p: p.stat().st_mtime_ns for p in run.glob("**/final/*")}
+    assert main(args) == 0
+    assert {p: p.stat().st_mtime_ns for p in run.glob("**/final/*")} == stamps
+    assert json.loads((run / "select.json").read_text()) == sel
+    # the test split as validation is refused before anything runs
+    assert main(args[:-2] + [f"rectify.val={pipeline / 'world' / 'test.json'}", "rectify.lr=[1e-4]"]) == 2
+    assert "rectify.val" in capsys.readouterr().err
