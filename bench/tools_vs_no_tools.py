@@ -269,7 +269,7 @@ def main(argv=None) -> str:
     ap.add_argument("--prompt", choices=["full", "compact"], default="compact",
                     help="the suite's system-turn tool list (tools/video_seek.yaml's `prompt`)")
     ap.add_argument("--teacher-seek", choices=["whole", "exact"], default="whole",
-                    help="how the teacher's and rectify's seeks name the interval (mmrl.tools.seek_script)")
+                    help="how the teacher's and rectify's seeks name the interval (mmrl.data.seek_script)")
     ap.add_argument("--time-in-question", action=argparse.BooleanOptionalAction, default=True,
                     help="the question names the 2 s window holding the flash (make_seek_world(time_in_question=))")
     ap.add_argument("--fixed-options", action=argparse.BooleanOptionalAction, default=True,

@@ -21,7 +21,7 @@ import numpy as np
 
 from mmrl.data.schema import LETTERS
 from mmrl.data.synth_video import BACKGROUND, PALETTE, Balancer, available_codec, split_rng, write_json, write_mp4
-from mmrl.tools.seek_script import SEEK_STYLES, seek_arguments, seek_call
+from mmrl.data.seek_script import SEEK_STYLES, seek_arguments, seek_call
 
 QUESTION = "What colour flashes in the video?"
 TIMED_QUESTION = "What colour flashes between {start} and {end} s?"
@@ -57,7 +57,7 @@ def seek_clip(colour: str, start: int, flash: int, n_frames: int, size: int) -> 
 
 def teacher(item: dict, seek: str = "whole", width: int = 2, nframes: int = 4) -> List[str]:
     """The model turns of a right episode on ``item``: seek the evidence ``[t0, t1)`` in style ``seek``
-    (``mmrl.tools.seek_script``: ``whole``, a ``width``-second window of whole seconds from ``floor(t0)``, whose
+    (``mmrl.data.seek_script``: ``whole``, a ``width``-second window of whole seconds from ``floor(t0)``, whose
     start the cue tells; ``exact``, the evidence's float seconds with ``nframes`` frames), then answer with the
     gold letter."""
     t0, t1 = item["evidence"]["segments"][0]

@@ -8,7 +8,7 @@ earlier turns that were valid tool calls (in order, within the suite's budgets: 
 ``max_turns`` turns with the corrections), drops the invalid ones (refused calls, truncated turns, turns with
 several calls) and its answer turn, adds one ``video_seek`` on each evidence segment that no kept seek already
 covers (clip time, written in ``seek`` style: ``exact`` seconds with ``nframes`` frames or a ``whole``-second
-window, ``mmrl.tools.seek_script``), and ends with the gold answer. Episodes that were right and saw the
+window, ``mmrl.data.seek_script``), and ends with the gold answer. Episodes that were right and saw the
 evidence are left out; identical rewrites of a sample are written once.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from mmrl.data.schema import Sample
-from mmrl.tools.seek_script import seek_call
+from mmrl.data.seek_script import seek_call
 
 WRONG, NO_EVIDENCE = "wrong_answer", "no_evidence"
 

@@ -20,7 +20,7 @@ from typing import Dict, Optional
 
 from mmrl.config import Config
 from mmrl.errors import ConfigError, DataError
-from mmrl.tools.seek_script import SEEK_STYLES
+from mmrl.data.seek_script import SEEK_STYLES
 
 
 def rectify_run(run_dir: str, out: Optional[str] = None, nframes: int = 4, cfg: Optional[Config] = None,

@@ -1,9 +1,9 @@
-"""Scripted seeks (mmrl.tools.seek_script): exact seconds or a window of whole seconds covering the evidence."""
+"""Scripted seeks (mmrl.data.seek_script): exact seconds or a window of whole seconds covering the evidence."""
 import json
 
 import pytest
 
-from mmrl.tools.seek_script import seek_arguments, seek_call
+from mmrl.data.seek_script import seek_arguments, seek_call
 
 
 def test_exact_and_whole_second_arguments():
