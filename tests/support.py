@@ -1,10 +1,23 @@
 """Helpers shared by test modules (imported as ``support``; a conftest module name is not unique across folders)."""
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+
+
+def load_bench(name: str):
+    """``bench/<name>.py`` as a module ``bench_<name>``, with ``bench/`` on ``sys.path`` for its sibling imports."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def small_overrides(world: Path, out_dir: Path, model: str) -> list:

@@ -4,20 +4,14 @@ Checks the plumbing, not the numbers: every arm trains from the same SFT checkpo
 arm is evaluated with the BPO view set over the whole test split, and the table carries the metrics and costs.
 Plus regression tests for the bugs the benchmark found (view metrics averaged per eval chunk; the abstention
 letter of one question type taken as abstaining on another in BPO's contract reward and the per-view accuracy)."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bpo_vs_grpo.py"
+from support import REPO, load_bench
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_bpo_vs_grpo", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bpo_vs_grpo")
 
 
 @pytest.mark.slow
@@ -27,7 +21,7 @@ def test_bpo_vs_grpo_smoke(tiny_model_path, tmp_path, capsys):
     common = ["--seeds", "0", "1", "--arms", "grpo", "grpo_g2", "tgrpo", "bpo", "bpo_anchor", "--sft-steps", "2",
               "--rl-steps", "2", "--n-train", "10", "--n-test", "5", "--prompts-per-step", "2", "--out", str(out),
               "--cost-tokens", "12", "--cost-steps", "1", "--cost-prompts", "1",
-              "--arm", f"bpo_paired {SCRIPT.parents[1] / 'configs' / 'bpo_demo.yaml'} algorithm.params.anchor_mode=paired "
+              "--arm", f"bpo_paired {REPO / 'configs' / 'bpo_demo.yaml'} algorithm.params.anchor_mode=paired "
                        "rewards.0.params.fmt_weight=0.0"]
     bench.main(common + ["--jobs", "2", "--report", str(tmp_path / "report.md"), "sft.batch_size=4", "train.micro_batch=32"])
     table = capsys.readouterr().out
@@ -113,7 +107,7 @@ def test_eval_view_metrics_pool_the_whole_split(tiny_model_path, video_world):
     cfg = load_config(None, ["data.max_pixels=3136", "data.nframes=8"])
     samples, _ = load_samples(str(video_world / "test.json"), None)
     processor = load_processor(tiny_model_path)
-    vs = ViewSet.load(str(SCRIPT.parents[1] / "views" / "bpo_video.yaml"))
+    vs = ViewSet.load(str(REPO / "views" / "bpo_video.yaml"))
     res = {b: evaluate_samples(None, processor, samples, cfg.data, viewset=vs, batch_prompts=b, engine=_ScriptedEngine())
            for b in (64, 3)}
     whole, chunked = res[64]["view_metrics"], res[3]["view_metrics"]

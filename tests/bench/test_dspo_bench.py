@@ -1,19 +1,13 @@
 """bench/dspo.py: the table (mean ± 95% CI, per-seed values, per-seed direction with KL lower-is-better) on made-up
 results, and a smoke run of every arm at plumbing scale (slow)."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "dspo.py"
+from support import load_bench
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_dspo", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("dspo")
 
 
 def test_table_directions():

@@ -2,20 +2,14 @@
 and RL steps) that checks the plumbing, not the numbers: six arms from one SFT checkpoint, FastRL arms prune, the
 table, results and plot are written, ``--reuse-sft`` skips the warm-up, ``--sft-only`` stops before RL; the
 predicted-letter counts and the 95% interval of the table on hand-made inputs."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "fastrl.py"
+from support import load_bench
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_fastrl", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("fastrl")
 
 
 def _pts(*rows):

@@ -1,14 +1,9 @@
 """Smoke run of bench/multiturn_cost.py: two seeds of one small setting, every arm (plumbing and table only)."""
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "multiturn_cost.py"
+from support import load_bench
 
 
 def test_multiturn_cost_smoke(tiny_model_path, tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_multiturn_cost", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("multiturn_cost")
     out = tmp_path / "multiturn_cost.md"
     table = bench.main(["--turns", "2", "--per-turn", "3", "--seeds", "0", "1", "--n", "1", "--repeats", "1",
                         "--out", str(out)])  # raises SystemExit if the arms generated unequal token counts

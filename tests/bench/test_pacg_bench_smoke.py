@@ -1,18 +1,12 @@
 """Smoke run of bench/pacg.py: one seed, every arm, a tiny claims world, a few SFT and RL steps (plumbing only)."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "pacg.py"
+from support import load_bench
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_pacg", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("pacg")
 
 
 @pytest.mark.slow

@@ -1,18 +1,13 @@
 """Smoke run of bench/stream_gdpo.py: one seed, every arm, a one-stream test split, a few steps (plumbing only)."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "stream_gdpo.py"
+from support import load_bench
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_stream_gdpo", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("stream_gdpo")
 
 
 @pytest.mark.slow

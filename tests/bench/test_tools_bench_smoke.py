@@ -1,19 +1,15 @@
 """Smoke run of bench/tools_vs_no_tools.py: one seed, every arm, a tiny seek world, a few SFT and RL steps (plumbing
 only)."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "tools_vs_no_tools.py"
+from support import load_bench
 
 
 @pytest.mark.slow
 def test_tools_bench_smoke(tiny_model_path, tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_tools_vs_no_tools", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("tools_vs_no_tools")
     out = tmp_path / "bench"
     table = bench.main(["--seeds", "0", "--out", str(out), "--n-train", "6", "--n-test", "3", "--sft-steps", "2",
                         "--sft-batch", "3", "--rl-steps", "1", "--prompts", "2", "--n", "2", "--n-val", "2",

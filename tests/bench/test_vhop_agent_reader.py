@@ -1,20 +1,13 @@
 """The scripted reader of bench/vhop_agent.py: it follows emblems only through images a tool returned, re-queries
 with the next wanted image, never repeats a search, and answers the chain's end (the agentic arms' only agent)."""
-import importlib.util
 import json
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from support import load_bench
 
 
 def _reader():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_vhop_agent", BENCH / "vhop_agent.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("vhop_agent")
 
 
 def _m(colour, shape, emblem=None, scene=("navy", "plain")):

@@ -1,18 +1,12 @@
 """Smoke run of bench/vhop_probe.py with --worlds: SFT over two joined worlds, held-out top-1 on a third world."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "vhop_probe.py"
+from support import load_bench
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_vhop_probe", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("vhop_probe")
 
 
 @pytest.mark.slow
