@@ -44,12 +44,14 @@ def ci95(xs: List[float]) -> Tuple[float, float, float]:
     return m, m - h, m + h
 
 
-def fmt_ci(xs: List[float], scale: float = 100.0, signed: bool = False) -> str:
+def fmt_ci(xs: List[float], scale: float = 100.0, signed: bool = False, digits: int = 1) -> str:
+    """``mean [low, high]`` of ``scale * xs`` (95% t-interval), ``digits`` decimals; the mean alone for one value,
+    ``n/a`` for none."""
     m, lo, hi = ci95([scale * x for x in xs])
     if math.isnan(m):
         return "n/a"
-    s = f"{m:+.1f}" if signed else f"{m:.1f}"
-    return s if math.isnan(lo) else f"{s} [{lo:.1f}, {hi:.1f}]"
+    s = f"{m:+.{digits}f}" if signed else f"{m:.{digits}f}"
+    return s if math.isnan(lo) else f"{s} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def label(arm: str) -> str:

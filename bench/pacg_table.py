@@ -9,10 +9,9 @@ with) and ``full_mask`` (every pixel black).
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, List, Sequence
 
-from bpo_table import ci95
+from bpo_table import fmt_ci
 
 BASE_OF = {"dapo+pacg": "dapo", "vppo+pacg": "vppo", "dapo+pacg_q": "dapo", "dapo+pacg_full": "dapo"}
 PAIRS = [("dapo+pacg", "dapo"), ("vppo+pacg", "vppo"), ("dapo+pacg_q", "dapo"), ("dapo+pacg_full", "dapo"),
@@ -41,12 +40,8 @@ def with_gaps(e: Dict[str, float]) -> Dict[str, float]:
 
 
 def ci_cell(xs: Sequence[float], scale: float = 1.0, digits: int = 3, signed: bool = False) -> str:
-    """``mean [low, high]`` of the 95% CI over seeds (``mean`` alone for one value; ``n/a`` for none)."""
-    m, lo, hi = ci95([scale * x for x in xs])
-    if math.isnan(m):
-        return "n/a"
-    f = f"{{:{'+' if signed else ''}.{digits}f}}"
-    return f.format(m) if math.isnan(lo) else f"{f.format(m)} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    """``bpo_table.fmt_ci`` with this table's defaults (raw scale, 3 decimals)."""
+    return fmt_ci(xs, scale=scale, signed=signed, digits=digits)
 
 
 def seeds_cell(xs: Sequence[float], scale: float = 1.0, digits: int = 3, signed: bool = False) -> str:

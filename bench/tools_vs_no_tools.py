@@ -174,13 +174,10 @@ def select_overrides(args, world: dict) -> list:
 
 
 def fmt_num(xs: list) -> str:
-    """Mean [95% t-interval] with two decimals (counts and IoUs; ``bpo_table.fmt_ci`` formats percentages)."""
-    from bpo_table import ci95
+    """Mean [95% t-interval] with two decimals (counts and IoUs), ``bpo_table.fmt_ci`` on the raw scale."""
+    from bpo_table import fmt_ci
 
-    m, lo, hi = ci95(xs)
-    if m != m:
-        return "n/a"
-    return f"{m:.2f}" if lo != lo else f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
+    return fmt_ci(xs, scale=1.0, digits=2)
 
 
 def table(results: list, cmd: str, args) -> str:

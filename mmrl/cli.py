@@ -13,6 +13,7 @@ import sys
 import traceback
 
 from mmrl import __version__
+from mmrl.data.seek_script import SEEK_STYLES
 from mmrl.errors import ConfigError, MMRLError
 
 
@@ -80,12 +81,13 @@ def _synth_vhop(args):
 _KIND_FLAGS = (("prior", "--prior", ("video",)), ("fixed_options", "--fixed-options", ("video", "seek")),
                ("unsupported_source", "--unsupported-source", ("claims",)),
                ("teacher_seek", "--teacher-seek", ("seek",)), ("time_in_question", "--time-in-question", ("seek",)),
-               ("n_val", "--n-val", ("seek",)))
+               ("n_val", "--n-val", ("seek",)), ("duration", "--duration", ("stream",)))
 
 
 def _check_kind_flags(args) -> None:
     for attr, flag, kinds in _KIND_FLAGS:
-        if getattr(args, attr) not in (None, False) and args.kind not in kinds:
+        value = getattr(args, attr)
+        if value is not None and value is not False and args.kind not in kinds:  # 0 is a value given
             raise ConfigError(f"data synth: {flag} applies to --kind {' or '.join(kinds)} only, not {args.kind}"
                               + (" (claims: options always fixed)" if attr == "fixed_options" else ""))
 
@@ -98,10 +100,8 @@ _SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_m
 def cmd_synth(args) -> None:
     if args.n_train < 1 or args.n_test < 0:
         raise ConfigError(f"data synth: --n-train must be >= 1 and --n-test >= 0, got {args.n_train} and {args.n_test}")
-    if args.duration is not None and args.kind != "stream":
-        raise ConfigError("data synth: --duration applies to --kind stream only")
-    args.duration = 16 if args.duration is None else args.duration
     _check_kind_flags(args)
+    args.duration = 16 if args.duration is None else args.duration
     try:
         if args.kind == "video":
             from mmrl.data.synth_video import check_world_args, make_video_world
@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--unsupported-source", choices=["random", "prior"], default=None,
                    help="claims: an unsupported claim is a random wrong value (default) or repeats a prior the "
                         "question states")
-    s.add_argument("--teacher-seek", choices=["whole", "exact"], default=None,
+    s.add_argument("--teacher-seek", choices=SEEK_STYLES, default=None,
                    help="seek: the teacher seeks a 2 s window of whole seconds (default) or the exact flash interval")
     s.add_argument("--time-in-question", action="store_true",
                    help="seek: the question names the 2 s window that holds the flash")

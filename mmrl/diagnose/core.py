@@ -29,6 +29,7 @@ from mmrl.models.scoring import response_logprobs
 from mmrl.rewards.parsing import parse_choice
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.rollout.step_inputs import build_step_inputs, intervened_inputs
+from mmrl.views.patch_transforms import VPPO_PATCH
 
 Labeler = Callable[[str, dict], Optional[bool]]
 # the summary numbers that depend on the intervention (reported again per extra intervention of ``also``)
@@ -76,7 +77,7 @@ def response_records(trajs, si, orig: Sequence[torch.Tensor], inter: Sequence[to
 
 
 @torch.no_grad()
-def diagnose_samples(model, processor, samples, data_cfg, intervention=("patch_mask", {"patch": 14, "p": 0.5, "value": 0}),
+def diagnose_samples(model, processor, samples, data_cfg, intervention=VPPO_PATCH,
                      n: int = 1, max_new_tokens: int = 64, temperature: float = 1.0, greedy: bool = True, seed: int = 0,
                      labeler: Optional[Labeler] = None, lexicon: Sequence[str] = PERCEPTION_LEXICON, extractor=None,
                      batch_prompts: int = 16, engine=None,
@@ -156,7 +157,7 @@ def summarize_all(records: Sequence[Mapping], also: Sequence[str] = ()) -> Dict[
 
 
 def diagnose_eval(labeler: Optional[Labeler] = None,
-                  intervention=("patch_mask", {"patch": 14, "p": 0.5, "value": 0}), limit: int = 0):
+                  intervention=VPPO_PATCH, limit: int = 0):
     """An ``eval_fn`` for ``RLTrainer.run``: the diagnostic's numbers on ``data.test`` every ``train.eval_every``
     steps, logged as ``diag/<name>`` next to the training metrics (``limit``: first samples only; 0 = all)."""
     cache: Dict[str, list] = {}

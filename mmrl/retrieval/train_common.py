@@ -28,7 +28,7 @@ from mmrl.config import LoraConfig
 from mmrl.errors import ConfigError
 from mmrl.retrieval.router import Query, Router
 from mmrl.retrieval.router_chain import contains_chain
-from mmrl.retrieval.train_data import check_spec, load_data  # noqa: F401  (load_data: the stages' data)
+from mmrl.retrieval.train_data import check_spec, load_data
 
 STAGES = ("sft", "imitate", "rl")
 

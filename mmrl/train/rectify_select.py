@@ -15,7 +15,7 @@ import itertools
 import json
 import random
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from mmrl.config import Config
 from mmrl.errors import ConfigError
@@ -44,16 +44,25 @@ def mix_scripts(rectified: str, teacher: str, mix: float, train_ids: set, seed: 
     return k
 
 
-def load_val(cfg: Config):
-    """The validation samples; a clip shared with data.train or data.test is a ConfigError naming rectify.val."""
+def split_ids(cfg: Config) -> Dict[str, set]:
+    """The sample ids of ``data.train`` and ``data.test``."""
+    from mmrl.data.annotations import load_samples
+
+    return {key: {s.id for s in load_samples(getattr(cfg.data, key), cfg.data.media_root, on_error="skip")[0]}
+            for key in ("train", "test")}
+
+
+def load_val(cfg: Config, ids_of: Optional[Dict[str, set]] = None):
+    """The validation samples; a clip shared with data.train or data.test is a ConfigError naming rectify.val.
+    ``ids_of``: ``split_ids(cfg)`` when the caller has it already."""
     from mmrl.data.annotations import load_samples
 
     val, errors = load_samples(cfg.rectify.val, cfg.data.media_root, on_error="skip")
     if not val:
         raise ConfigError(f"config key 'rectify.val' = {cfg.rectify.val!r}: no loadable sample ({len(errors)} skipped)")
     ids = {s.id for s in val}
-    for key in ("train", "test"):
-        other = {s.id for s in load_samples(getattr(cfg.data, key), cfg.data.media_root, on_error="skip")[0]}
+    ids_of = ids_of if ids_of is not None else split_ids(cfg)
+    for key, other in ids_of.items():
         if ids & other:
             raise ConfigError(f"config key 'rectify.val': {len(ids & other)} samples (e.g. {sorted(ids & other)[0]!r}) "
                               f"are also in data.{key}; a validation split shares no clip with training or test")
@@ -81,10 +90,9 @@ def select(cfg: Config, root: Path, start: str, scripts: str, stage, quiet: bool
     done_path = root / "select.json"
     done = json.loads(done_path.read_text()) if done_path.exists() else {}
     scored = {c["tag"]: c for c in done.get("candidates", []) if "val" in c}
-    from mmrl.data.annotations import load_samples
-
-    val, errors = load_val(cfg)
-    train_ids = {s.id for s in load_samples(cfg.data.train, cfg.data.media_root, on_error="skip")[0]}
+    ids_of = split_ids(cfg)
+    val, errors = load_val(cfg, ids_of)
+    train_ids = ids_of["train"]
     reference = done.get("reference") or {"model": start, "val": val_score(start, cfg, val, errors)}
     out = []
     for c in candidates(cfg):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
+import bpo_table  # noqa: E402
 import pacg_table  # noqa: E402
 
 
@@ -29,7 +30,7 @@ def _results():
 
 
 def test_cells_are_t_intervals_and_differences_are_paired():
-    m, lo, hi = pacg_table.ci95([1.0, 2.0, 3.0])
+    m, lo, hi = bpo_table.ci95([1.0, 2.0, 3.0])
     assert pacg_table.ci_cell([1.0, 2.0, 3.0], 1, 2) == f"2.00 [{lo:.2f}, {hi:.2f}]"
     assert math.isclose(hi - m, 4.303 * 1.0 / math.sqrt(3), rel_tol=1e-9)  # t_{0.975, 2} · s / sqrt(n)
     assert pacg_table.ci_cell([0.5], 100, 1) == "50.0" and pacg_table.ci_cell([float("nan")]) == "n/a"
