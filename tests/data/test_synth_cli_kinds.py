@@ -38,6 +38,7 @@ def test_diagnose_is_a_subcommand():
     ("video", ["--teacher-seek", "exact"], "--teacher-seek"),
     ("claims", ["--prior", "tint"], "--prior"),
     ("image", ["--n-val", "2"], "--n-val"),
+    ("video", ["--duration", "0"], "--duration"),
 ])
 def test_synth_kind_only_flags_are_refused_elsewhere(tmp_path, kind, flags, needle):
     p = subprocess.run([sys.executable, "-m", "mmrl", "data", "synth", "--kind", kind, "--out", str(tmp_path / "w"),
