@@ -43,6 +43,24 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", 0))
 
 
+def bind_cuda_device() -> torch.device:
+    """This rank's GPU, ``cuda:LOCAL_RANK``, made the current device (``torch.cuda.set_device``).
+
+    Called before anything touches CUDA (the NCCL process group, the model's ``.to``, DeepSpeed, vLLM): without it
+    every rank of a node would use GPU 0 (``"cuda"`` = the current device, 0 by default). A ``LOCAL_RANK`` beyond the
+    visible devices is a one-line ``ConfigError``.
+    """
+    from mmrl.errors import ConfigError
+
+    lr, count = local_rank(), torch.cuda.device_count()
+    if lr >= count:
+        raise ConfigError(f"LOCAL_RANK={lr} but this node sees {count} CUDA device(s) "
+                          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): "
+                          f"launch at most {count} ranks per node")
+    torch.cuda.set_device(lr)
+    return torch.device("cuda", lr)
+
+
 def is_main() -> bool:
     return rank() == 0
 
@@ -69,6 +87,8 @@ def init_distributed(device_type: str) -> None:
         os.environ.setdefault("WORLD_SIZE", "1")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    if device_type == "cuda":  # each rank on its own GPU before NCCL (and anything else) touches one
+        bind_cuda_device()
     deepspeed.init_distributed(dist_backend="gloo" if device_type == "cpu" else "nccl")
     if device_type == "cpu":  # share the cores between the ranks of this node
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size()))

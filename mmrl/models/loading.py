@@ -70,10 +70,21 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False, l
 
 
 def resolve_device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    """``model.device`` -> a concrete device. ``auto`` (with a GPU) and ``cuda`` mean this rank's GPU,
+    ``cuda:LOCAL_RANK``, made current first (``mmrl.dist.bind_cuda_device``); ``cuda:N`` is taken as given."""
+    if name == "auto" and not torch.cuda.is_available():
+        return "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"config key 'model.device' = {name!r} but no CUDA device is available")
+    if name in ("auto", "cuda"):
+        from mmrl.dist import bind_cuda_device
+
+        return str(bind_cuda_device())
+    if name.startswith("cuda:"):
+        index, count = name.split(":", 1)[1], torch.cuda.device_count()
+        if not index.isdigit() or int(index) >= count:
+            raise ConfigError(f"config key 'model.device' = {name!r}: this node sees {count} CUDA device(s)")
+        torch.cuda.set_device(int(index))
     return name
 
 

@@ -82,12 +82,11 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     from mmrl.config import DataConfig
     from mmrl.data.annotations import load_samples
-    from mmrl.models.loading import load_model, load_processor
+    from mmrl.models.loading import load_model, load_processor, resolve_device
     from mmrl.rollout.base import build_engine
     from mmrl.rollout.step_inputs import build_step_inputs
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = load_model(a.model, a.dtype, device=device)
+    model = load_model(a.model, a.dtype, device=resolve_device("auto"))
     processor = load_processor(a.model)
     extra = {"dtype": a.dtype} if a.engine == "vllm" else {}
     engine = build_engine(a.engine, model=model, processor=processor, **extra)

@@ -15,9 +15,11 @@ Colocate: one ``vllm.LLM`` per trainer process (``external_launcher`` under torc
 (``sleep(level=1)``: weights to CPU, KV cache dropped) while the trainer trains, woken for rollouts.
 Server: ``python -m mmrl.rollout.vllm_server`` on other GPUs, spoken to over HTTP (``rollout.vllm_mode: server``).
 
-``sync_weights(model)`` after every optimizer step: LoRA is merged for the copy (only the adapted base weights
-travel), otherwise every trainable weight, through vLLM's ``load_weights`` (HF names: vLLM maps them); then the
-prefix cache and the multimodal caches are reset (a cached vision encoding would come from the old weights).
+``sync_weights(model)`` after every optimizer step: with LoRA each adapted weight travels as ``W + BA*alpha/r``
+computed in fp32 off the trainer's modules (``mmrl.rollout.weight_sync``: the base is never merged in place),
+otherwise every trainable weight, cast to the engine's dtype, through vLLM's ``load_weights`` (HF names: vLLM maps
+them); then vLLM's prefix cache, its multimodal processor cache and its encoder cache are reset (a cached vision
+encoding would come from the old weights): ``LocalBackend.reset_caches``.
 Nothing is imported from vLLM before an engine is built; without vLLM or a GPU the constructor raises a
 ``ConfigError`` naming ``rollout.engine``.
 """
@@ -34,6 +36,7 @@ from mmrl.data.schema import Trajectory
 from mmrl.errors import ConfigError, MMRLError
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.rollout.vllm_inputs import PLACEHOLDERS, vllm_prompt
+from mmrl.rollout.weight_sync import rollout_weights
 
 
 def engine_options(cfg) -> Dict[str, Any]:
@@ -52,28 +55,6 @@ def engine_options(cfg) -> Dict[str, Any]:
     return opts
 
 
-def hf_weights(model, only_changed: bool = True) -> List[Tuple[str, torch.Tensor]]:
-    """(HF name, tensor) pairs to send; with peft call between ``merge_adapter`` and ``unmerge_adapter``."""
-    peft = hasattr(model, "get_base_model")
-    lora_bases = set()
-    if peft:
-        for name, module in model.named_modules():
-            if hasattr(module, "base_layer") and hasattr(module, "lora_A"):
-                lora_bases.add(name + ".base_layer.")
-    out = []
-    for name, p in model.named_parameters():
-        if peft and ".lora_" in name:
-            continue
-        changed = p.requires_grad or any(name.startswith(b) for b in lora_bases)
-        if only_changed and not changed:
-            continue
-        clean = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-        if "original_module" in clean:
-            continue
-        out.append((clean.replace(".modules_to_save.default.", "."), p.detach()))
-    return out
-
-
 @ENGINES.register("vllm")
 class VLLMEngine(RolloutEngine):
     supports_request_seeds = True  # per-request seeds: rank-count-invariant sampling (mmrl.dist)
@@ -88,6 +69,7 @@ class VLLMEngine(RolloutEngine):
         if backend is None and mode == "colocate":
             _check_colocate()
         self.model, self.processor, self.mode = model, processor, mode
+        self.dtype = getattr(torch, dtype) if dtype else None  # what the engine holds: weights travel in it
         tok = processor.tokenizer
         self.eos_id = tok.convert_tokens_to_ids("<|im_end|>")
         self.placeholder_ids = {tok.convert_tokens_to_ids(t) for t in PLACEHOLDERS}
@@ -107,6 +89,7 @@ class VLLMEngine(RolloutEngine):
         else:
             path = model_path or _model_path(model)
             dtype = dtype or str(next(model.parameters()).dtype).removeprefix("torch.")  # sample what is trained
+            self.dtype = getattr(torch, dtype)
             self.backend = LocalBackend(path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, seed=seed,
                                         max_model_len=max_model_len, max_media_per_prompt=max_media_per_prompt)
         self.max_batch_sequences = max_batch_sequences
@@ -166,14 +149,8 @@ class VLLMEngine(RolloutEngine):
         """Copy the trainer's weights into vLLM (call with ZeRO-3 params gathered), then drop stale caches."""
         if self.mode == "colocate" and self.asleep:
             self.backend.wake(["weights"])
-        peft = hasattr(model, "merge_adapter")
-        if peft:
-            model.merge_adapter()
-        try:
-            self.backend.load_weights(hf_weights(model, only_changed=not everything and self.sleep_level < 2))
-        finally:
-            if peft:
-                model.unmerge_adapter()
+        only = not everything and self.sleep_level < 2
+        self.backend.load_weights(rollout_weights(model, only_changed=only, dtype=self.dtype))
         self.backend.reset_caches()
 
     def _wake(self) -> None:
@@ -211,8 +188,9 @@ class LocalBackend:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the model in this process: load_weights
         from vllm import LLM
 
-        from mmrl.dist import is_dist, rank
+        from mmrl.dist import bind_cuda_device, is_dist, rank
 
+        bind_cuda_device()  # this rank's GPU (cuda:LOCAL_RANK) is the current device vLLM allocates on
         kwargs: Dict[str, Any] = {}
         if is_dist():  # one engine per trainer rank, inside the torchrun / deepspeed process group
             kwargs["distributed_executor_backend"] = "external_launcher"
@@ -249,10 +227,12 @@ class LocalBackend:
         model.load_weights((n, t.to(device)) for n, t in weights)
 
     def reset_caches(self) -> None:
-        self.llm.reset_prefix_cache()
-        for name in ("reset_mm_cache", "reset_encoder_cache"):
-            if hasattr(self.llm, name):
-                getattr(self.llm, name)()
+        """After a weight update (vLLM 0.33): the prefix (KV) cache and the multimodal processor cache live behind
+        ``LLM``, the encoder cache (vision embeddings) behind its ``LLMEngine`` (``LLM`` has no such method)."""
+        if self.llm.reset_prefix_cache() is False:
+            raise MMRLError("vLLM refused to reset its prefix cache (requests still running) after a weight sync")
+        self.llm.reset_mm_cache()
+        self.llm.llm_engine.reset_encoder_cache()
 
     def sleep(self, level: int) -> None:
         self.llm.sleep(level=level)
