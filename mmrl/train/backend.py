@@ -91,7 +91,9 @@ class Backend:
 
     # ---- rollout ------------------------------------------------------------------------------------------------
     def rollout_context(self):
-        return contextlib.nullcontext()
+        """Rollouts read the model as the trainer does: under the same autocast (fp32 master weights next to bf16
+        frozen ones need it)."""
+        return self.autocast()
 
     def sync_rollout_weights(self, engine) -> None:
         engine.sync_weights(self.model)

@@ -22,7 +22,7 @@ from mmrl.train.data_stream import DataStream
 from mmrl.train.interrupt import graceful_stop
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
-from mmrl.train.precision import autocast_factory
+from mmrl.train.precision import autocast_factory, check_training_precision, keep_fp32_master
 from mmrl.train.run_dir import Resume, open_run
 from mmrl.train.skips import check_loaded, skip_log_for
 
@@ -46,6 +46,7 @@ class RLTrainer:
 
         self.cfg = cfg
         describe_plan(cfg)  # the algorithm's plan rejects a bad config (e.g. rollout.n) before anything loads
+        check_training_precision(cfg)
         self.spec = build_algorithm(cfg.algorithm, cfg)
         deepspeed = cfg.train.backend == "deepspeed"
         ds_config = hf_ds = None
@@ -67,6 +68,8 @@ class RLTrainer:
         self.samples, self.load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
         check_loaded(cfg.data, self.samples, self.load_skipped)
         self.stream = DataStream(self.samples, cfg.train.seed, cfg.data.shuffle)
+        if not deepspeed:  # DeepSpeed's bf16 mode keeps its own fp32 master copy of bf16 weights
+            keep_fp32_master(self.model)
         optimizer, scheduler = build_optimizer(self.model, cfg.train)
         autocast = autocast_factory(cfg.train.precision, next(self.model.parameters()).device)
         if deepspeed:

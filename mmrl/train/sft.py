@@ -31,7 +31,7 @@ from mmrl.train.run_dir import Resume, open_run
 from mmrl.train.skips import check_loaded, skip_log_for
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
-from mmrl.train.precision import autocast_factory
+from mmrl.train.precision import autocast_factory, check_training_precision, keep_fp32_master
 from mmrl.train.rl_trainer import set_seed
 from mmrl.models.scoring import response_logprobs
 from mmrl.rollout.step_inputs import budget_from, style_from
@@ -77,6 +77,7 @@ def sft_target(sample) -> str:
 def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite: bool = False) -> List[Dict[str, float]]:
     """SFT for ``sft.steps`` steps, with the RL run's directory rules, checkpoints (``train.save_every``,
     ``train.keep_checkpoints``), exact ``resume``, SIGINT/SIGTERM checkpointing and skip accounting."""
+    check_training_precision(cfg, backend="torch")  # SFT trains in this one process
     set_seed(cfg.train.seed, cfg.train.num_threads)
     rd = open_run(cfg.train.out_dir, "sft", resume, overwrite)
     model, processor = load_model_and_processor(cfg.model)
@@ -92,6 +93,7 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
     skips = skip_log_for(str(out_dir), cfg.data, samples, load_skipped, rd.resume_step)
     stream = DataStream(samples, cfg.train.seed, cfg.data.shuffle)
     stream.excluded = skips.excluded
+    keep_fp32_master(model)
     opt, sched = build_optimizer(model, cfg.train, lr=cfg.sft.lr)
     budget, style = budget_from(cfg.data), style_from(cfg.data)
     cache: Dict[str, tuple] = {}
