@@ -31,6 +31,7 @@ class ModelConfig:
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
     freeze_vision: bool = False
     gradient_checkpointing: bool = False
+    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 (needs flash_attn; scores in the `full` layout)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -158,6 +159,11 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"config key '{key}' = {value!r}; expected one of {', '.join(allowed)}")
     _check_agent_loop(cfg)
     _check_rectify(cfg.rectify, cfg.data.test)
+    _check_attention(cfg)
+    if cfg.rollout.top_p < 1.0:
+        raise ConfigError(f"config key 'rollout.top_p' = {cfg.rollout.top_p}: the rollout engine "
+                          f"(rollout.engine = {cfg.rollout.engine!r}) would sample from the top-p truncated distribution "
+                          "while the importance ratio and the KL use the scorer's full-softmax log-probs; use 1.0")
     positive = {"rollout.n": cfg.rollout.n, "train.prompts_per_step": cfg.train.prompts_per_step,
                 "train.micro_batch": cfg.train.micro_batch,
                 "rollout.max_new_tokens": cfg.rollout.max_new_tokens}
@@ -196,6 +202,23 @@ def _check_agent_loop(cfg: Config) -> None:
                           "rollout.seed_per_group off only (so far)")
     if r.agent_loop == "stream" and r.engine != "hf":
         raise ConfigError("config key 'rollout.engine' must be 'hf' with rollout.agent_loop=stream (so far)")
+
+
+def _check_attention(cfg: Config) -> None:
+    """``model.attn_implementation``: a known kernel; FlashAttention-2 only where ``flash_attn`` is installed and with
+    the vLLM sampler (the HF engine decodes shared prompts with custom 4-D masks, which FlashAttention-2 ignores)."""
+    import importlib.util
+
+    impl = cfg.model.attn_implementation
+    if impl not in ("sdpa", "eager", "flash_attention_2"):
+        raise ConfigError(f"config key 'model.attn_implementation' = {impl!r}; expected one of sdpa, eager, "
+                          "flash_attention_2")
+    if impl == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs the flash_attn package "
+                          "(pip install flash-attn, CUDA only); use sdpa")
+    if impl == "flash_attention_2" and cfg.rollout.engine != "vllm":
+        raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs rollout.engine=vllm: the "
+                          "HF engine's shared-prompt decoding uses custom 4-D attention masks; use sdpa")
 
 
 def _check_rectify(r: RectifyConfig, test: Optional[str]) -> None:

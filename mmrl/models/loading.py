@@ -45,10 +45,11 @@ def model_class(path: str):
 
 
 def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False, lora=None,
-               gradient_checkpointing: bool = False, device: str | None = None):
-    """Model with LoRA (peft) on the language model if enabled; the vision tower frozen if asked (default with LoRA)."""
+               gradient_checkpointing: bool = False, device: str | None = None, attn_implementation: str = "sdpa"):
+    """Model with LoRA (peft) on the language model if enabled; the vision tower frozen if asked (default with LoRA).
+    ``attn_implementation``: ``model.attn_implementation`` (validated by the config), passed to ``from_pretrained``."""
     path = resolve_model_path(path)
-    model = model_class(path).from_pretrained(path, dtype=_DTYPES[dtype])
+    model = model_class(path).from_pretrained(path, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
     if device:
         model.to(device)
     if gradient_checkpointing:
@@ -90,7 +91,8 @@ def resolve_device(name: str) -> str:
 
 def load_model_and_processor(cfg_model) -> Tuple[torch.nn.Module, object]:
     model = load_model(cfg_model.path, cfg_model.dtype, cfg_model.freeze_vision, cfg_model.lora,
-                       cfg_model.gradient_checkpointing, device=resolve_device(cfg_model.device))
+                       cfg_model.gradient_checkpointing, device=resolve_device(cfg_model.device),
+                       attn_implementation=cfg_model.attn_implementation)
     return model, load_processor(cfg_model.path)
 
 

@@ -132,13 +132,23 @@ def prefill_prompts(core, prompts: Sequence[PromptInputs], pad_id: int, device):
     return last, out.cache, mask, next_pos
 
 
-def _can_share(model) -> bool:
-    # gradient checkpointing drops the KV cache in training mode: score whole sequences then
+def _can_cache(model) -> bool:
+    """False under gradient checkpointing in training mode (``transformers`` drops the KV cache then: a recomputed
+    layer would append to it twice) and with FlashAttention-2 (no custom 4-D masks): no cached prompt."""
     flag = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") else "is_gradient_checkpointing"
     return not (model.training and getattr(model, flag, False))
 
 
-STRATEGIES = ("packed", "expand", "full")
+def _flash(model) -> bool:
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == "flash_attention_2"
+
+
+def _can_share(model) -> bool:
+    """A prompt's KV cache can be kept and shared (multi-turn scoring: ``mmrl.models.sequence_scoring``)."""
+    return _can_cache(model) and not _flash(model)
+
+
+STRATEGIES = ("packed", "expand", "full", "onepass")
 
 
 def scoring_strategy(prompt_tokens: int, n: int, response_tokens: int) -> str:
@@ -182,8 +192,11 @@ def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]],
                       micro_batch: int = 16, pad_id: int = 0, strategy: str = "auto") -> List[torch.Tensor]:
     """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled.
 
-    ``strategy``: ``auto`` (``scoring_strategy`` per micro-batch), ``packed``, ``expand`` or ``full`` (one
-    forward per whole sequence; always used under gradient checkpointing, which keeps no KV cache)."""
+    ``strategy``: ``auto`` (``scoring_strategy`` per micro-batch), ``packed``, ``expand``, ``full`` (one forward
+    per whole sequence) or ``onepass`` (each distinct prompt and its responses packed after it in ONE forward, no KV
+    cache). Under gradient checkpointing (no KV cache in training mode) the shared-prompt layouts become
+    ``onepass``: prompts and the vision tower are still computed once per distinct prompt. With FlashAttention-2
+    (``model.attn_implementation``; it takes no custom 4-D mask) every layout is ``full``."""
     if strategy not in ("auto",) + STRATEGIES:
         raise ValueError(f"scoring strategy must be one of auto, {', '.join(STRATEGIES)}; got {strategy!r}")
     out: List[torch.Tensor] = []
@@ -195,7 +208,11 @@ def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]],
     device = next(model.parameters()).device
     for s in range(0, len(items), micro_batch):
         chunk = items[s : s + micro_batch]
-        name = strategy if _can_share(model) else "full"
+        name = strategy
+        if _flash(model):
+            name = "full"
+        elif not _can_cache(model) and name != "full":
+            name = "onepass"
         if name == "auto":
             name = _chunk_strategy(chunk)
         out.extend(_SCORERS[name](core, head, chunk, temperature, pad_id, device))
@@ -253,7 +270,7 @@ def _score_packed(core, head, chunk, temperature: float, pad_id: int, device) ->
 
 
 def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
-    """One forward per full ``prompt + response`` sequence (used under gradient checkpointing)."""
+    """One forward per full ``prompt + response`` sequence (used with FlashAttention-2)."""
     seqs = [torch.cat([p.input_ids, r.to(p.input_ids.dtype)]) for p, r in chunk]
     ids = pad_right(seqs, pad_id).to(device)
     attn = pad_right([torch.ones_like(x) for x in seqs], 0).to(device)
@@ -271,6 +288,38 @@ def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> L
     targets = ids[rows_t, cols_t + 1]
     lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return list(lp.split([int(r.numel()) for _, r in chunk]))
+
+
+def _score_onepass(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+    """``packed`` without a KV cache: row ``u`` = prompt ``u`` (right-padded to ``P``) then its ``K`` responses of
+    ``W`` tokens, in one forward with the mask ``[[causal prompt, 0], [prompt keys, block-causal]]`` and positions
+    ``[prompt's M-RoPE, start_u + j]``: the same keys, queries and positions as prefill + the packed pass, so the
+    same log-probs; nothing is cached, so gradient checkpointing can recompute any layer. Vision tower and prompt
+    once per distinct prompt (not once per response as in ``full``)."""
+    uniq, owner = unique_prompts([p for p, _ in chunk])
+    slot = slots(owner)
+    owner, slot = owner.to(device), slot.to(device)
+    pids, lengths, pmask = right_padded(uniq, pad_id, device)
+    vision = {k: v.to(device) for k, v in collate_vision(uniq).items()}
+    ppos, start = prompt_positions(core, uniq, pids, pmask, vision)
+    resp = [r.to(device=device, dtype=torch.long) for _, r in chunk]
+    rlen = torch.tensor([int(r.numel()) for r in resp], dtype=torch.long, device=device)
+    R = int(rlen.max())
+    W, K, U, P = max(R - 1, 1), int(slot.max()) + 1, len(uniq), pids.shape[1]
+    cols = pad_right([r[:W] for r in resp] + [resp[0].new_full((W,), pad_id)], pad_id)[:-1]  # [N, W]
+    rids = cols.new_full((U, K, W), pad_id)
+    rids[owner, slot] = cols
+    rpos = (start.view(U, 1, 1) + torch.arange(W, device=device).view(1, 1, W)).expand(U, K, W).reshape(U, K * W)
+    pos = torch.cat([ppos, rpos.unsqueeze(0).expand(3, -1, -1)], dim=2)
+    top = torch.ones(P, P, dtype=torch.bool, device=device).tril() & pmask.bool()[:, None, :]  # [U, P, P]
+    top = torch.cat([top, top.new_zeros(U, P, K * W)], dim=-1)
+    mask = torch.cat([top, packed_mask(pmask, K, W)[:, 0]], dim=1)[:, None]  # [U, 1, P + KW, P + KW]
+    hid = core(input_ids=torch.cat([pids, rids.view(U, K * W)], dim=1), attention_mask=mask, position_ids=pos,
+               use_cache=False, **vision).last_hidden_state
+    last = hid[torch.arange(U, device=device), lengths - 1]
+    hid = hid[:, P:].reshape(U, K, W, -1)[owner, slot]  # [N, W, H]
+    hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, :R]
+    return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
 
 
 def _score_expand(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
@@ -306,4 +355,4 @@ def _head_logprobs(head, hidden, resp, rlen, temperature: float, pad_id: int) ->
     return list(lp.split(rlen.tolist()))
 
 
-_SCORERS = {"packed": _score_packed, "expand": _score_expand, "full": _score_full}
+_SCORERS = {"packed": _score_packed, "expand": _score_expand, "full": _score_full, "onepass": _score_onepass}

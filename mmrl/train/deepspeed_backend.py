@@ -110,7 +110,7 @@ class DeepSpeedBackend(Backend):
             return None  # the policy with its adapter disabled
         from mmrl.models.loading import load_model
 
-        ref = load_model(self.cfg.model.path, self.cfg.model.dtype)
+        ref = load_model(self.cfg.model.path, self.cfg.model.dtype, attn_implementation=self.cfg.model.attn_implementation)
         ref.eval().requires_grad_(False)
         if self.stage != 3:  # a whole frozen copy on this rank's device
             from deepspeed.accelerator import get_accelerator

@@ -101,7 +101,8 @@ class RLTrainer:
 
         if self.cfg.model.lora.enabled:
             return None  # reference = the base model with the adapter disabled (peft), no second copy
-        ref = load_model(self.cfg.model.path, self.cfg.model.dtype, device=resolve_device(self.cfg.model.device))
+        ref = load_model(self.cfg.model.path, self.cfg.model.dtype, device=resolve_device(self.cfg.model.device),
+                         attn_implementation=self.cfg.model.attn_implementation)
         ref.eval().requires_grad_(False)
         return ref
 
