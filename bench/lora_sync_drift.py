@@ -67,7 +67,7 @@ def main(argv=None) -> None:
     p.add_argument("--r", type=int, default=64)
     p.add_argument("--alpha", type=int, default=128)
     p.add_argument("--syncs", type=int, default=50)
-    p.add_argument("--b-std", type=float, default=1e-3)
+    p.add_argument("--b-std", type=float, default=1.5e-3)
     p.add_argument("--step-std", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
