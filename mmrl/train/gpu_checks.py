@@ -121,7 +121,7 @@ def saved_bytes():
         yield box
 
 
-def one_step(model, items: Sequence[tuple], pad_id: int, micro_batch: int = 64) -> Dict[str, object]:
+def one_step(model, items: Sequence[tuple], pad_id: int, micro_batch: int = 64, strategy: str = "auto") -> Dict[str, object]:
     """Forward + backward of ``response_logprobs`` over ``items`` (one micro-batch each ``micro_batch``): log-probs,
     gradients, seconds, bytes saved for backward and, on a GPU, the peak allocated bytes of the step."""
     from mmrl.models.scoring import response_logprobs
@@ -136,7 +136,8 @@ def one_step(model, items: Sequence[tuple], pad_id: int, micro_batch: int = 64) 
     lps, saved = [], 0
     for s in range(0, len(items), micro_batch):
         with saved_bytes() as box:
-            out = response_logprobs(model, items[s : s + micro_batch], micro_batch=micro_batch, pad_id=pad_id)
+            out = response_logprobs(model, items[s : s + micro_batch], micro_batch=micro_batch, pad_id=pad_id,
+                                    strategy=strategy)
         saved = max(saved, box[0])
         torch.cat(out).float().sum().backward()
         lps += [x.detach() for x in out]
