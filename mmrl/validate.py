@@ -120,6 +120,10 @@ def validate(cfg, kind: str = "train", data_paths: bool = True) -> None:
             raise ConfigError("config key 'train.wandb_project' needs the wandb package: pip install wandb")
     if cfg.train.deepspeed_config:
         _file(cfg.train.deepspeed_config, "train.deepspeed_config", "DeepSpeed config")
+    if kind in ("train", "sft"):  # bf16 weights train with fp32 master weights (mmrl.train.precision)
+        from mmrl.train.precision import check_training_precision
+
+        check_training_precision(cfg, backend="torch" if kind == "sft" else None)
     if kind == "sft":
         return
     import mmrl.algos  # noqa: F401  (registers algorithm specs and losses)

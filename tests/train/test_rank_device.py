@@ -82,3 +82,16 @@ def test_the_model_moves_to_this_ranks_gpu_after_set_device(gpus, monkeypatch):
     monkeypatch.setattr(loading, "load_processor", lambda path: None)
     loading.load_model_and_processor(ModelConfig(path="tiny"))
     assert seen == {"device": "cuda:3", "events": [("set_device", 3)]}
+
+
+def test_the_colocated_vllm_engine_starts_on_this_ranks_gpu(gpus, monkeypatch):
+    """``LocalBackend``: ``set_device(LOCAL_RANK)`` before ``vllm.LLM`` allocates anything."""
+    from mmrl.rollout.vllm_engine import LocalBackend
+
+    fake = types.ModuleType("vllm")
+    fake.LLM = lambda **kw: gpus.append(("LLM", kw["seed"]))
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("RANK", "5")
+    LocalBackend("m", gpu_memory_utilization=0.3, dtype="bfloat16", seed=10, max_model_len=64)
+    assert gpus == [("set_device", 1), ("LLM", 15)]
