@@ -14,7 +14,9 @@ first pass; the HF rollout engine uses it too, so sampling and scoring read the 
 The second pass has two layouts, picked per micro-batch by ``scoring_strategy`` (short responses: ``packed``, a
 group's responses side by side in its prompt's row; long ones: ``expand``, one row per response over a gathered
 copy of its prompt's cache). Every layout makes the same module calls (prefill, one response pass, the head), so
-ZeRO-3 ranks stay in step even when their micro-batches pick different layouts.
+ZeRO-3 ranks stay in step even when their micro-batches pick different layouts. Under gradient checkpointing (no
+KV cache) every rank scores in the ``onepass`` layout instead: each distinct prompt and its packed responses in one
+forward (one module call and the head).
 """
 from __future__ import annotations
 
@@ -133,8 +135,8 @@ def prefill_prompts(core, prompts: Sequence[PromptInputs], pad_id: int, device):
 
 
 def _can_cache(model) -> bool:
-    """False under gradient checkpointing in training mode (``transformers`` drops the KV cache then: a recomputed
-    layer would append to it twice) and with FlashAttention-2 (no custom 4-D masks): no cached prompt."""
+    """False under gradient checkpointing in training mode: ``transformers`` drops the KV cache then (a recomputed
+    layer would append to it twice)."""
     flag = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") else "is_gradient_checkpointing"
     return not (model.training and getattr(model, flag, False))
 
