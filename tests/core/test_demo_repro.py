@@ -46,3 +46,23 @@ def test_first_sft_losses_match_the_recorded_demo(tmp_path, monkeypatch):
         assert losses == RECORDED["sft/loss"], (losses, settings)
     else:
         assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(losses, RECORDED["sft/loss"])), (losses, settings)
+
+
+def test_quick_demo_pins_threads_and_reports_held_out_curves(tmp_path, capsys):
+    import torch
+
+    from mmrl.demo import run_demo
+
+    old_threads = torch.get_num_threads()
+    try:
+        result = run_demo(str(tmp_path / "demo"), quick=True)
+    finally:
+        torch.set_num_threads(old_threads)
+    out = capsys.readouterr().out
+    assert out.startswith("[demo] seed 0; python ") and "intra-op threads 1, inter-op threads 1" in out
+    assert result["settings"]["OMP_NUM_THREADS"] == "1" and "| after GRPO |" in out
+    rows = [json.loads(x) for x in (tmp_path / "demo" / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "eval/accuracy" in r] == [2]  # quick: 3 steps, held-out every 2
+    assert any(k.startswith("eval/acc_") for k in rows[1])  # per question type
+    assert (tmp_path / "demo" / "rl" / "heldout.png").exists()
+    assert "![held-out accuracy](heldout.png)" in (tmp_path / "demo" / "rl" / "report.md").read_text()
