@@ -19,7 +19,11 @@ class MetricsLogger:
             self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         # the steps this run was resumed at (report markers): earlier ones up to this step, then this one
         resumes = [s for s in read_resumes(self.path.parent) if s < resume_step] + ([resume_step] if resume_step else [])
-        (self.path.parent / RESUMES).write_text("".join(json.dumps({"resumed_at": s}) + "\n" for s in resumes))
+        marks = self.path.parent / RESUMES
+        if resumes:
+            marks.write_text("".join(json.dumps({"resumed_at": s}) + "\n" for s in resumes))
+        elif marks.exists():
+            marks.unlink()
         self.tb = None
         if tensorboard:
             try:
