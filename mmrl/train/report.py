@@ -41,6 +41,11 @@ LABELS = {"eval/accuracy": "overall", "adv/zero_frac": "zero advantage", "trunca
           "train_frac": "trained", "time/rollout": "rollout", "time/scoring": "scoring", "time/update": "update"}
 
 
+def _label(key: str) -> str:
+    """A metric's legend name: ``eval/acc_color`` -> ``color``, ``time/rollout`` -> ``rollout``."""
+    return LABELS.get(key, key.split("/")[-1].removeprefix("acc_"))
+
+
 def no_signal_warning(rows: List[dict], threshold: float = 0.5) -> str:
     """A warning when, over the last quarter of the run, most trajectories got a zero advantage (their group's
     rewards were all equal: no learning signal), or '' otherwise."""
@@ -104,7 +109,7 @@ def _axes_for(spec: List[Axis], keys: Sequence[str], overlay: bool, sft: bool) -
         if kind == "each":
             axes += [(k, [k], "line") for k in found]
         elif overlay and len(found) > 1:
-            axes += [(f"{title}: {LABELS.get(k, k)}", [k], "frac" if kind == "frac" else "line") for k in found]
+            axes += [(f"{title}: {_label(k)}", [k], "frac" if kind == "frac" else "line") for k in found]
         else:
             axes.append((title, found, "line" if kind == "sft" else kind))
     return axes
@@ -143,12 +148,12 @@ def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) ->
                 steps = sorted(set.intersection(*(set(s[0]) for s in series)))
                 if steps:
                     vals = [[dict(zip(*s))[st] for st in steps] for s in series]
-                    ax.stackplot(steps, *vals, labels=[LABELS.get(k, k) for k in found], alpha=0.8)
+                    ax.stackplot(steps, *vals, labels=[_label(k) for k in found], alpha=0.8)
             else:
                 for k in found:
                     xs, ys = run.series(k)
                     if xs:
-                        label = run.label if len(runs) > 1 else LABELS.get(k, k.split("/")[-1].removeprefix("acc_"))
+                        label = run.label if len(runs) > 1 else _label(k)
                         _draw(ax, xs, ys, label, color)
             for step in run.resumes:
                 ax.axvline(step, color=color or "gray", linestyle="--", linewidth=1, alpha=0.8)

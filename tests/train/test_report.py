@@ -42,7 +42,7 @@ def test_each_axis_holds_one_quantity():
     assert "SFT seconds per step" not in axes  # an RL run's step time is the stack
     # overlaid runs: every key its own axis (the lines are the runs)
     over = [t for _, _, spec in FIGURES for t, found, _ in _axes_for(spec, keys, True, False)]
-    assert "held-out accuracy by question type: eval/acc_color" in over and "seconds per step: rollout" in over
+    assert "held-out accuracy by question type: color" in over and "seconds per step: rollout" in over
 
 
 def test_report_draws_every_figure_and_marks_resumes(tmp_path):
