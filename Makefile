@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(PY) -m mmrl demo --out runs/demo
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(PY) -m mmrl demo --out runs/demo
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -11,9 +11,10 @@ import argparse
 import json
 import sys
 import traceback
+from typing import Optional
 
 from mmrl import __version__
-from mmrl.data.seek_script import SEEK_STYLES
+from mmrl.data.seek_script import SEEK_STYLES  # a tuple of names (no torch)
 from mmrl.errors import ConfigError, MMRLError
 
 
@@ -249,6 +250,25 @@ def cmd_demo(args) -> None:
     run_demo(out_dir=args.out, seed=args.seed, quick=args.quick, overrides=args.overrides)
 
 
+def cmd_list(args) -> None:
+    from mmrl.reference import page
+
+    print(page(args.kind), end="")
+
+
+def cmd_docs(args) -> None:
+    from mmrl.reference import main as docs_main
+
+    if docs_main(["--check"] if args.check else []):
+        raise ConfigError("docs/reference is stale: run `mmrl docs` and commit docs/reference/")
+
+
+def cmd_report(args) -> None:
+    from mmrl.train.report import report_main
+
+    report_main(args.runs, out=args.out, title=args.title)
+
+
 class _Help(argparse.RawDescriptionHelpFormatter):
     """Every option's default after its help (unless the help already states it); descriptions kept as written."""
 
@@ -264,7 +284,34 @@ def _sub(parent, name: str, help: str, common):
     return parent.add_parser(name, help=help, description=help, formatter_class=_Help, parents=[common])
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Subcommands whose parsers import torch and the models (their modules' packages register built-ins on import):
+# built only when chosen, so `mmrl --help` and the light commands start in well under a second. Otherwise each is
+# listed by its help line alone (tests/core/test_cli_lazy.py checks these lines equal the full parsers' own).
+LAZY_HELP = {
+    "eval": "evaluate on a benchmark (eval/<name>.yaml)",
+    "tools": "tool episodes",
+    "rectify": "rectified bootstrapping: rewrite a tool run's wrong or evidence-blind episodes into an SFT set "
+               "(--run), or run RL -> rectify -> SFT -> RL from one config (--config)",
+    "diagnose": "EFS and claim persistence: re-score fixed responses under an intervened image",
+    "vhop": "VHOP-Router training stages (sft, imitate, rl)",
+}
+
+
+def _builds(name: str, only, sub) -> bool:
+    """Whether to build subcommand ``name`` in full (``only`` is None or names it); else list it by its help line."""
+    if only is None or only == name:
+        return True
+    sub.add_parser(name, help=LAZY_HELP[name], add_help=False)
+    return False
+
+
+def chosen_command(argv) -> Optional[str]:
+    """The subcommand an argument list names (its first word that is not an option), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The whole parser (``only=None``), or one whose heavy subcommands other than ``only`` are help lines only."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="on an error, show the full traceback (default: one line)")
@@ -326,11 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("overrides", nargs="*", help="dotted overrides key=value (e.g. rollout.n=8)")
         s.set_defaults(fn=fn)
 
-    e = sub.add_parser("eval", help="evaluate on a benchmark (eval/<name>.yaml)", formatter_class=_Help)
-    from mmrl.eval.cli_bench import add_eval_arguments
+    if _builds("eval", only, sub):
+        e = sub.add_parser("eval", help=LAZY_HELP["eval"], formatter_class=_Help)
+        from mmrl.eval.cli_bench import add_eval_arguments
 
-    add_eval_arguments(e)
-    e.set_defaults(fn=cmd_eval)
+        add_eval_arguments(e)
+        e.set_defaults(fn=cmd_eval)
 
     v = sub.add_parser("views", help="counterfactual view sets").add_subparsers(dest="views_cmd", required=True,
                                                                                 metavar="COMMAND")
@@ -343,22 +391,39 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the random views")
     s.set_defaults(fn=cmd_views_preview)
 
-    from mmrl.tools.preview_cli import add_parser as add_tools
-    from mmrl.train.rectify_pipeline import add_arguments as add_rectify
+    if _builds("tools", only, sub):
+        from mmrl.tools.preview_cli import add_parser as add_tools
 
-    add_tools(sub, common)
-    s = _sub(sub, "rectify", "rectified bootstrapping: rewrite a tool run's wrong or evidence-blind episodes into an "
-                             "SFT set (--run), or run RL -> rectify -> SFT -> RL from one config (--config)", common)
-    add_rectify(s)
-    s.set_defaults(fn=cmd_rectify)
+        add_tools(sub, common)
+    if _builds("rectify", only, sub):
+        from mmrl.train.rectify_pipeline import add_arguments as add_rectify
 
-    from mmrl.diagnose.cli import add_parser as add_diagnose
+        s = _sub(sub, "rectify", LAZY_HELP["rectify"], common)
+        add_rectify(s)
+        s.set_defaults(fn=cmd_rectify)
+    if _builds("diagnose", only, sub):
+        from mmrl.diagnose.cli import add_parser as add_diagnose
 
-    add_diagnose(sub)
+        add_diagnose(sub)
+    if _builds("vhop", only, sub):
+        from mmrl.retrieval.router_cli import add_parser as add_vhop
 
-    from mmrl.retrieval.router_cli import add_parser as add_vhop
+        add_vhop(sub, common)
 
-    add_vhop(sub, common)
+    from mmrl.reference import PAGES
+
+    s = _sub(sub, "list", "print the registered names of one kind with their parameters (docs/reference/<kind>.md)",
+             common)
+    s.add_argument("kind", choices=sorted(PAGES), help="what to list")
+    s.set_defaults(fn=cmd_list)
+    s = _sub(sub, "docs", "write docs/reference/*.md from the registries (--check: fail when they are stale)", common)
+    s.add_argument("--check", action="store_true", help="compare instead of writing; exit 2 when a page differs")
+    s.set_defaults(fn=cmd_docs)
+    s = _sub(sub, "report", "draw a run's report (report.md and plots), or overlay several runs in one", common)
+    s.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl)")
+    s.add_argument("--out", help="output folder (default: the run itself; with several runs, required)")
+    s.add_argument("--title", help="report title")
+    s.set_defaults(fn=cmd_report)
 
     s = _sub(sub, "demo", "tiny model -> synthetic video world -> SFT -> GRPO -> eval", common)
     s.add_argument("--out", default="runs/demo", help="output folder (replaced on every run)")
@@ -375,7 +440,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # valid anywhere on the line, also between dotted overrides
     argv = [a for a in argv if a != "--debug"]
-    parser = build_parser()
+    parser = build_parser(chosen_command(argv) or "")
     args, rest = parser.parse_known_args(argv)
     # argparse takes the dotted overrides in one run: those after a flag (`a=1 --resume b=2`) come back here
     extra = [a for a in rest if "=" in a and not a.startswith("-")]

@@ -6,16 +6,47 @@ chosen short on purpose so that RL has room to improve (see ``bench/demo_seeds.p
 from __future__ import annotations
 
 import json
+import os
+import platform
 import time
 from pathlib import Path
 from typing import Dict
-
-from mmrl.config import load_config
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 N_TRAIN, N_TEST = 1024, 256
 WORLD = dict(size=56, n_frames=4, fps=2.0, fixed_options=True)  # 2 s clips, all 4 frames fed to the model;
 # fixed option order: a letter always names the same value, so the 2-layer model learns in minutes
+EVAL_EVERY = 50  # held-out accuracy during GRPO: the report's held-out curves
+# CPU float results depend on the reduction order, which the thread count decides: one thread everywhere
+PINNED_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def pin_threads() -> Dict[str, str]:
+    """Fix what the demo's numbers depend on besides the seed: one intra-op and one inter-op torch thread and the
+    BLAS/OpenMP thread variables (effective for libraries initialised after this call; ``make demo`` also sets
+    them before Python starts). Returns the settings that matter, to print."""
+    for key, value in PINNED_ENV.items():
+        os.environ[key] = value
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set, or parallel work already ran in this process
+        pass
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "cpu": torch.backends.cpu.get_cpu_capability(), "intra-op threads": str(torch.get_num_threads()),
+            "inter-op threads": str(torch.get_num_interop_threads()), "transformers": _version("transformers"),
+            "decord": _version("decord"), **PINNED_ENV}
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
 
 
 def _table(rows: Dict[str, Dict]) -> str:
@@ -29,6 +60,8 @@ def _table(rows: Dict[str, Dict]) -> str:
 
 
 def run_demo(out_dir: str = "runs/demo", seed: int = 0, quick: bool = False, overrides=None, quiet: bool = False) -> Dict:
+    settings = pin_threads()
+    from mmrl.config import load_config
     from mmrl.data.synth_video import make_video_world
     from mmrl.eval.synthetic import evaluate_checkpoint
     from mmrl.models.tiny import ensure_tiny_model
@@ -37,6 +70,8 @@ def run_demo(out_dir: str = "runs/demo", seed: int = 0, quick: bool = False, ove
     from mmrl.train.sft import run_sft
 
     t_start = time.time()
+    if not quiet:
+        print(f"[demo] seed {seed}; " + ", ".join(f"{k} {v}" for k, v in settings.items()))
     out = Path(out_dir)
     world = out / "world"
     n_train, n_test = (64, 32) if quick else (N_TRAIN, N_TEST)
@@ -49,14 +84,15 @@ def run_demo(out_dir: str = "runs/demo", seed: int = 0, quick: bool = False, ove
         print(f"[demo] SFT warm-up: {sft_cfg.sft.steps} steps")
     run_sft(sft_cfg, quiet=quiet, overwrite=True)  # the demo rebuilds its world and runs from scratch
     sft_eval = evaluate_checkpoint(str(out / "sft" / "final"), str(world / "test.json"), sft_cfg.data, out_dir=str(out / "eval_sft"))
-    rl_cfg = load_config([str(DEMO_CONFIG)], common + [f"train.out_dir={out / 'rl'}", f"model.path={out / 'sft' / 'final'}"]
+    rl_cfg = load_config([str(DEMO_CONFIG)], common + [f"train.out_dir={out / 'rl'}", f"model.path={out / 'sft' / 'final'}",
+                                                       f"train.eval_every={2 if quick else EVAL_EVERY}"]
                          + quick_o + list(overrides or []))
     if not quiet:
         print(f"[demo] GRPO: {rl_cfg.train.steps} steps x {rl_cfg.train.prompts_per_step} prompts x {rl_cfg.rollout.n} responses")
     RLTrainer(rl_cfg, quiet=quiet).run(overwrite=True)
     rl_eval = evaluate_checkpoint(str(out / "rl" / "final"), str(world / "test.json"), rl_cfg.data, out_dir=str(out / "eval_rl"))
     table = _table({"after SFT": sft_eval, "after GRPO": rl_eval})
-    result = {"seed": seed, "sft": sft_eval, "rl": rl_eval, "minutes": (time.time() - t_start) / 60}
+    result = {"seed": seed, "settings": settings, "sft": sft_eval, "rl": rl_eval, "minutes": (time.time() - t_start) / 60}
     (out / "demo_result.json").write_text(json.dumps(result, indent=2))
     write_report(str(out / "rl"), title=f"mmrl demo (seed {seed})", extra=table)
     if not quiet:

@@ -10,7 +10,7 @@ LAYERS = {
     1: {"views", "rewards", "algos", "config", "retrieval"},
     2: {"rollout", "tools", "stream"},
     3: {"train", "eval", "diagnose"},
-    4: {"cli", "demo", "__main__", "validate"},
+    4: {"cli", "demo", "__main__", "validate", "reference"},
 }
 LAYER_OF = {name: k for k, names in LAYERS.items() for name in names}
 

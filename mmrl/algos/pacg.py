@@ -62,6 +62,9 @@ class PACGParams(WrapperParams):
 
 @register_algorithm("pacg")
 class PACG(WrapperSpec):
+    """PACG (proposed spec): over any base algorithm, scales down the positive advantages of visual claims whose
+    log-probs persist when the image is intervened on (re-scored), a text-driven claim."""
+
     Params = PACGParams
 
     def __init__(self, params: Any, loss: Any, key: str = "algorithm.params"):

@@ -59,6 +59,9 @@ def intervention_key(transform: str, params: Dict[str, Any]) -> str:
 
 @register_algorithm("vppo")
 class VPPO(DAPO):
+    """VPPO: DAPO whose per-token advantages are shaped by a re-scoring pass under the patch blackening (TAS) and
+    kept on the most vision-dependent tokens (TGF)."""
+
     Params = VPPOParams
 
     @property

@@ -31,6 +31,9 @@ def abstain_letter(candidates: List[str], abstain_text: str) -> Optional[str]:
 
 @REWARDS.register("bpo_contract")
 def bpo_contract(ctx: List[RewardContext], abstain_text: str = "cannot be determined", fmt_weight: float = 0.1) -> Dict[str, List[float]]:
+    """BPO's contract reward per view role (``mmrl.algos.bpo.contract_rewards``, specs/algorithms.md §1) plus
+    ``fmt_weight`` x format; choosing the abstention option (``abstain_text``) counts as abstaining. Also logs
+    ``accuracy`` and ``format``."""
     preds, golds, cfs, acc = [], [], [], []
     for c in ctx:
         pred = parse_choice(c.trajectory.text, c.letters)

@@ -20,6 +20,9 @@ from mmrl.rewards.parsing import parse_choice
 @REWARDS.register("tgrpo_length")
 def tgrpo_length(ctx: List[RewardContext], bonus: float = 0.2, min_len: int = 320, max_len: int = 512,
                  acc_threshold: float = 0.1, min_correct: int = 2) -> List[float]:
+    """Video-R1's length bonus for T-GRPO (``mmrl.algos.tgrpo.tgrpo_length_bonus``) on the ordered (anchor) responses:
+    ``bonus`` for a correct response (accuracy > ``acc_threshold``) of ``min_len``..``max_len`` tokens when its
+    group has at least ``min_correct`` correct ones."""
     if not ctx:
         return []
     acc = torch.tensor([1.0 if c.expected is not None and parse_choice(c.trajectory.text, c.letters) == c.expected

@@ -18,6 +18,7 @@ def _calls(ctx: RewardContext) -> List[dict]:
 
 @REWARDS.register("tool_format")
 def tool_format(ctx: List[RewardContext], no_call: float = 0.0) -> List[float]:
+    """The fraction of the episode's tool calls that were valid; ``no_call`` for an episode without a call."""
     out = []
     for c in ctx:
         calls = _calls(c)
@@ -46,6 +47,8 @@ def interval_iou(a: Iterable[Tuple[float, float]], b: Iterable[Tuple[float, floa
 
 @REWARDS.register("seek_iou")
 def seek_iou(ctx: List[RewardContext], no_evidence: float = 0.0) -> List[float]:
+    """IoU in seconds between the union of the episode's valid ``video_seek`` intervals and the sample's evidence
+    segments; ``no_evidence`` for a sample without segments."""
     out = []
     for c in ctx:
         evidence = c.sample.evidence.segments

@@ -59,6 +59,8 @@ class AgentLoop(ABC):
 
 @AGENT_LOOPS.register("single_turn")
 class SingleTurnLoop(AgentLoop):
+    """One ``engine.generate`` call: ``n`` responses per prompt, each prompt prefilled once."""
+
     def run(self, engine, requests, params):
         return engine.generate(requests, params) if requests else []
 

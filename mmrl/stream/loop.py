@@ -42,6 +42,9 @@ def record_of(trajectory: Trajectory) -> EpisodeRecord:
 
 @AGENT_LOOPS.register("stream")
 class StreamLoop(MultiTurnLoop):
+    """Streaming episodes: one stream block each, the model acting after every chunk (silence, response, recall),
+    its memory rewritten at the block's end (``StreamEnvironment``, ``tools/streaming.yaml``)."""
+
     def __init__(self, processor, config: Optional[StreamConfig] = None, with_teacher: bool = True):
         self.cfg = config or load_stream_config(DEFAULT_PATH)
         self.count, self.with_teacher = token_counter(processor), with_teacher

@@ -17,6 +17,13 @@ class MetricsLogger:
         if self.path.exists():  # on resume drop rows written after the checkpoint
             rows = [r for r in self.read(self.path) if r.get("step", 0) <= resume_step] if resume_step else []
             self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        # the steps this run was resumed at (report markers): earlier ones up to this step, then this one
+        resumes = [s for s in read_resumes(self.path.parent) if s < resume_step] + ([resume_step] if resume_step else [])
+        marks = self.path.parent / RESUMES
+        if resumes:
+            marks.write_text("".join(json.dumps({"resumed_at": s}) + "\n" for s in resumes))
+        elif marks.exists():
+            marks.unlink()
         self.tb = None
         if tensorboard:
             try:
@@ -57,6 +64,17 @@ class MetricsLogger:
     @staticmethod
     def read(path) -> List[Dict[str, Any]]:
         return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+RESUMES = "resumes.jsonl"
+
+
+def read_resumes(run_dir) -> List[int]:
+    """The steps a run was resumed at, from ``<run_dir>/resumes.jsonl`` (none when the file is absent)."""
+    path = Path(run_dir) / RESUMES
+    if not path.exists():
+        return []
+    return [int(json.loads(x)["resumed_at"]) for x in path.read_text().splitlines() if x.strip()]
 
 
 def progress(total: int, description: str, disable: bool = False):

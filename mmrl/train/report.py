@@ -1,21 +1,49 @@
-"""End-of-run report from ``metrics.jsonl``: a markdown summary, smoothed plots of rewards, held-out accuracy,
-losses, KL, grad norm, entropy and lengths, a warning when most groups carry no signal, and the skipped samples."""
+"""Run reports from ``metrics.jsonl``: a markdown summary and plots with one quantity per axis.
+
+``write_report(run)`` (end of every run) and ``mmrl report RUN`` draw, each axis with its own scale: rewards (total
+and each component), held-out accuracy per question type, optimisation (policy loss, KL, grad norm, SFT loss,
+learning rate, clip fraction), the policy (token entropy; zero-advantage, truncated and trained shares on a 0-1
+axis; response length), throughput and the step-time breakdown (rollout + scoring + update = step, stacked), and
+per-view accuracy. Steps where the run was resumed (``resumes.jsonl``, written by ``MetricsLogger``) are dashed
+vertical lines. ``mmrl report RUN_A RUN_B ... --out DIR`` overlays runs: one axis per quantity, one colour per run.
+Noisy per-step values are drawn faint under their bias-corrected exponential moving average.
+"""
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from mmrl.train.metrics import MetricsLogger
+from mmrl.errors import ConfigError
+from mmrl.train.metrics import MetricsLogger, read_resumes
 
-_CURVES = [("reward/total", "total reward"), ("reward/accuracy", "accuracy reward"), ("reward/format", "format reward"),
-           ("eval/accuracy", "held-out accuracy")]
+Axis = Tuple[str, Tuple[str, ...], str]  # (title, key patterns, kind: line | frac | stack)
+
+FIGURES: List[Tuple[str, str, List[Axis]]] = [
+    ("rewards.png", "rewards", [("total reward", ("reward/total",), "line"),
+                                ("each reward", ("reward/*",), "each")]),
+    ("heldout.png", "held-out accuracy", [("held-out accuracy by question type", ("eval/accuracy", "eval/acc_*"), "frac")]),
+    ("optim.png", "optimisation", [("policy loss", ("loss",), "line"), ("KL to the reference", ("kl",), "line"),
+                                   ("grad norm (before clipping)", ("grad_norm",), "line"),
+                                   ("SFT loss", ("sft/loss",), "line"), ("learning rate", ("lr",), "line"),
+                                   ("clipped token share", ("clip_frac",), "frac")]),
+    ("policy.png", "policy", [("token entropy (nats)", ("entropy",), "line"),
+                              ("shares", ("adv/zero_frac", "truncated_frac", "train_frac"), "frac"),
+                              ("response tokens", ("response_len",), "line")]),
+    ("speed.png", "throughput and step time", [("generated tokens / s", ("tokens_per_s",), "line"),
+                                               ("seconds per step", ("time/rollout", "time/scoring", "time/update"),
+                                                "stack"),
+                                               ("SFT seconds per step", ("time/step",), "sft")]),
+    ("views.png", "views", [("per-view accuracy", ("view_acc/*",), "frac"),
+                            ("view rates", ("stability_rate", "sensitivity_rate", "abstain_f1"), "frac")]),
+]
+LABELS = {"eval/accuracy": "overall", "adv/zero_frac": "zero advantage", "truncated_frac": "truncated",
+          "train_frac": "trained", "time/rollout": "rollout", "time/scoring": "scoring", "time/update": "update"}
 
 
-_PANELS = [("optim.png", [("loss", "policy loss"), ("sft/loss", "SFT loss"), ("kl", "KL to reference"),
-                          ("grad_norm", "grad norm")], "optimisation"),
-           ("policy.png", [("entropy", "token entropy"), ("adv/zero_frac", "share of zero advantages"),
-                           ("truncated_frac", "truncated share")], "policy"),
-           ("length.png", [("response_len", "response tokens")], "response length")]
+def _label(key: str) -> str:
+    """A metric's legend name: ``eval/acc_color`` -> ``color``, ``time/rollout`` -> ``rollout``."""
+    return LABELS.get(key, key.split("/")[-1].removeprefix("acc_"))
 
 
 def no_signal_warning(rows: List[dict], threshold: float = 0.5) -> str:
@@ -40,63 +68,186 @@ def ema(ys: List[float], beta: float = 0.9) -> List[float]:
     return out
 
 
-def _plot(rows: List[dict], keys, out_png: Path, title: str) -> bool:
+class Run:
+    """One run's rows and resume steps, with a label for legends."""
+
+    def __init__(self, path: str, label: Optional[str] = None):
+        self.dir = Path(path)
+        metrics = self.dir / "metrics.jsonl"
+        if not metrics.exists():
+            raise ConfigError(f"mmrl report: {path} has no metrics.jsonl (not a run directory)")
+        self.rows = MetricsLogger.read(metrics)
+        self.resumes = read_resumes(self.dir)
+        self.label = label or self.dir.name
+
+    def keys(self) -> List[str]:
+        return sorted({k for r in self.rows for k, v in r.items() if k != "step" and isinstance(v, (int, float))})
+
+    def series(self, key: str) -> Tuple[List[int], List[float]]:
+        pts = [(r["step"], r[key]) for r in self.rows if isinstance(r.get(key), (int, float))]
+        return [p[0] for p in pts], [float(p[1]) for p in pts]
+
+
+def _expand(patterns: Sequence[str], keys: Sequence[str], exclude: Sequence[str] = ()) -> List[str]:
+    out = []
+    for pat in patterns:
+        out += [k for k in keys if fnmatch.fnmatchcase(k, pat) and k not in out and k not in exclude]
+    return out
+
+
+def _axes_for(spec: List[Axis], keys: Sequence[str], overlay: bool, sft: bool) -> List[Tuple[str, List[str], str]]:
+    """The axes a figure gets for the keys present: ``each`` splits a pattern into one axis per key; an overlay
+    gives every key its own axis (the lines are the runs); an SFT run shows its own step time only."""
+    used = {k for _, pats, kind in spec if kind != "each" for k in _expand(pats, keys)}
+    axes = []
+    for title, pats, kind in spec:
+        if kind == "sft" and not sft:
+            continue
+        found = _expand(pats, keys, exclude=used if kind == "each" else ())
+        if not found:
+            continue
+        if kind == "each":
+            axes += [(k, [k], "line") for k in found]
+        elif overlay and len(found) > 1:
+            axes += [(f"{title}: {_label(k)}", [k], "frac" if kind == "frac" else "line") for k in found]
+        else:
+            axes.append((title, found, "line" if kind == "sft" else kind))
+    return axes
+
+
+def _draw(ax, xs, ys, label, color=None, marker=None):
+    if len(ys) >= 20:  # noisy per-step values: faint raw curve under its moving average
+        line, = ax.plot(xs, ys, alpha=0.25, color=color, linewidth=0.8)
+        ax.plot(xs, ema(ys), color=line.get_color(), label=f"{label} (EMA 0.9)")
+    else:
+        ax.plot(xs, ys, label=label, color=color, marker=marker or ("o" if len(ys) <= 12 else None), markersize=3)
+
+
+def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) -> bool:
+    """One figure of small multiples (each axis its own scale); False when no run has any of its keys."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    drawn = False
-    for key, label in keys:
-        pts = [(r["step"], r[key]) for r in rows if key in r]
-        if pts:
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            if len(pts) >= 20:  # noisy per-step values: faint raw curve under its exponential moving average
-                line, = ax.plot(xs, ys, alpha=0.25)
-                ax.plot(xs, ema(ys), color=line.get_color(), label=f"{label} (EMA 0.9)")
+    keys = sorted({k for run in runs for k in run.keys()})
+    sft = any("sft/loss" in run.keys() for run in runs)
+    axes = _axes_for(spec, keys, overlay=len(runs) > 1, sft=sft)
+    if not axes:
+        return False
+    cols = 1 if len(axes) == 1 else 2
+    rows_n = -(-len(axes) // cols)
+    fig, grid = plt.subplots(rows_n, cols, figsize=(6.2 * cols, 2.9 * rows_n), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (ax_title, found, kind) in enumerate(axes):
+        ax = grid[i // cols][i % cols]
+        for r, run in enumerate(runs):
+            color = colors[r % len(colors)] if len(runs) > 1 else None
+            if kind == "stack" and len(runs) == 1:
+                series = [run.series(k) for k in found]
+                steps = sorted(set.intersection(*(set(s[0]) for s in series)))
+                if steps:
+                    vals = [[dict(zip(*s))[st] for st in steps] for s in series]
+                    ax.stackplot(steps, *vals, labels=[_label(k) for k in found], alpha=0.8)
             else:
-                ax.plot(xs, ys, label=label)
-            drawn = True
-    ax.set_xlabel("step")
-    ax.set_title(title)
-    if drawn:
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out_png, dpi=100)
+                for k in found:
+                    xs, ys = run.series(k)
+                    if xs:
+                        label = run.label if len(runs) > 1 else _label(k)
+                        _draw(ax, xs, ys, label, color)
+            for step in run.resumes:
+                ax.axvline(step, color=color or "gray", linestyle="--", linewidth=1, alpha=0.8)
+        if kind == "frac":
+            ax.set_ylim(-0.02, 1.02)
+        ax.set_title(ax_title, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        n_lines = len(ax.get_legend_handles_labels()[0])
+        if n_lines > 3:  # many lines (question types, views): the legend beside the axis, off the curves
+            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        elif n_lines > 1 or len(runs) > 1:
+            ax.legend(fontsize=7, loc="best")
+    for j in range(len(axes), rows_n * cols):
+        grid[j // cols][j % cols].axis("off")
+    note = "; dashed: resumed here" if any(run.resumes for run in runs) else ""
+    fig.suptitle(title + note, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=90)
     plt.close(fig)
-    return drawn
+    return True
 
 
-def write_report(run_dir: str, title: str = "mmrl run", extra: str = "") -> Path:
-    run = Path(run_dir)
-    rows = MetricsLogger.read(run / "metrics.jsonl") if (run / "metrics.jsonl").exists() else []
+def _summary(run: Run) -> List[str]:
+    rows, last = run.rows, run.rows[-1]
+    lines = [f"Steps: {last['step']}", "", "| metric | first step | last step |", "|---|---|---|"]
+    for key in run.keys():
+        first = next((r[key] for r in rows if key in r), None)
+        final = next((r[key] for r in reversed(rows) if key in r), None)
+        lines.append(f"| {key} | {first if first is None else round(first, 4)} | {round(final, 4)} |")
+    return lines
+
+
+def write_report(run_dir: str, title: str = "mmrl run", extra: str = "", out_dir: Optional[str] = None) -> Path:
+    """``report.md`` and its PNGs for one run (into ``out_dir``, default the run itself)."""
+    run_path = Path(run_dir)
+    out = Path(out_dir) if out_dir else run_path
+    out.mkdir(parents=True, exist_ok=True)
     lines = [f"# {title}", ""]
     if extra:
         lines += [extra, ""]
-    if rows:
-        last = rows[-1]
-        lines += [f"Steps: {last['step']}", "", "| metric | first step | last step |", "|---|---|---|"]
-        for key in sorted(k for k in last if k != "step" and isinstance(last[k], (int, float))):
-            first = rows[0].get(key)
-            lines.append(f"| {key} | {first if first is None else round(first, 4)} | {round(last[key], 4)} |")
-        warning = no_signal_warning(rows)
-        if warning:
-            lines[2:2] = [f"> **Warning:** {warning}", ""]
-        if _plot(rows, _CURVES, run / "rewards.png", "rewards per step"):
-            lines += ["", "![rewards](rewards.png)"]
-        for png, keys, title in _PANELS:
-            if _plot(rows, keys, run / png, title):
-                lines += ["", f"![{title}]({png})"]
-        preds = sorted((run / "predictions").glob("step_*.jsonl"))
-        if preds:
-            lines += ["", f"Held-out predictions of the last evaluation: [{preds[-1].name}](predictions/{preds[-1].name})"]
-        if (run / "skipped.jsonl").exists() and (run / "skipped.jsonl").stat().st_size:
-            n = len((run / "skipped.jsonl").read_text().splitlines())
-            lines += ["", f"{n} samples were skipped: [skipped.jsonl](skipped.jsonl)"]
-        view_keys = [(k, k) for k in sorted(last) if k.startswith("view_acc/") or k in ("stability_rate", "sensitivity_rate", "abstain_f1")]
-        if view_keys and _plot(rows, view_keys, run / "views.png", "per-view accuracy and view rates"):
-            lines += ["", "![views](views.png)"]
-    path = run / "report.md"
+    if (run_path / "metrics.jsonl").exists():
+        run = Run(run_dir)
+        if run.rows:
+            warning = no_signal_warning(run.rows)
+            if warning:
+                lines += [f"> **Warning:** {warning}", ""]
+            if run.resumes:
+                lines += ["Resumed at step " + ", ".join(str(s) for s in run.resumes) + " (dashed lines).", ""]
+            lines += _summary(run)
+            for png, fig_title, spec in FIGURES:
+                if plot_figure([run], spec, out / png, fig_title):
+                    lines += ["", f"![{fig_title}]({png})"]
+            preds = sorted((run_path / "predictions").glob("step_*.jsonl"))
+            if preds:
+                lines += ["", f"Held-out predictions of the last evaluation: [{preds[-1].name}]"
+                              f"({'' if out == run_path else str(run_path.resolve()) + '/'}predictions/{preds[-1].name})"]
+            if (run_path / "skipped.jsonl").exists() and (run_path / "skipped.jsonl").stat().st_size:
+                n = len((run_path / "skipped.jsonl").read_text().splitlines())
+                lines += ["", f"{n} samples were skipped: [skipped.jsonl](skipped.jsonl)"]
+    path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def compare_runs(run_dirs: Sequence[str], out_dir: str, title: str = "mmrl runs compared") -> Path:
+    """``report.md`` in ``out_dir`` overlaying the runs: one axis per quantity, one colour per run."""
+    runs = [Run(d) for d in run_dirs]
+    labels = [r.label for r in runs]
+    if len(set(labels)) < len(labels):  # same folder names in different places: number them
+        for i, r in enumerate(runs):
+            r.label = f"{i + 1}: {r.label}"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# {title}", "", "| run | folder | steps | resumed at |", "|---|---|---|---|"]
+    for r in runs:
+        lines.append(f"| {r.label} | {r.dir} | {r.rows[-1]['step'] if r.rows else 0} | "
+                     f"{', '.join(map(str, r.resumes)) or '—'} |")
+    for png, fig_title, spec in FIGURES:
+        if plot_figure(runs, spec, out / png, fig_title):
+            lines += ["", f"![{fig_title}]({png})"]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def report_main(run_dirs: Sequence[str], out: Optional[str] = None, title: Optional[str] = None) -> Path:
+    """``mmrl report RUN [RUN ...]``: one run's report (into the run, or ``--out``), or several overlaid."""
+    if len(run_dirs) == 1:
+        path = write_report(run_dirs[0], title=title or f"mmrl run {Path(run_dirs[0]).name}", out_dir=out)
+    else:
+        if not out:
+            raise ConfigError("mmrl report: with several runs, give --out (the folder of the comparison)")
+        path = compare_runs(run_dirs, out, title=title or "mmrl runs compared")
+    print(f"mmrl: report {path}")
     return path

@@ -27,7 +27,8 @@ RUN_FILE = "run.json"
 OWNER_FILE = "owner.json"
 # what a run writes into its directory; --overwrite deletes exactly these
 ARTIFACTS = ("metrics.jsonl", "checkpoints", "final", "tb", "skipped.jsonl", "predictions", "report.md", "rewards.png",
-             "views.png", "optim.png", "policy.png", "length.png", "config.yaml", "trajectories.jsonl", RUN_FILE)
+             "views.png", "optim.png", "policy.png", "length.png", "heldout.png", "speed.png", "resumes.jsonl",
+             "config.yaml", "trajectories.jsonl", RUN_FILE)
 _DATA = ("metrics.jsonl", "checkpoints", "final")
 
 Resume = Union[bool, str]  # False | True | "auto"

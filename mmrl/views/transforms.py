@@ -196,4 +196,4 @@ def fill_frames(x: torch.Tensor, mask: torch.Tensor, fill: Union[str, int] = "bl
     return out
 
 
-from mmrl.views import image_transforms, patch_transforms, video_transforms  # noqa: E402,F401  (register the built-ins)
+from mmrl.views import image_transforms, patch_transforms, region_transforms, video_transforms  # noqa: E402,F401  (register the built-ins)
