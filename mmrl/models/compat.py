@@ -8,8 +8,9 @@ The KV cache's name is the only difference mmrl meets across that range (``docs/
 | 5.24.x | ``cache=`` (``past_key_values=`` a deprecated alias, removal announced for 5.40) | ``out.cache`` |
 
 Call sites pass ``**cache_kwargs(cache)`` to a model core and read ``output_cache(out)``. The name is read once,
-from the fields of ``transformers.modeling_outputs.BaseModelOutputWithPast`` (the output class every Qwen-VL core
-returns a subclass of, renamed in the same release as the forward argument): a feature check, no version compare.
+from the fields of ``transformers.modeling_outputs.BaseModelOutputWithPast`` (5.24 renamed the field in every output
+class of ``modeling_outputs`` in the release that renamed the forward argument): a feature check, no version compare.
+``tests/models/test_compat.py`` checks it against the Qwen-VL cores' signatures and a real forward.
 """
 from __future__ import annotations
 
