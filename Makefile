@@ -38,7 +38,7 @@ $(LSTAMP): pyproject.toml
 	touch $(LSTAMP)
 
 test-lowest: $(LSTAMP)
-	$(LPY) -c "import transformers, peft; print('lowest cell: transformers', transformers.__version__, 'peft', peft.__version__)"
+	$(LPY) -m pip list 2>/dev/null | grep -E '^(torch|transformers|peft) '
 	$(LPY) -m pytest -q -p no:cacheprovider $$(grep -v '^#' tests/model_facing.txt)
 
 # Mutation testing of the modules that decide rewards, updates, frames, checkpoints, views and annotations
