@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.mmrl-installed
 PIP     := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test test-fast mutation bench-demo clean
+.PHONY: setup demo test test-fast test-lowest mutation bench-demo clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,23 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
+
+# The model-facing tests (tests/model_facing.txt) again under the LOWEST supported releases (pyproject's lower bounds;
+# tests/test_supported_ranges.py checks they agree), in a second environment .venv-lowest (same torch). CI runs it.
+LOWEST  := transformers==5.16.1 peft==0.21.0
+LPY     := .venv-lowest/bin/python
+LSTAMP  := .venv-lowest/.mmrl-installed
+LPIP    := $(LPY) -m pip --disable-pip-version-check -q
+
+$(LSTAMP): pyproject.toml
+	test -x $(LPY) || python3 -m venv .venv-lowest
+	$(LPIP) install torch==2.14.1 torchvision==0.29.1
+	$(LPIP) install -e ".[dev]" $(LOWEST)
+	touch $(LSTAMP)
+
+test-lowest: $(LSTAMP)
+	$(LPY) -m pip list 2>/dev/null | grep -E '^(torch|transformers|peft) '
+	$(LPY) -m pytest -q -p no:cacheprovider $$(grep -v '^#' tests/model_facing.txt)
 
 # Mutation testing of the modules that decide rewards, updates, frames, checkpoints, views and annotations
 # (docs/testing.md): one worker, MUTATION_BUDGET minutes per module group; not part of CI. GROUPS= picks groups.

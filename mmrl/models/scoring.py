@@ -25,6 +25,7 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 
 from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision, pad_right
+from mmrl.models.compat import cache_kwargs, output_cache
 from mmrl.models.kv_cache import select_rows
 
 
@@ -131,7 +132,7 @@ def prefill_prompts(core, prompts: Sequence[PromptInputs], pad_id: int, device):
     pos, next_pos = prompt_positions(core, prompts, ids, mask, vision)
     out = core(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **vision)
     last = out.last_hidden_state[torch.arange(len(prompts), device=device), lengths - 1]
-    return last, out.cache, mask, next_pos
+    return last, output_cache(out), mask, next_pos
 
 
 def _can_cache(model) -> bool:
@@ -264,7 +265,7 @@ def _score_packed(core, head, chunk, temperature: float, pad_id: int, device) ->
     ids[owner, slot] = cols
     pos = (start.view(U, 1, 1) + torch.arange(W, device=device).view(1, 1, W)).expand(U, K, W).reshape(U, K * W)
     hid = core(input_ids=ids.view(U, K * W), attention_mask=packed_mask(pmask, K, W),
-               position_ids=pos.unsqueeze(0).expand(3, -1, -1), cache=cache, use_cache=True).last_hidden_state
+               position_ids=pos.unsqueeze(0).expand(3, -1, -1), use_cache=True, **cache_kwargs(cache)).last_hidden_state
     hid = hid.view(U, K, W, -1)[owner, slot]  # [N, W, H]
     # [N, R, H]: position t predicts token t
     hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, :R]
@@ -340,8 +341,8 @@ def _score_expand(core, head, chunk, temperature: float, pad_id: int, device) ->
     causal = torch.ones(W, W, dtype=torch.bool, device=device).tril()
     attn = torch.cat([pmask.bool()[owner][:, None, None, :].expand(N, 1, W, P), causal.expand(N, 1, W, W)], dim=-1)
     pos = start[owner].view(N, 1) + torch.arange(W, device=device).view(1, W)
-    hid = core(input_ids=cols, attention_mask=attn, position_ids=pos.unsqueeze(0).expand(3, -1, -1), cache=cache,
-               use_cache=True).last_hidden_state  # [N, W, H]
+    hid = core(input_ids=cols, attention_mask=attn, position_ids=pos.unsqueeze(0).expand(3, -1, -1),
+               use_cache=True, **cache_kwargs(cache)).last_hidden_state  # [N, W, H]
     hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, :R]
     return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
 

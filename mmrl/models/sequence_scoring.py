@@ -23,6 +23,7 @@ from typing import List, Sequence, Tuple
 import torch
 
 from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision
+from mmrl.models.compat import cache_kwargs
 from mmrl.models.kv_cache import select_rows
 from mmrl.models.scoring import (_GRID_KEYS, _can_share, _head_logprobs, backbone, prefill_prompts, prompt_positions,
                                  response_logprobs, right_padded, unique_prompts)
@@ -98,8 +99,8 @@ def score_shared(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]
     attn = torch.cat([pmask.bool()[owner][:, None, None, :].expand(N, 1, W, P), causal.expand(N, 1, W, W)], dim=-1)
     vision = {k: v.to(device) for k, v in collate_vision([PromptInputs(s.input_ids, vision=tail_vision(s))
                                                           for s in seqs]).items()}
-    hid = core(input_ids=cols, attention_mask=attn, position_ids=tail_pos, cache=cache, use_cache=True,
-               **vision).last_hidden_state
+    hid = core(input_ids=cols, attention_mask=attn, position_ids=tail_pos, use_cache=True,
+               **cache_kwargs(cache), **vision).last_hidden_state
     hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, : int(rlen.max())]
     return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
 

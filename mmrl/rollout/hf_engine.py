@@ -29,6 +29,7 @@ import torch
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
+from mmrl.models.compat import cache_kwargs
 from mmrl.models.kv_cache import episode_rows, growing_cache
 from mmrl.models.scoring import backbone, positions, prefill_prompts, scoring_strategy
 
@@ -171,7 +172,7 @@ class HFEngine(RolloutEngine):
             ids[owner, slot] = nxt
             attn = torch.cat([prompt_keys, own.repeat(1, t + 1).expand(U, 1, K, K * (t + 1))], dim=-1)
             hid = core(input_ids=ids, attention_mask=attn, position_ids=positions(start + t, 1).expand(3, U, K),
-                       cache=cache, use_cache=True).last_hidden_state
+                       use_cache=True, **cache_kwargs(cache)).last_hidden_state
             logits = head(hid[owner, slot]).float()
         return toks, lps
 
@@ -217,7 +218,7 @@ class HFEngine(RolloutEngine):
                 keys, pos = keys[kept], pos[kept]
             keys[:, 0, 0, C + t] = ~before[live]  # the token fed now belongs to the row's turn
             hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : C + t + 1],
-                       position_ids=positions(pos + t, 1), cache=cache, use_cache=True).last_hidden_state
+                       position_ids=positions(pos + t, 1), use_cache=True, **cache_kwargs(cache)).last_hidden_state
             logits = logits.new_zeros((N, logits.shape[-1]))
             logits[live] = head(hid[:, 0]).float()
         if keep is not None:

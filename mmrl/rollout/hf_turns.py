@@ -26,6 +26,7 @@ import torch
 
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import PromptInputs, collate_vision
+from mmrl.models.compat import cache_kwargs
 from mmrl.models.kv_cache import EpisodeKV, gather_episodes, growing_cache
 from mmrl.models.scoring import backbone, prefill_prompts, prompt_positions, right_padded
 from mmrl.rollout.base import RolloutRequest, SamplingParams
@@ -86,8 +87,8 @@ def _continue_chunk(engine, core, head, states, tails, params, reqs, keys, devic
     C = kept.shape[1]
     causal = torch.ones(Q, Q, dtype=torch.bool, device=device).tril()  # right padding: real queries see no pad
     attn = torch.cat([kept[:, None, None, :].expand(A, 1, Q, C), causal.expand(A, 1, Q, Q)], dim=-1)
-    hid = core(input_ids=ids, attention_mask=attn, position_ids=pos + offset.view(1, A, 1), cache=cache,
-               use_cache=True, **vision).last_hidden_state
+    hid = core(input_ids=ids, attention_mask=attn, position_ids=pos + offset.view(1, A, 1),
+               use_cache=True, **cache_kwargs(cache), **vision).last_hidden_state
     last = hid[torch.arange(A, device=device), lengths - 1]
     start = offset + after
     keep: dict = {}

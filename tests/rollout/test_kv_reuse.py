@@ -8,6 +8,7 @@ import torch
 
 from mmrl.data.schema import Media
 from mmrl.media.inputs import SequenceInputs, collate_vision
+from mmrl.models.compat import output_cache
 from mmrl.models.kv_cache import EpisodeKV, episode_rows, gather_episodes
 from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import backbone, prefill_prompts, prompt_positions, right_padded
@@ -147,7 +148,7 @@ def test_kept_keys_equal_a_fresh_forward_over_the_sequence(tiny):
         with torch.no_grad():
             out = core(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **prefix.vision)
         assert int(nxt[0]) == next_pos
-        assert torch.allclose(out.cache.layers[0].keys[0], keys, atol=1e-5)
+        assert torch.allclose(output_cache(out).layers[0].keys[0], keys, atol=1e-5)
         checked += 1
     assert checked == len(snaps) == 3 + 2 + 1  # 3 first turns, 2 second turns, 1 third turn
 
