@@ -23,7 +23,7 @@ def _cfg(args, kind: str):
 
     check_yaml(args.config or [])
     cfg = load_config(args.config or [], args.overrides)
-    validate(cfg, kind, data_paths=not args.no_data_check)
+    validate(cfg, kind, data_paths=not (args.no_data_check and getattr(args, "dry_run", False)))
     return cfg
 
 
@@ -138,8 +138,8 @@ def _prepare_run(args, kind: str):
     if args.dry_run:
         _plan(cfg, kind, run_note)
         return None
-    if args.no_data_check:
-        raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
+    if args.no_data_check:  # a real run: fields and files are still checked, the media probe is off
+        cfg.data.preflight = "none"
     return cfg, resume, overwrite
 
 
@@ -313,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--config", action="append", help="YAML config (repeatable; later files override)")
         s.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; load nothing")
         s.add_argument("--no-data-check", action="store_true",
-                       help="with --dry-run, planning for another machine: do not require model.path and the data "
+                       help="skip the media decode probe of the data pre-flight (data.preflight=none; huge sets); "
+                            "with --dry-run, planning for another machine: do not require model.path and the data "
                             "files to exist here")
         s.add_argument("--quiet", action="store_true", help="no progress bar")
         s.add_argument("--resume", action="store_true",

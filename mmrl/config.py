@@ -54,6 +54,7 @@ class DataConfig:
     on_error: str = "raise"  # raise | skip (skipped samples are listed in <out_dir>/skipped.jsonl)
     max_skip_frac: float = 0.1  # with on_error=skip: stop when more than this share of data.train was skipped
     shuffle: bool = True
+    preflight: str = "all"  # media probe before the model loads: all | sample N | none (fields and files: always)
     prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
@@ -156,6 +157,7 @@ def _check(cfg: Config) -> None:
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise ConfigError(f"config key '{key}' = {value!r}; expected one of {', '.join(allowed)}")
+    parse_preflight(cfg.data.preflight)
     _check_agent_loop(cfg)
     _check_rectify(cfg.rectify, cfg.data.test)
     positive = {"rollout.n": cfg.rollout.n, "train.prompts_per_step": cfg.train.prompts_per_step,
@@ -175,6 +177,17 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"config key 'algorithm.name' = {cfg.algorithm.name!r} re-scores responses under an "
                           f"intervened view, which multi-turn trajectories (rollout.agent_loop=multi_turn) do not "
                           f"support yet")
+
+
+def parse_preflight(value: str) -> tuple:
+    """``data.preflight``: ``all`` -> ("all", 0); ``sample N`` -> ("sample", N); ``none`` -> ("none", 0)."""
+    v = str(value).strip()
+    if v in ("all", "none"):
+        return v, 0
+    parts = v.split()
+    if len(parts) == 2 and parts[0] == "sample" and parts[1].isdigit() and int(parts[1]) >= 1:
+        return "sample", int(parts[1])
+    raise ConfigError(f"config key 'data.preflight' = {value!r}; expected all, none or 'sample N' (N >= 1)")
 
 
 def _check_agent_loop(cfg: Config) -> None:
