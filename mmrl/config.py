@@ -250,6 +250,9 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise ConfigError(_explain(e)) from None
+    from mmrl.algos.spec import derive_params
+
+    derive_params(cfg.algorithm, cfg)  # values that follow from another key (FastRL's horizon from train.steps)
     _check(cfg)
     return cfg
 

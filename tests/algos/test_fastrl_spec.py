@@ -3,7 +3,7 @@ advantages untouched, state saved (specs/algorithms.md §4)."""
 import pytest
 import torch
 
-from mmrl.algos.spec import StepBatch, build_spec
+from mmrl.algos.spec import StepBatch, build_algorithm, build_spec
 from mmrl.config import load_config
 from mmrl.errors import ConfigError
 
@@ -105,6 +105,21 @@ def test_config_errors_name_the_key():
         build_spec("fastrl", {"base": "no_such_algo", "total_steps": 5}, algo)
     cfg = load_config(None, ["algorithm.name=fastrl", "algorithm.params={base: gspo, total_steps: 5, tau: 0.5}"])
     assert cfg.algorithm.params["tau"] == 0.5
+
+
+def test_the_horizon_follows_train_steps_unless_set():
+    """FastRL's M_total is derived from train.steps (never asked for twice); an explicit value is the override."""
+    from mmrl.train.plan import describe_plan
+
+    cfg = load_config(None, ["algorithm.name=fastrl", "train.steps=37"])
+    assert cfg.algorithm.params["total_steps"] == 37
+    assert build_algorithm(cfg.algorithm, cfg)._ars(8).total_steps == 37
+    assert "algorithm.params.total_steps = 37 (follows train.steps unless set)" in describe_plan(cfg)
+    cfg = load_config(None, ["algorithm.name=fastrl", "algorithm.params={base: dapo}", "train.steps=37"])
+    assert cfg.algorithm.params["total_steps"] == 37
+    cfg = load_config(None, ["algorithm.name=fastrl", "algorithm.params.total_steps=100", "train.steps=37"])
+    assert cfg.algorithm.params["total_steps"] == 100
+    assert "total_steps" not in load_config(None, ["algorithm.name=grpo"]).algorithm.params
 
 
 def test_per_token_advantages_are_reduced_over_real_tokens():
