@@ -23,6 +23,7 @@ import re
 from collections import Counter
 from typing import List, Optional, Sequence, Tuple
 
+from mmrl.advice import advice
 from mmrl.config import parse_preflight
 from mmrl.errors import ConfigError, DataError
 
@@ -42,25 +43,25 @@ def check_environment(cfg, kind: str = "train", cuda_count: Optional[int] = None
     if kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate":
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("config key 'rollout.engine' = 'vllm' needs vLLM (pip install vllm, on a CUDA machine); "
-                              "use rollout.engine=hf on CPU")
+                              f"use {advice('vllm_on_cpu')} on CPU")
         if gpus == 0:
             raise ConfigError("config key 'rollout.engine' = 'vllm' needs a CUDA GPU (none is visible); use "
-                              "rollout.engine=hf on CPU, or rollout.vllm_mode=server with a vLLM server elsewhere")
+                              f"{advice('vllm_on_cpu')} on CPU, or {advice('vllm_server')} with a vLLM server elsewhere")
     if cfg.train.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise ConfigError("config key 'train.backend' = 'deepspeed' needs DeepSpeed (pip install deepspeed); "
-                          "use train.backend=torch for one process")
+                          f"use {advice('no_deepspeed')} for one process")
     attn = getattr(cfg.model, "attn_implementation", None)
     if attn == "flash_attention_2":
         if importlib.util.find_spec("flash_attn") is None:
             raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs flash-attn "
-                              "(pip install flash-attn); use model.attn_implementation=sdpa")
+                              f"(pip install flash-attn); use {advice('no_flash_attn')}")
         if gpus == 0:
             raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs a CUDA GPU "
-                              "(none is visible); use model.attn_implementation=sdpa")
+                              f"(none is visible); use {advice('no_flash_attn')}")
     device = str(cfg.model.device)
     if device.startswith("cuda") and gpus == 0:
         raise ConfigError(f"config key 'model.device' = {device!r} needs a CUDA GPU (none is visible); "
-                          "use model.device=auto or cpu")
+                          f"use {advice('no_cuda_device')} or cpu")
     local = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
     on_gpu = device.startswith("cuda") or (device == "auto" and gpus > 0)
     if on_gpu and local > gpus:
@@ -125,7 +126,7 @@ def _describe(bad: List[Tuple[str, str]], total: int, key: str) -> str:
     more = f" (+{len(bad) - SHOW} more)" if len(bad) > SHOW else ""
     by = ", ".join(f"{v} {k}" for k, v in kinds)
     return (f"{key}: {len(bad)} of {total} items unusable ({by}): {named}{more}; fix them, or set "
-            f"data.on_error=skip to leave them out (listed in <out_dir>/skipped.jsonl)")
+            f"{advice('skip_bad_data')} to leave them out (listed in <out_dir>/skipped.jsonl)")
 
 
 def _kind(reason: str) -> str:
