@@ -97,7 +97,15 @@ _SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_m
                 "stream": _synth_stream, "vhop": _synth_vhop}
 
 
+# default (n_train, n_test) per kind where 512/128 does not fit the world: a VHOP split holds 32 scenes x 40 objects
+# = 1280 images, about 4.5 per query at the default distractors (512 queries run out of slots; 200 fit)
+_COUNTS = {None: (512, 128), "vhop": (200, 50)}
+
+
 def cmd_synth(args) -> None:
+    n_train, n_test = _COUNTS.get(args.kind, _COUNTS[None])
+    args.n_train = n_train if args.n_train is None else args.n_train
+    args.n_test = n_test if args.n_test is None else args.n_test
     if args.n_train < 1 or args.n_test < 0:
         raise ConfigError(f"data synth: --n-train must be >= 1 and --n-test >= 0, got {args.n_train} and {args.n_test}")
     _check_kind_flags(args)
@@ -285,8 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "an emotional cue region (DSPO); long clips with a brief event to seek (tools); video "
                         "streams with OVO-Bench annotations and their blocks (streaming agents); a linked image "
                         "corpus with multi-hop queries (VHOP retrieval; --n-train/--n-test count queries)")
-    s.add_argument("--n-train", type=int, default=512, help="training questions")
-    s.add_argument("--n-test", type=int, default=128, help="held-out questions")
+    s.add_argument("--n-train", type=int, default=None,
+                   help=f"training questions (default {_COUNTS[None][0]}; " + ", ".join(
+                       f"{k} {v[0]}" for k, v in _COUNTS.items() if k) + ": what the world holds)")
+    s.add_argument("--n-test", type=int, default=None,
+                   help=f"held-out questions (default {_COUNTS[None][1]}; " + ", ".join(
+                       f"{k} {v[1]}" for k, v in _COUNTS.items() if k) + ")")
     s.add_argument("--seed", type=int, default=0, help="world seed")
     s.add_argument("--size", type=int, default=56, help="frame side in pixels (even, >= 24)")
     s.add_argument("--frames", type=int, default=8, help="frames per clip (>= 4; video)")

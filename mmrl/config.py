@@ -230,11 +230,7 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
     schema = OmegaConf.structured(Config)
     try:
         merged = schema
-        for f in files or []:
-            try:
-                loaded = OmegaConf.load(f)
-            except FileNotFoundError:
-                raise ConfigError(f"config file not found: {f}") from None
+        for f, loaded in (layer for g in files or [] for layer in _with_includes(g)):
             try:
                 merged = _reset_params_on_new_algorithm(merged, loaded)
                 merged = OmegaConf.merge(merged, loaded)
@@ -255,6 +251,23 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
     derive_params(cfg.algorithm, cfg)  # values that follow from another key (FastRL's horizon from train.steps)
     _check(cfg)
     return cfg
+
+
+def _with_includes(f: str, seen: tuple = ()) -> list:
+    """``[(file, layer), ...]`` of config file ``f``: the files its top-level ``include:`` names (a path or a list,
+    relative to ``f``; each with its own includes, depth first) before ``f`` itself, which overrides them."""
+    import os
+
+    if f in seen:
+        raise ConfigError(f"config file {f}: include cycle ({' -> '.join(seen + (f,))})")
+    try:
+        loaded = OmegaConf.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {f}" + (f" (included by {seen[-1]})" if seen else "")) from None
+    inc = loaded.pop("include", None) if OmegaConf.is_dict(loaded) else None
+    names = [inc] if isinstance(inc, str) else list(inc or [])
+    layers = [x for g in names for x in _with_includes(os.path.join(os.path.dirname(f), str(g)), seen + (f,))]
+    return layers + [(f, loaded)]
 
 
 def _reset_params_on_new_algorithm(merged, layer):
