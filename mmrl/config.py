@@ -249,8 +249,18 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
     from mmrl.algos.spec import derive_params
 
     derive_params(cfg.algorithm, cfg)  # values that follow from another key (FastRL's horizon from train.steps)
+    _derive(cfg)
     _check(cfg)
     return cfg
+
+
+def _derive(cfg: Config) -> None:
+    """Keys that follow from another one unless set: Dr.GRPO's normaliser L_max (``algorithm.max_response_len``,
+    of ``seq-mean-token-sum-norm``) is the response budget ``rollout.max_new_tokens`` of a single-turn run."""
+    a = cfg.algorithm
+    if (a.max_response_len is None and cfg.rollout.agent_loop == "single_turn"
+            and "seq-mean-token-sum-norm" in (a.loss_agg, a.gspo_loss_agg)):
+        a.max_response_len = cfg.rollout.max_new_tokens
 
 
 def _with_includes(f: str, seen: tuple = ()) -> list:

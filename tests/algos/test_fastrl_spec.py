@@ -122,6 +122,15 @@ def test_the_horizon_follows_train_steps_unless_set():
     assert "total_steps" not in load_config(None, ["algorithm.name=grpo"]).algorithm.params
 
 
+def test_drgrpo_normaliser_follows_the_response_budget_unless_set():
+    cfg = load_config(None, ["algorithm.name=drgrpo", "algorithm.loss_agg=seq-mean-token-sum-norm",
+                             "rollout.max_new_tokens=48"])
+    assert cfg.algorithm.max_response_len == 48
+    cfg = load_config(None, ["algorithm.loss_agg=seq-mean-token-sum-norm", "algorithm.max_response_len=64"])
+    assert cfg.algorithm.max_response_len == 64
+    assert load_config(None, []).algorithm.max_response_len is None  # token-mean: no normaliser
+
+
 def test_per_token_advantages_are_reduced_over_real_tokens():
     from mmrl.algos.fastrl import sequence_advantages
 
