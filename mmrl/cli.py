@@ -24,7 +24,7 @@ def _cfg(args, kind: str):
 
     check_yaml(args.config or [])
     cfg = load_config(args.config or [], args.overrides)
-    validate(cfg, kind, data_paths=not args.no_data_check)
+    validate(cfg, kind, data_paths=not (args.no_data_check and getattr(args, "dry_run", False)))
     return cfg
 
 
@@ -98,7 +98,15 @@ _SYNTH_KINDS = {"image": _synth_image, "claims": _synth_claims, "mood": _synth_m
                 "stream": _synth_stream, "vhop": _synth_vhop}
 
 
+# default (n_train, n_test) per kind where 512/128 does not fit the world: a VHOP split holds 32 scenes x 40 objects
+# = 1280 images, about 4.5 per query at the default distractors (512 queries run out of slots; 200 fit)
+_COUNTS = {None: (512, 128), "vhop": (200, 50)}
+
+
 def cmd_synth(args) -> None:
+    n_train, n_test = _COUNTS.get(args.kind, _COUNTS[None])
+    args.n_train = n_train if args.n_train is None else args.n_train
+    args.n_test = n_test if args.n_test is None else args.n_test
     if args.n_train < 1 or args.n_test < 0:
         raise ConfigError(f"data synth: --n-train must be >= 1 and --n-test >= 0, got {args.n_train} and {args.n_test}")
     _check_kind_flags(args)
@@ -139,8 +147,8 @@ def _prepare_run(args, kind: str):
     if args.dry_run:
         _plan(cfg, kind, run_note)
         return None
-    if args.no_data_check:
-        raise ConfigError("--no-data-check plans a run (with --dry-run); a real run needs its model and data")
+    if args.no_data_check:  # a real run: fields and files are still checked, the media probe is off
+        cfg.data.preflight = "none"
     return cfg, resume, overwrite
 
 
@@ -332,8 +340,12 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                         "an emotional cue region (DSPO); long clips with a brief event to seek (tools); video "
                         "streams with OVO-Bench annotations and their blocks (streaming agents); a linked image "
                         "corpus with multi-hop queries (VHOP retrieval; --n-train/--n-test count queries)")
-    s.add_argument("--n-train", type=int, default=512, help="training questions")
-    s.add_argument("--n-test", type=int, default=128, help="held-out questions")
+    s.add_argument("--n-train", type=int, default=None,
+                   help=f"training questions (default {_COUNTS[None][0]}; " + ", ".join(
+                       f"{k} {v[0]}" for k, v in _COUNTS.items() if k) + ": what the world holds)")
+    s.add_argument("--n-test", type=int, default=None,
+                   help=f"held-out questions (default {_COUNTS[None][1]}; " + ", ".join(
+                       f"{k} {v[1]}" for k, v in _COUNTS.items() if k) + ")")
     s.add_argument("--seed", type=int, default=0, help="world seed")
     s.add_argument("--size", type=int, default=56, help="frame side in pixels (even, >= 24)")
     s.add_argument("--frames", type=int, default=8, help="frames per clip (>= 4; video)")
@@ -360,7 +372,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         s.add_argument("--config", action="append", help="YAML config (repeatable; later files override)")
         s.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; load nothing")
         s.add_argument("--no-data-check", action="store_true",
-                       help="with --dry-run, planning for another machine: do not require model.path and the data "
+                       help="skip the media decode probe of the data pre-flight (data.preflight=none; huge sets); "
+                            "with --dry-run, planning for another machine: do not require model.path and the data "
                             "files to exist here")
         s.add_argument("--quiet", action="store_true", help="no progress bar")
         s.add_argument("--resume", action="store_true",

@@ -55,6 +55,7 @@ class DataConfig:
     on_error: str = "raise"  # raise | skip (skipped samples are listed in <out_dir>/skipped.jsonl)
     max_skip_frac: float = 0.1  # with on_error=skip: stop when more than this share of data.train was skipped
     shuffle: bool = True
+    preflight: str = "all"  # media probe before the model loads: all | sample N | none (fields and files: always)
     prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
@@ -157,6 +158,7 @@ def _check(cfg: Config) -> None:
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise ConfigError(f"config key '{key}' = {value!r}; expected one of {', '.join(allowed)}")
+    parse_preflight(cfg.data.preflight)
     _check_agent_loop(cfg)
     _check_rectify(cfg.rectify, cfg.data.test)
     _check_attention(cfg)
@@ -181,6 +183,17 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"config key 'algorithm.name' = {cfg.algorithm.name!r} re-scores responses under an "
                           f"intervened view, which multi-turn trajectories (rollout.agent_loop=multi_turn) do not "
                           f"support yet")
+
+
+def parse_preflight(value: str) -> tuple:
+    """``data.preflight``: ``all`` -> ("all", 0); ``sample N`` -> ("sample", N); ``none`` -> ("none", 0)."""
+    v = str(value).strip()
+    if v in ("all", "none"):
+        return v, 0
+    parts = v.split()
+    if len(parts) == 2 and parts[0] == "sample" and parts[1].isdigit() and int(parts[1]) >= 1:
+        return "sample", int(parts[1])
+    raise ConfigError(f"config key 'data.preflight' = {value!r}; expected all, none or 'sample N' (N >= 1)")
 
 
 def _check_agent_loop(cfg: Config) -> None:
@@ -240,11 +253,7 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
     schema = OmegaConf.structured(Config)
     try:
         merged = schema
-        for f in files or []:
-            try:
-                loaded = OmegaConf.load(f)
-            except FileNotFoundError:
-                raise ConfigError(f"config file not found: {f}") from None
+        for f, loaded in (layer for g in files or [] for layer in _with_includes(g)):
             try:
                 merged = _reset_params_on_new_algorithm(merged, loaded)
                 merged = OmegaConf.merge(merged, loaded)
@@ -260,8 +269,38 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise ConfigError(_explain(e)) from None
+    from mmrl.algos.spec import derive_params
+
+    derive_params(cfg.algorithm, cfg)  # values that follow from another key (FastRL's horizon from train.steps)
+    _derive(cfg)
     _check(cfg)
     return cfg
+
+
+def _derive(cfg: Config) -> None:
+    """Keys that follow from another one unless set: Dr.GRPO's normaliser L_max (``algorithm.max_response_len``,
+    of ``seq-mean-token-sum-norm``) is the response budget ``rollout.max_new_tokens`` of a single-turn run."""
+    a = cfg.algorithm
+    if (a.max_response_len is None and cfg.rollout.agent_loop == "single_turn"
+            and "seq-mean-token-sum-norm" in (a.loss_agg, a.gspo_loss_agg)):
+        a.max_response_len = cfg.rollout.max_new_tokens
+
+
+def _with_includes(f: str, seen: tuple = ()) -> list:
+    """``[(file, layer), ...]`` of config file ``f``: the files its top-level ``include:`` names (a path or a list,
+    relative to ``f``; each with its own includes, depth first) before ``f`` itself, which overrides them."""
+    import os
+
+    if f in seen:
+        raise ConfigError(f"config file {f}: include cycle ({' -> '.join(seen + (f,))})")
+    try:
+        loaded = OmegaConf.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {f}" + (f" (included by {seen[-1]})" if seen else "")) from None
+    inc = loaded.pop("include", None) if OmegaConf.is_dict(loaded) else None
+    names = [inc] if isinstance(inc, str) else list(inc or [])
+    layers = [x for g in names for x in _with_includes(os.path.join(os.path.dirname(f), str(g)), seen + (f,))]
+    return layers + [(f, loaded)]
 
 
 def _reset_params_on_new_algorithm(merged, layer):

@@ -13,6 +13,7 @@ import math
 import os
 from typing import List, Sequence
 
+from mmrl.advice import advice
 from mmrl.errors import ConfigError
 
 # estimators that train on counterfactual views and cannot run without a view set (algorithm.viewset)
@@ -143,7 +144,7 @@ def validate(cfg, kind: str = "train", data_paths: bool = True) -> None:
         _file(cfg.algorithm.viewset, "algorithm.viewset", "view set file")
     elif cfg.algorithm.name in VIEW_ALGORITHMS:
         raise ConfigError(f"config key 'algorithm.viewset': algorithm '{cfg.algorithm.name}' trains on counterfactual "
-                          "views and needs a view set (e.g. algorithm.viewset=views/bpo_video.yaml)")
+                          f"views and needs a view set (e.g. {advice('needs_viewset')})")
     from mmrl.train.plan import describe_plan
 
     describe_plan(cfg)  # the spec's own params, the view set file and the responses per view (ConfigError)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "mmrl"
 LAYERS = {
-    0: {"errors", "registry", "dist", "data", "media", "models", "__init__"},
+    0: {"errors", "registry", "dist", "data", "media", "models", "advice", "__init__"},
     1: {"views", "rewards", "algos", "config", "retrieval"},
     2: {"rollout", "tools", "stream"},
     3: {"train", "eval", "diagnose"},

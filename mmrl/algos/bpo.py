@@ -32,6 +32,7 @@ from typing import Collection, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from mmrl.advice import advice
 from mmrl.algos.base import AdvantageInputs, AdvantageOutput
 from mmrl.algos.grpo import SequenceSpec, _check_1d, group_stats, out_dtype
 from mmrl.algos.spec import register_algorithm
@@ -268,7 +269,7 @@ class BPO(SequenceSpec):
     def plan(self, role: str, n: int, n_views: int = 1) -> int:
         if n % n_views:
             raise ConfigError(f"config key 'rollout.n' = {n} is not a multiple of the {n_views} views of a sample "
-                              f"(BPO: rollout.n = packs x views); e.g. rollout.n={n_views * max(1, n // n_views)}")
+                              f"(BPO: rollout.n = packs x views); e.g. {advice('bpo_rollout_n', n=n_views * max(1, n // n_views))}")
         return n // n_views
 
     def estimate(self, inp):

@@ -19,6 +19,7 @@ from typing import List, Optional
 
 import torch
 
+from mmrl.advice import advice
 from mmrl.algos.base import AdvantageOutput
 from mmrl.algos.grpo import GRPO, GRPOParams, _check_1d, group_index
 from mmrl.algos.spec import Selection, StepBatch, register_algorithm
@@ -154,7 +155,7 @@ class DAPO(GRPO):
             return base
         if "accuracy" not in batch.components:
             raise ValueError("DAPO dynamic sampling needs the 'accuracy' reward (rewards: [{name: accuracy}, ...]), "
-                             "or set algorithm.params.dynamic_sampling=false")
+                             f"or set {advice('dapo_no_accuracy')}")
         target = batch.target_groups or int(batch.groups["prompt"].unique().numel())
         keep = dynamic_sampling_keep(batch.components["accuracy"], batch.groups["prompt"], self.params.correct_threshold)
         gids = batch.groups["prompt"]

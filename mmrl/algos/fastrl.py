@@ -33,8 +33,8 @@ Our readings where the spec is silent (configurable or stated here):
 - ARS statistics are taken on the MDAP set before the DP padding, so ARS does not depend on the rank count;
   prompts whose rows the base method dropped entirely (e.g. DAPO's filter) do not count.
 - An epoch ends when the data stream turns over; the step whose draw opens the new epoch closes the old one with
-  step = the steps done before it (``FastRL.after_step``). M_total is ``algorithm.params.total_steps`` (the spec
-  does not see ``train.steps``; set it to that).
+  step = the steps done before it (``FastRL.after_step``). M_total is ``algorithm.params.total_steps``, derived
+  from ``train.steps`` by the run config unless set (``mmrl.algos.spec.derive_params``).
 - With several views per sample (a view-set base such as BPO), ``plan`` hands the base the ARS count rounded down
   to a multiple of the sample's views (at least one per view), as if it were ``rollout.n``.
 """
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -264,7 +264,8 @@ class FastRLParams(WrapperParams):
     ngram: int = 1  # n of the unique token n-grams N_n
     adv_tol: float = 1e-4  # |ΔA| below which two advantages are equal
     ars: bool = True  # adapt the rollout count at epoch boundaries (False: always rollout.n)
-    total_steps: int = 0  # M_total of α = step / M_total; required with ars (set it to train.steps)
+    total_steps: int = 0  # M_total of α = step / M_total; 0 = train.steps (derived by mmrl.config; set to override)
+    DERIVED: ClassVar[Dict[str, str]] = {"total_steps": "train.steps"}  # mmrl.algos.spec.derive_params
     pad_to: int = 0  # pad the kept count to a multiple of this; 0 = the number of data-parallel ranks
 
 
@@ -304,8 +305,8 @@ class FastRL(WrapperSpec):
         if p.adv_tol < 0:
             raise ConfigError(f"config key '{key}.adv_tol' must be >= 0, got {p.adv_tol}")
         if p.ars and p.total_steps < 1:
-            raise ConfigError(f"config key '{key}.total_steps' must be set (to train.steps) when "
-                              f"{key}.ars is true (ARS's α = step / total_steps)")
+            raise ConfigError(f"config key '{key}.total_steps' must be >= 1 when {key}.ars is true (ARS's "
+                              f"α = step / total_steps; a run config derives it from train.steps)")
         self.ars_state: Optional[ARSState] = None
         self._sizes: Optional[Tuple[float, float]] = None
 

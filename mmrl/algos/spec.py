@@ -262,6 +262,28 @@ def build_algorithm(algo_cfg, run_cfg: Any = None) -> AlgorithmSpec:
     return spec
 
 
+def derive_params(algo_cfg, run_cfg) -> List[str]:
+    """Fill the ``algorithm.params`` that follow from another config key where the config leaves them unset (absent,
+    0 or null): a spec's ``Params.DERIVED`` maps a field to its dotted source key (FastRL: ``total_steps`` ->
+    ``train.steps``). An explicit value is kept (the override). Returns ``"key = value (from source)"`` lines of
+    the values derived; an unknown algorithm name is left to the later check that names it."""
+    try:
+        import mmrl.algos  # noqa: F401  (registers the built-ins)
+
+        cls = ALGORITHMS.get(algo_cfg.name)
+    except (KeyError, ImportError):
+        return []
+    lines = []
+    for param, source in getattr(getattr(cls, "Params", None), "DERIVED", {}).items():
+        if algo_cfg.params.get(param) in (None, 0):
+            value = run_cfg
+            for part in source.split("."):
+                value = getattr(value, part)
+            algo_cfg.params[param] = value
+            lines.append(f"algorithm.params.{param} = {value} (from {source}; set it to override)")
+    return lines
+
+
 def estimate(name: str, inp, **params):
     """Advantages of algorithm ``name`` on pure ``AdvantageInputs`` (``params`` as keywords), for specs whose
     advantage is a function of those alone (the GRPO family, BPO, T-GRPO, GDPO)."""

@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from mmrl.advice import advice
 from mmrl.data.schema import Media, Segment, Trajectory
 from mmrl.media.inputs import PromptInputs, SequenceInputs, chat_text, collate_vision, encode_texts
 from mmrl.rollout.agent_loop import AGENT_LOOPS, AgentLoop, Environment, Observation
@@ -161,7 +162,7 @@ class MultiTurnLoop(AgentLoop):
     def run(self, engine: RolloutEngine, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
         if not getattr(engine, "supports_sequences", False):
             raise ValueError(f"rollout.agent_loop=multi_turn: the {type(engine).__name__} cannot continue a sequence "
-                             f"with media inserted mid-trajectory; use rollout.engine=hf")
+                             f"with media inserted mid-trajectory; use {advice('multi_turn_engine')}")
         episodes = self._reset(requests)
         reuse = self.reuse_cache and getattr(engine, "supports_kv_reuse", False)
         with getattr(engine, "awake", contextlib.nullcontext)():

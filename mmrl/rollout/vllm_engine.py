@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from mmrl.advice import advice
 from mmrl.data.schema import Trajectory
 from mmrl.errors import ConfigError, MMRLError
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
@@ -166,10 +167,10 @@ class VLLMEngine(RolloutEngine):
 def _check_colocate() -> None:
     if importlib.util.find_spec("vllm") is None:
         raise ConfigError("config key 'rollout.engine' = 'vllm' needs vLLM (pip install vllm, on a CUDA machine); "
-                          "use rollout.engine=hf on CPU")
+                          f"use {advice('vllm_on_cpu')} on CPU")
     if not torch.cuda.is_available():
         raise ConfigError("config key 'rollout.engine' = 'vllm' needs a CUDA GPU (none is visible); "
-                          "use rollout.engine=hf on CPU, or rollout.vllm_mode=server with a vLLM server elsewhere")
+                          f"use {advice('vllm_on_cpu')} on CPU, or {advice('vllm_server')} with a vLLM server elsewhere")
 
 
 def _model_path(model) -> str:

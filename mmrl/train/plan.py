@@ -14,6 +14,8 @@ def describe_plan(cfg) -> List[str]:
     n, p = cfg.rollout.n, cfg.train.prompts_per_step
     lines = [f"algorithm: {spec.describe()}", f"loss: {cfg.algorithm.loss} (agg {cfg.algorithm.loss_agg}, "
              f"kl_coef {cfg.algorithm.kl_coef}, ppo_epochs {cfg.algorithm.ppo_epochs})"]
+    for param, source in getattr(getattr(type(spec), "Params", None), "DERIVED", {}).items():
+        lines.append(f"algorithm.params.{param} = {cfg.algorithm.params.get(param)} (follows {source} unless set)")
     per_prompt = n
     if cfg.algorithm.viewset:
         from mmrl.views import ViewSet

@@ -14,6 +14,7 @@ import fnmatch
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from mmrl.advice import advice
 from mmrl.errors import ConfigError
 from mmrl.train.metrics import MetricsLogger, read_resumes
 
@@ -55,7 +56,8 @@ def no_signal_warning(rows: List[dict], threshold: float = 0.5) -> str:
         return ""
     return (f"most groups carry no signal: adv/zero_frac averaged {sum(tail) / len(tail):.2f} over the last "
             f"{len(tail)} steps (all responses of a group rewarded alike). More responses per prompt (rollout.n), "
-            "harder or easier prompts, or algorithm.dynamic_sampling=true give the update something to learn from.")
+            f"harder or easier prompts, or DAPO's dynamic sampling ({advice('no_signal')}) give the update "
+            "something to learn from.")
 
 
 def ema(ys: List[float], beta: float = 0.9) -> List[float]:

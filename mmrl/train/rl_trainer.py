@@ -23,6 +23,7 @@ from mmrl.train.interrupt import graceful_stop
 from mmrl.train.metrics import MetricsLogger, progress
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory, check_training_precision, keep_fp32_master
+from mmrl.train.preflight import preflight, preflight_log
 from mmrl.train.run_dir import Resume, open_run
 from mmrl.train.skips import check_loaded, skip_log_for
 
@@ -48,6 +49,9 @@ class RLTrainer:
         describe_plan(cfg)  # the algorithm's plan rejects a bad config (e.g. rollout.n) before anything loads
         check_training_precision(cfg)
         self.spec = build_algorithm(cfg.algorithm, cfg)
+        # the machine and the data, before DeepSpeed builds anything and before any weights load
+        self.samples, self.load_skipped = preflight(cfg, "train", log=None if quiet else preflight_log())
+        check_loaded(cfg.data, self.samples, self.load_skipped)
         deepspeed = cfg.train.backend == "deepspeed"
         ds_config = hf_ds = None
         if deepspeed:
@@ -65,8 +69,6 @@ class RLTrainer:
             extra = engine_options(cfg)
         self.engine = build_engine(cfg.rollout.engine, model=self.model, processor=self.processor,
                                    max_batch_sequences=cfg.rollout.max_batch_sequences, **extra)
-        self.samples, self.load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
-        check_loaded(cfg.data, self.samples, self.load_skipped)
         self.stream = DataStream(self.samples, cfg.train.seed, cfg.data.shuffle)
         if not deepspeed:  # DeepSpeed's bf16 mode keeps its own fp32 master copy of bf16 weights
             keep_fp32_master(self.model)

@@ -18,7 +18,6 @@ from typing import Dict, List
 import torch
 
 from mmrl.config import Config, to_yaml
-from mmrl.data.annotations import load_samples
 from mmrl.errors import DataError
 from mmrl.media.decode import load_media
 from mmrl.media.inputs import build_prompt_inputs
@@ -27,6 +26,7 @@ from mmrl.models.loading import load_model_and_processor
 from mmrl.train.checkpoint import load_checkpoint, save_checkpoint
 from mmrl.train.data_stream import DataStream
 from mmrl.train.interrupt import graceful_stop
+from mmrl.train.preflight import preflight, preflight_log
 from mmrl.train.run_dir import Resume, open_run
 from mmrl.train.skips import check_loaded, skip_log_for
 from mmrl.train.metrics import MetricsLogger, progress
@@ -78,11 +78,11 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
     """SFT for ``sft.steps`` steps, with the RL run's directory rules, checkpoints (``train.save_every``,
     ``train.keep_checkpoints``), exact ``resume``, SIGINT/SIGTERM checkpointing and skip accounting."""
     check_training_precision(cfg, backend="torch")  # SFT trains in this one process
+    samples, load_skipped = preflight(cfg, "sft", log=None if quiet else preflight_log())  # before any weights
+    check_loaded(cfg.data, samples, load_skipped)
     set_seed(cfg.train.seed, cfg.train.num_threads)
     rd = open_run(cfg.train.out_dir, "sft", resume, overwrite)
     model, processor = load_model_and_processor(cfg.model)
-    samples, load_skipped = load_samples(cfg.data.train, cfg.data.media_root, on_error=cfg.data.on_error)
-    check_loaded(cfg.data, samples, load_skipped)
     turn_items = None
     if cfg.sft.turns:  # multi-turn tool episodes (mmrl.tools.turn_sft): only the samples the scripts cover
         from mmrl.tools.turn_sft import TurnItems

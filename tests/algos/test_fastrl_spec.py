@@ -3,7 +3,7 @@ advantages untouched, state saved (specs/algorithms.md §4)."""
 import pytest
 import torch
 
-from mmrl.algos.spec import StepBatch, build_spec
+from mmrl.algos.spec import StepBatch, build_algorithm, build_spec
 from mmrl.config import load_config
 from mmrl.errors import ConfigError
 
@@ -105,6 +105,30 @@ def test_config_errors_name_the_key():
         build_spec("fastrl", {"base": "no_such_algo", "total_steps": 5}, algo)
     cfg = load_config(None, ["algorithm.name=fastrl", "algorithm.params={base: gspo, total_steps: 5, tau: 0.5}"])
     assert cfg.algorithm.params["tau"] == 0.5
+
+
+def test_the_horizon_follows_train_steps_unless_set():
+    """FastRL's M_total is derived from train.steps (never asked for twice); an explicit value is the override."""
+    from mmrl.train.plan import describe_plan
+
+    cfg = load_config(None, ["algorithm.name=fastrl", "train.steps=37"])
+    assert cfg.algorithm.params["total_steps"] == 37
+    assert build_algorithm(cfg.algorithm, cfg)._ars(8).total_steps == 37
+    assert "algorithm.params.total_steps = 37 (follows train.steps unless set)" in describe_plan(cfg)
+    cfg = load_config(None, ["algorithm.name=fastrl", "algorithm.params={base: dapo}", "train.steps=37"])
+    assert cfg.algorithm.params["total_steps"] == 37
+    cfg = load_config(None, ["algorithm.name=fastrl", "algorithm.params.total_steps=100", "train.steps=37"])
+    assert cfg.algorithm.params["total_steps"] == 100
+    assert "total_steps" not in load_config(None, ["algorithm.name=grpo"]).algorithm.params
+
+
+def test_drgrpo_normaliser_follows_the_response_budget_unless_set():
+    cfg = load_config(None, ["algorithm.name=drgrpo", "algorithm.loss_agg=seq-mean-token-sum-norm",
+                             "rollout.max_new_tokens=48"])
+    assert cfg.algorithm.max_response_len == 48
+    cfg = load_config(None, ["algorithm.loss_agg=seq-mean-token-sum-norm", "algorithm.max_response_len=64"])
+    assert cfg.algorithm.max_response_len == 64
+    assert load_config(None, []).algorithm.max_response_len is None  # token-mean: no normaliser
 
 
 def test_per_token_advantages_are_reduced_over_real_tokens():

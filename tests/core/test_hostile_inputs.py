@@ -226,6 +226,9 @@ def _broken_world(src, dst, n_broken=None):
 def test_all_bad_data_is_refused(capsys, video_world, tiny_model_path, tmp_path):
     world = _broken_world(video_world, tmp_path / "w")
     base = ["train", "--quiet", "data.on_error=skip"] + _small(world, tmp_path / "r", tiny_model_path)
+    # the pre-flight's media probe finds them all before anything loads
+    _one_line_error(capsys, base, "train.json", "none of its 24 items is usable", "unreadable video")
+    base.append("data.preflight=none")  # the probe off: they are met during the steps
     # every file bad: refused once every sample has failed, even with max_skip_frac=1, and nothing is exported
     _one_line_error(capsys, base + ["train.steps=10", "data.max_skip_frac=1.0"], "train.json",
                     "none of its 24 items is usable", "skipped.jsonl")
@@ -265,5 +268,5 @@ def test_no_data_check_plans_for_another_machine_only(capsys, tmp_path):
     assert main(["train", "--dry-run", "--no-data-check"] + over) == 0
     assert "# plan: mmrl train" in capsys.readouterr().out
     _one_line_error(capsys, ["train", "--dry-run", "--no-data-check"] + over + ["train.lr=0"], "'train.lr'")
-    _one_line_error(capsys, ["train", "--no-data-check"] + over, "--no-data-check", "--dry-run")
+    _one_line_error(capsys, ["train", "--no-data-check"] + over, "'model.path'")  # a real run: paths still checked
     _one_line_error(capsys, ["train", "--dry-run"] + over, "'model.path'")

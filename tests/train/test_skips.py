@@ -78,7 +78,8 @@ def test_sft_records_skips_and_never_retries_them(video_world, tiny_model_path, 
     out = tmp_path / "sft"
     # 23 usable samples, 7 steps x 4 = 28 draws: the second epoch begins and must not retry the broken one
     argv = ["sft", "--quiet"] + small_overrides(tmp_path / "w", out, tiny_model_path) + [
-        "data.on_error=skip", "data.shuffle=false", "sft.steps=7", "sft.batch_size=4", "train.micro_batch=4"]
+        "data.on_error=skip", "data.shuffle=false", "sft.steps=7", "sft.batch_size=4", "train.micro_batch=4",
+        "data.preflight=none"]  # the media probe off: the broken video is met mid-run
     assert main(argv) == 0
     captured = capsys.readouterr().out
     assert "2 of 24 samples skipped (1 at load, 1 at sft)" in captured and "skipped.jsonl" in captured
@@ -98,7 +99,7 @@ def test_rl_records_rollout_skips(video_world, tiny_model_path, tmp_path):
 
     broken, unanswered = _world(video_world, tmp_path / "w")
     over = small_overrides(tmp_path / "w", tmp_path / "rl", tiny_model_path) + [
-        "data.on_error=skip", "data.shuffle=false", "train.steps=1"]
+        "data.on_error=skip", "data.shuffle=false", "train.steps=1", "data.preflight=none"]  # met mid-run
     hist = RLTrainer(load_config(None, over), quiet=True).run()
     assert hist[0]["skipped_samples"] == 1 and hist[0]["skipped_total"] == 2
     rows = [json.loads(x) for x in (tmp_path / "rl" / "skipped.jsonl").read_text().splitlines()]

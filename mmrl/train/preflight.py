@@ -1,0 +1,169 @@
+"""Checks that run before DeepSpeed builds anything and before weights load, so that a bad machine or bad data
+costs seconds, not a model load.
+
+- ``check_environment(cfg)``: what the config asks of the machine — vLLM and a visible GPU for
+  ``rollout.engine=vllm`` (colocated), DeepSpeed for ``train.backend=deepspeed``, FlashAttention-2 and a GPU for
+  ``model.attn_implementation=flash_attention_2``, a GPU for ``model.device=cuda*``, and no more local ranks
+  (``LOCAL_WORLD_SIZE``) than visible GPUs when the run is placed on GPUs.
+- ``check_data(cfg)``: every annotation item of ``data.train`` (and ``data.test``) has its fields and its media
+  file; the media probe (``data.preflight``: ``all`` | ``sample N`` | ``none``) opens each video container and
+  decodes its first frame (an image: opens and decodes it). Bad items are counted by reason and the first few are
+  named; with ``data.on_error=raise`` one line stops the run (with the ``data.on_error=skip`` hint), with ``skip``
+  they are left out and listed in ``skipped.jsonl`` (``data.max_skip_frac`` still applies).
+
+Every rank runs the same checks on the same items (a ``sample N`` probe draws with ``train.seed``), so all ranks
+stop together.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import re
+from collections import Counter
+from typing import List, Optional, Sequence, Tuple
+
+from mmrl.advice import advice
+from mmrl.config import parse_preflight
+from mmrl.errors import ConfigError, DataError
+
+SHOW = 3  # bad items named in the error line
+
+
+# ---- environment ------------------------------------------------------------------------------------------------
+def _cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_environment(cfg, kind: str = "train", cuda_count: Optional[int] = None) -> None:
+    """Raise ``ConfigError`` naming the key whose requirement this machine does not meet (see module doc)."""
+    gpus = _cuda_count() if cuda_count is None else cuda_count
+    if kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate":
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("config key 'rollout.engine' = 'vllm' needs vLLM (pip install vllm, on a CUDA machine); "
+                              f"use {advice('vllm_on_cpu')} on CPU")
+        if gpus == 0:
+            raise ConfigError("config key 'rollout.engine' = 'vllm' needs a CUDA GPU (none is visible); use "
+                              f"{advice('vllm_on_cpu')} on CPU, or {advice('vllm_server')} with a vLLM server elsewhere")
+    if cfg.train.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError("config key 'train.backend' = 'deepspeed' needs DeepSpeed (pip install deepspeed); "
+                          f"use {advice('no_deepspeed')} for one process")
+    attn = getattr(cfg.model, "attn_implementation", None)
+    if attn == "flash_attention_2":
+        if importlib.util.find_spec("flash_attn") is None:
+            raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs flash-attn "
+                              f"(pip install flash-attn); use {advice('no_flash_attn')}")
+        if gpus == 0:
+            raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs a CUDA GPU "
+                              f"(none is visible); use {advice('no_flash_attn')}")
+    device = str(cfg.model.device)
+    if device.startswith("cuda") and gpus == 0:
+        raise ConfigError(f"config key 'model.device' = {device!r} needs a CUDA GPU (none is visible); "
+                          f"use {advice('no_cuda_device')} or cpu")
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    on_gpu = device.startswith("cuda") or (device == "auto" and gpus > 0)
+    if on_gpu and local > gpus:
+        raise ConfigError(f"{local} ranks on this node (LOCAL_WORLD_SIZE) but {gpus} visible GPU(s): give "
+                          f"NUM_GPUS={gpus} (or fewer) to the launcher")
+
+
+# ---- data -------------------------------------------------------------------------------------------------------
+def probe_media(sample) -> None:
+    """Open the sample's video container and decode its first frame (an image: decode it); ``DataError`` if not."""
+    from mmrl.media.decode import decode_image, decode_indices, probe
+
+    if sample.video is not None:
+        info = probe(sample.video.path, sample.id, sample.video.frame_fps)
+        decode_indices(info, [0], sample.id, max_pixels=28 * 28 * 4)
+    elif sample.image is not None:
+        decode_image(sample.image, sample.id)
+
+
+def _probe_set(samples: Sequence, mode: str, n: int, seed: int) -> List:
+    if mode == "none":
+        return []
+    if mode == "sample" and n < len(samples):
+        return random.Random(seed).sample(list(samples), n)
+    return list(samples)
+
+
+def _media_of(sample) -> str:
+    ref = sample.video or sample.image
+    return ref.path if ref is not None else ""
+
+
+def check_file(path: str, key: str, cfg, mode: str, n: int) -> Tuple[List, List[Tuple[str, str]]]:
+    """``(usable samples, [(sample id, reason)])`` of one annotation file; raises on an empty file, and with
+    ``data.on_error=raise`` on any bad item (one line: the count by reason, the first few named, the hint)."""
+    from mmrl.data.annotations import load_samples
+
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise DataError(f"{key}: the annotation file is empty (0 bytes)", path=path)
+    samples, bad = load_samples(path, cfg.data.media_root, on_error="skip")
+    if not samples and not bad:
+        raise DataError(f"{key}: the annotation file holds no items", path=path)
+    probed = _probe_set(samples, mode, n, cfg.train.seed)
+    failed = set()
+    for s in probed:
+        try:
+            probe_media(s)
+        except DataError as e:
+            bad.append((s.id, f"{e} [{_media_of(s)}]" if _media_of(s) not in str(e) else str(e)))
+            failed.add(s.id)
+    samples = [s for s in samples if s.id not in failed]
+    if bad and cfg.data.on_error == "raise":
+        raise DataError(_describe(bad, len(samples) + len(bad), key), path=path)
+    return samples, bad
+
+
+def _describe(bad: List[Tuple[str, str]], total: int, key: str) -> str:
+    from mmrl.train.skips import reason_kind
+
+    kinds = Counter(_kind(reason_kind(why)) for _, why in bad).most_common(3)
+    named = "; ".join(f"sample '{sid}': {reason_kind(why)}" for sid, why in bad[:SHOW])
+    more = f" (+{len(bad) - SHOW} more)" if len(bad) > SHOW else ""
+    by = ", ".join(f"{v} {k}" for k, v in kinds)
+    return (f"{key}: {len(bad)} of {total} items unusable ({by}): {named}{more}; fix them, or set "
+            f"{advice('skip_bad_data')} to leave them out (listed in <out_dir>/skipped.jsonl)")
+
+
+def _kind(reason: str) -> str:
+    """A short class of a reason for the counts: ``missing 'answer'``, ``media not found``, ``unreadable``."""
+    m = re.search(r"field '([^']+)': missing", reason)
+    if m:
+        return f"missing '{m.group(1)}'"
+    if "not found" in reason:
+        return "media not found"
+    if "unreadable" in reason or "decode" in reason or "zero frames" in reason:
+        return "media unreadable"
+    return "invalid"
+
+
+def check_data(cfg, kind: str = "train", log=None):
+    """The data pre-flight of a run: ``(train samples, [(id, reason)] left out)``; ``data.test`` is checked too
+    (``mmrl train --no-data-check`` sets ``data.preflight=none``: fields and file existence only)."""
+    mode, n = parse_preflight(cfg.data.preflight)
+    samples, bad = check_file(cfg.data.train, "data.train", cfg, mode, n)
+    if cfg.data.test and kind == "train":
+        check_file(cfg.data.test, "data.test", cfg, mode, n)
+    if log is not None:
+        what = {"all": "every media file decoded", "none": "media probe off",
+                "sample": f"{min(n, len(samples) + len(bad))} media files decoded"}[mode]
+        note = f"; {len(bad)} left out (data.on_error=skip)" if bad else ""
+        log(f"mmrl: data pre-flight: {len(samples)} usable items in {cfg.data.train} ({what}){note}")
+    return samples, bad
+
+
+def preflight_log():
+    """A logger for the pre-flight's one summary line: stdout on the main rank, nothing on the others."""
+    from mmrl.dist import is_main
+
+    return print if is_main() else None
+
+
+def preflight(cfg, kind: str = "train", log=None):
+    """Environment, then data; returns ``check_data``'s result. Call before DeepSpeed and before any weights."""
+    check_environment(cfg, kind)
+    return check_data(cfg, kind, log=log)
