@@ -34,6 +34,11 @@ ADVICE: Dict[str, Advice] = {
     "needs_viewset": Advice(("algorithm.viewset=views/bpo_video.yaml",), given=("algorithm.name=bpo",)),
     "bpo_rollout_n": Advice(("rollout.n={n}",), given=("algorithm.name=bpo", "algorithm.viewset=views/bpo_video.yaml"),
                             example={"n": 8}),
+    "bf16_master": Advice(("train.precision=bf16",), given=("model.dtype=bfloat16", "train.precision=fp32")),
+    "fp32_weights": Advice(("model.dtype=float32",), given=("model.dtype=bfloat16", "train.precision=fp32")),
+    "fp16_to_bf16": Advice(("model.dtype=bfloat16", "train.precision=bf16"), given=("model.dtype=float16",)),
+    "fp16_deepspeed": Advice(("train.backend=deepspeed", "train.deepspeed_config=configs/deepspeed/zero2.json"),
+                             given=("model.dtype=float16",)),
     "multi_turn_engine": Advice(("rollout.engine=hf",), given=("rollout.agent_loop=multi_turn",
                                                                "rollout.tools=tools/video_seek.yaml")),
 }

@@ -17,6 +17,7 @@ from typing import Callable, ContextManager
 
 import torch
 
+from mmrl.advice import advice
 from mmrl.errors import ConfigError
 
 
@@ -27,11 +28,11 @@ def check_training_precision(cfg, backend: str | None = None) -> None:
         return
     if cfg.model.dtype == "float16":
         raise ConfigError("config key 'model.dtype' = 'float16' cannot be trained on train.backend=torch (no loss "
-                          "scaling): use bfloat16 with train.precision=bf16, or train.backend=deepspeed")
+                          f"scaling): use {advice('fp16_to_bf16')}, or {advice('fp16_deepspeed')}")
     if cfg.model.dtype == "bfloat16" and cfg.train.precision != "bf16":
         raise ConfigError(f"config key 'train.precision' = {cfg.train.precision!r} with model.dtype=bfloat16 would "
-                          "train pure bf16 weights (small AdamW updates round away); set train.precision=bf16 (fp32 "
-                          "master weights, bf16 compute) or model.dtype=float32")
+                          "train pure bf16 weights (small AdamW updates round away); set "
+                          f"{advice('bf16_master')} (fp32 master weights, bf16 compute) or {advice('fp32_weights')}")
 
 
 def keep_fp32_master(model) -> int:
