@@ -10,7 +10,7 @@ from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import backbone, prompt_positions, response_logprobs
 from mmrl.rollout.agent_loop import Environment, Observation, build_agent_loop
 from mmrl.rollout.base import SamplingParams, build_engine
-from support import mixed_requests
+from support import mixed_requests, trained_position_ids
 
 
 def _image(seed: int, h: int = 56, w: int = 84) -> Media:
@@ -103,17 +103,15 @@ def test_episode_ends_when_environment_says_done(tiny):
         assert [s.kind for s in t.segments] == ["model", "env", "model"] and t.turns[-1]["end"] == "done"
 
 
-def test_positions_are_get_rope_index_of_the_whole_sequence(tiny):
+def test_positions_are_the_trained_numbering_of_the_whole_sequence(tiny):
     proc, model = tiny
     _, trajs, _, _ = _run(proc, model, lambda: [Observation("Look.", media=_image(2)), Observation("And this.", media=_video(3))])
     core, _ = backbone(model)
     t = trajs[4]  # image prompt, then an image and a video inserted mid-trajectory
     seq = t.sequence
-    ids, mm = seq.input_ids[None], seq.mm_token_type_ids[None]
-    pos, _ = prompt_positions(core, [seq], ids, torch.ones_like(ids), seq.vision)
-    ref, _ = core.get_rope_index(ids, mm_token_type_ids=mm, image_grid_thw=seq.vision["image_grid_thw"],
-                                 video_grid_thw=seq.vision["video_grid_thw"],
-                                 second_per_grid_ts=seq.vision.get("second_per_grid_ts"))
+    ids = seq.input_ids[None]
+    pos, _ = prompt_positions(core, [seq], ids)
+    ref = trained_position_ids(model, seq)  # the numbering over the whole sequence, computed afresh
     assert torch.equal(pos, ref)
     # not 1-D text positions: the inserted image's tokens spread over distinct height/width ids, and the text after
     # each inserted medium continues from its largest position
