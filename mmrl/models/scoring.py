@@ -54,8 +54,8 @@ def prompt_rope(core, p: PromptInputs) -> tuple:
 
 def prompt_positions(core, prompts: Sequence[PromptInputs], ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """M-RoPE positions ``[3, U, P]`` of right-padded prompts ``ids [U, P]`` (3-D for vision tokens:
-    ``prompt_rope``; padding gets 1) and the
-    position of each prompt's first response token ``[U]`` (its largest position + 1)."""
+    ``prompt_rope``; padding gets 1) and the position of each prompt's first response token ``[U]`` (its largest
+    position + 1)."""
     out = torch.ones((3, len(prompts), ids.shape[1]), dtype=torch.long, device=ids.device)
     nxt = torch.empty(len(prompts), dtype=torch.long, device=ids.device)
     for u, p in enumerate(prompts):

@@ -7,6 +7,7 @@ import torch
 from mmrl.data.schema import Media
 from mmrl.media.inputs import SequenceInputs
 from mmrl.models.loading import load_model, load_processor
+from mmrl.models.mrope import RopeRule, batch_rope_index, trained_numbering
 from mmrl.models.scoring import backbone, prompt_positions, response_logprobs
 from mmrl.rollout.agent_loop import Environment, Observation, build_agent_loop
 from mmrl.rollout.base import SamplingParams, build_engine
@@ -138,7 +139,7 @@ def test_full_sequence_logprobs_equal_a_plain_forward(tiny):
         seq = t.sequence
         with torch.no_grad():
             logits = model(input_ids=seq.input_ids[None], mm_token_type_ids=seq.mm_token_type_ids[None],
-                           **seq.vision).logits[0].float()
+                           position_ids=trained_position_ids(model, seq), **seq.vision).logits[0].float()
         P = seq.prompt_len
         ref = torch.log_softmax(logits[P - 1:-1], -1).gather(-1, seq.input_ids[P:, None]).squeeze(-1)
         assert lp.shape == t.response_ids.shape and torch.allclose(lp, ref, atol=1e-4)
@@ -151,8 +152,20 @@ def test_second_turn_after_an_inserted_image_matches_generate(tiny):
     new = 4
     reqs, trajs, _, engine = _run(proc, model, lambda: [Observation("Look at this.", media=_image(6, 84, 56))],
                                   max_turns=2, greedy=True, n=1, max_new_tokens=new)
-    def generate(ctx, mm, vision):
-        with torch.no_grad():
+    core, _ = backbone(model)
+
+    def generate(ctx, mm, vision, flat_from=None):
+        """``model.generate`` numbering positions as the models were trained (``trained_numbering``), or with the
+        tokens from ``flat_from`` on numbered as 1-D text."""
+        def flat(input_ids, *a, **k):
+            pos, _ = batch_rope_index(RopeRule.from_config(core.config), input_ids, **k)
+            L = input_ids.shape[1]
+            pos[:, :, flat_from:] = pos[:, :, flat_from : flat_from + 1] + torch.arange(L - flat_from)
+            return pos, pos.amax(dim=(0, 2)).view(-1, 1) + 1 - L
+
+        with torch.no_grad(), trained_numbering(core):
+            if flat_from is not None:
+                core.get_rope_index = flat
             out = model.generate(input_ids=ctx[None], attention_mask=torch.ones_like(ctx)[None],
                                  mm_token_type_ids=mm[None], **vision, max_new_tokens=new, do_sample=False,
                                  temperature=None, top_p=None, top_k=None, eos_token_id=engine.eos_id,
@@ -171,9 +184,7 @@ def test_second_turn_after_an_inserted_image_matches_generate(tiny):
         ids, lps = generate(ctx, mm, t.sequence.vision)
         assert torch.equal(second.ids, ids) and torch.allclose(second.logprobs, lps, atol=1e-4)
         # sensitivity: the same context with 1-D text positions for the inserted image gives other log-probs
-        flat = mm.clone()
-        flat[t.sequence.prompt_len:] = 0
-        _, lps_1d = generate(ctx, flat, t.sequence.vision)
+        _, lps_1d = generate(ctx, mm, t.sequence.vision, flat_from=t.sequence.prompt_len)
         assert not torch.allclose(lps_1d, lps, atol=1e-4)
 
 
