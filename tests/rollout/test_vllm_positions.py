@@ -192,3 +192,42 @@ def test_the_prompts_we_send_vllm_give_our_positions(tiny_model_path):
         ours, nxt = vision_positions(rule, inputs.input_ids, inputs.vision)
         assert torch.equal(ours, ref) and nxt == delta + len(ids)
     assert sorted(float(s) for s in ctx.vision["second_per_grid_ts"]) == [1.0, 7.5]
+
+
+def test_a_real_qwen3_vl_prompt_equals_vllm_and_the_installed_transformers():
+    """Qwen3-VL's own processor (timestamped per-frame-pair video blocks, patch 16): the module's positions equal
+    vLLM 0.33's and the installed ``transformers``' ``Qwen3VLModel.get_rope_index`` (the two rules agree for it)."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+    from transformers.video_utils import VideoMetadata
+
+    from mmrl.models.mrope import installed_rope_index
+    from mmrl.models.tiny import build_tokenizer
+
+    tok = build_tokenizer(600)
+    tid = tok.convert_tokens_to_ids
+    proc = Qwen3VLProcessor(image_processor=Qwen2VLImageProcessor(patch_size=16, merge_size=2, temporal_patch_size=2),
+                            tokenizer=tok, video_processor=Qwen3VLVideoProcessor(patch_size=16, merge_size=2,
+                                                                                 temporal_patch_size=2),
+                            chat_template=tok.chat_template)
+    cfg = Qwen3VLConfig(image_token_id=tid("<|image_pad|>"), video_token_id=tid("<|video_pad|>"),
+                        vision_start_token_id=tid("<|vision_start|>"), vision_end_token_id=tid("<|vision_end|>"))
+    rule = RopeRule.from_config(cfg)
+    g = torch.Generator().manual_seed(0)
+    text = "a b <|vision_start|><|video_pad|><|vision_end|> c <|vision_start|><|image_pad|><|vision_end|> d"
+    out = proc(text=[text], videos=[torch.randint(0, 255, (8, 3, 64, 96), dtype=torch.uint8, generator=g)],
+               images=[torch.randint(0, 255, (3, 64, 64), dtype=torch.uint8, generator=g)],
+               video_metadata=[VideoMetadata(total_num_frames=8, fps=0.5, frames_indices=list(range(8)))],
+               do_sample_frames=False, do_resize=False, return_tensors="pt")
+    ids = out["input_ids"][0]
+    assert out["video_grid_thw"].tolist() == [[4, 4, 6]] and "seconds>" in tok.decode(ids)
+    ours, nxt = vision_positions(rule, ids, out)
+    vs, ve = tid("<|vision_start|>"), tid("<|vision_end|>")
+    toks = ids.tolist()
+    feats = [(toks.index(vs), "video", (4, 4, 6), None), (toks.index(tid("<|image_pad|>")), "image", (1, 4, 4), None)]
+    ref, delta = vllm_qwen3_positions(toks, feats, rule.video_token_id, vs, ve, 2)
+    assert torch.equal(ours, ref) and nxt == delta + len(toks)
+    theirs, d = installed_rope_index(rule, vs)(ids[None], mm_token_type_ids=out["mm_token_type_ids"],
+                                               image_grid_thw=out["image_grid_thw"],
+                                               video_grid_thw=out["video_grid_thw"], attention_mask=out["attention_mask"])
+    assert torch.equal(theirs[:, 0], ours) and int(d) + len(toks) == nxt
