@@ -140,7 +140,7 @@ def trained_numbering(core):
     rule = RopeRule.from_config(core.config)
     had = "get_rope_index" in vars(core)
     old = vars(core).get("get_rope_index")
-    core.get_rope_index = lambda input_ids, *a, **k: batch_rope_index(rule, input_ids, **k)
+    core.get_rope_index = lambda input_ids, **k: batch_rope_index(rule, input_ids, **k)  # transformers passes keywords
     try:
         yield
     finally:
