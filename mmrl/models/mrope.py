@@ -159,6 +159,7 @@ CASES = (  # (name, frames, fps, height, width): the frames given to the process
     ("4 frames at 0.5 fps, 168x168", 4, 0.5, 168, 168),
     ("8 frames of 224x224 over 8 s", 8, 1.0, 224, 224),
     ("16 frames of 448x224 over 60 s", 16, 16 / 60, 448, 224),
+    ("4 frames of 56x56 at 2 fps (the demo)", 4, 2.0, 56, 56),
 )
 
 

@@ -67,15 +67,15 @@ def test_the_four_video_cases_by_hand(case, grid, tau, after, after_transformers
 
 
 def test_offsets_against_the_installed_transformers_are_0_3_5_90():
-    """Fails if this module numbered like transformers 5.x (every offset would be 0)."""
+    """Fails if this module numbered like transformers 5.x (every offset would be 0); the demo's clips: 1."""
     import transformers
 
     rows = offsets_table()
     for name, ours, theirs, diff in rows:
         print(f"{name}: original {ours}, transformers {transformers.__version__} {theirs}, offset {diff}")
     if transformers.__version__.startswith("5."):
-        assert [r[3] for r in rows] == [0, 3, 5, 90]
-    assert [r[1] for r in rows] == [1 + 6, 1 + 9, 1 + 13, 1 + 106]  # <vs> at 0, the video from 1
+        assert [r[3] for r in rows] == [0, 3, 5, 90, 1]
+    assert [r[1] for r in rows] == [1 + 6, 1 + 9, 1 + 13, 1 + 106, 1 + 3]  # <vs> at 0, the video from 1
 
 
 def test_multi_turn_trajectory_with_a_tool_video_by_hand():
