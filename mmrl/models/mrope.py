@@ -14,9 +14,9 @@ Qwen3-VL writes a video as one ``<t seconds><|vision_start|> frame <|vision_end|
 
 Sources: Qwen's ``get_rope_index`` as released in ``transformers`` 4.49 (``st_idx = llm_pos_ids_list[-1].max() + 1``)
 and vLLM 0.33's ``get_mrope_input_positions`` (``qwen2_vl.py``, ``qwen2_5_vl.py``, ``qwen3_vl.py``; ``tau`` in float64
-then ``astype(int64)``, as here). ``transformers`` 5.x (5.16.1 .. 5.24 at least) continues after a medium at
-``start + max(H, W)`` instead, ignoring the temporal extent; 4.57 .. 5.16 also truncate ``second_per_grid_t`` to an
-integer before multiplying. ``docs/positions.md`` has the table. Nothing here calls the model.
+then ``astype(int64)``, as here). ``transformers`` 5.3 .. 5.24 continue after a medium at ``start + max(H, W)``
+instead, ignoring the temporal extent; 4.52 .. 5.17 also truncate ``second_per_grid_t`` to an integer before
+multiplying. ``docs/positions.md`` has the releases and the offsets. Nothing here calls the model.
 """
 from __future__ import annotations
 
