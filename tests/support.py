@@ -47,3 +47,16 @@ def mixed_requests(proc, n_of: Callable[[int], int], question_of: Callable[[int]
         reqs.append(RolloutRequest(inputs=pi, n=n_of(i), sample_id=str(i), group_id=i,
                                    meta=meta_of(i) if meta_of else {}))
     return reqs
+
+
+def trained_position_ids(model, inputs, resp=None):
+    """M-RoPE position ids ``[3, 1, P + R]`` of ``inputs`` (a ``PromptInputs``) followed by response tokens ``resp``,
+    by the numbering the models were trained with (``mmrl.models.mrope``, computed afresh): what a plain forward
+    (``model(..., position_ids=...)``) needs to be the scorer's reference, whatever the installed transformers numbers."""
+    import torch
+
+    from mmrl.models.mrope import RopeRule, vision_positions
+
+    ids = inputs.input_ids if resp is None else torch.cat([inputs.input_ids, resp.to(inputs.input_ids.dtype)])
+    pos, _ = vision_positions(RopeRule.from_config(model.config), ids, inputs.vision)
+    return pos[:, None]

@@ -23,7 +23,7 @@ class PromptInputs:
     vision: Dict[str, torch.Tensor] = field(default_factory=dict)  # pixel_values(_videos), *_grid_thw, second_per_grid_ts
     text: str = ""
     media: Optional[Media] = field(default=None, repr=False)  # what the processor got (vLLM re-processes it)
-    rope: Optional[tuple] = field(default=None, repr=False, compare=False)  # (M-RoPE positions [3, P], delta), cached
+    rope: Optional[tuple] = field(default=None, repr=False, compare=False)  # (M-RoPE positions [3, P], next position), cached
 
     @property
     def num_tokens(self) -> int:

@@ -27,6 +27,7 @@ import torch
 from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision, pad_right
 from mmrl.models.compat import cache_kwargs, output_cache
 from mmrl.models.kv_cache import select_rows
+from mmrl.models.mrope import RopeRule, vision_positions
 
 
 def backbone(model):
@@ -35,67 +36,46 @@ def backbone(model):
     return base.model, base.lm_head
 
 
-_GRID_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")  # all get_rope_index reads of the vision inputs
-
-
 def positions(starts: torch.Tensor, length: int) -> torch.Tensor:
     """Text position ids ``[3, B, length]`` (the same on the three M-RoPE axes): row ``b`` counts from ``starts[b]``."""
     pos = starts.view(-1, 1) + torch.arange(length, device=starts.device).view(1, -1)
     return pos.unsqueeze(0).expand(3, -1, -1)
 
 
-def token_types(prompts: Sequence[PromptInputs], width: int) -> torch.Tensor:
-    """``mm_token_type_ids`` of right-padded prompts ``[B, width]`` (0 = text, also for padding)."""
-    rows = [p.mm_token_type_ids if p.mm_token_type_ids is not None else torch.zeros_like(p.input_ids) for p in prompts]
-    out = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, : r.numel()] = r
-    return out
-
-
-def prompt_positions(core, prompts: Sequence[PromptInputs], ids: torch.Tensor, mask: torch.Tensor,
-                     vision: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """M-RoPE positions ``[3, U, P]`` of right-padded prompts (3-D for vision tokens, via the model's own
-    ``get_rope_index``) and the position of each prompt's first response token ``[U]`` (``next_positions``).
-
-    Positions depend only on a prompt's tokens and grids, so they are computed once per ``PromptInputs`` and kept
-    on it (``rope``): the rollout's prefill and every scoring pass of the step reuse them.
-    """
-    lengths = mask.sum(dim=1)
-    if not any(k in vision for k in ("image_grid_thw", "video_grid_thw")):
-        return positions(torch.zeros_like(lengths), ids.shape[1]), lengths
-    todo = [p for p in prompts if p.rope is None]
-    if todo:
-        if len(todo) == len(prompts):  # nothing cached yet: the caller's batch is the batch to index
-            sub_ids, sub_mask, sub_vision = ids, mask, vision
+def prompt_rope(core, p: PromptInputs) -> tuple:
+    """``(positions [3, P], next position)`` of one prompt by the numbering the models were trained with
+    (``mmrl.models.mrope``), counted from 0; computed once per ``PromptInputs`` and kept on it (``rope``): the
+    rollout's prefill and every scoring pass of the step reuse them."""
+    if p.rope is None:
+        if any(k in p.vision for k in ("image_grid_thw", "video_grid_thw")):
+            pos, nxt = vision_positions(RopeRule.from_config(core.config), p.input_ids, p.vision)
         else:
-            sub_ids, _, sub_mask = right_padded(todo, 0, ids.device)
-            sub_vision = {k: v.to(ids.device) for k, v in collate_vision(todo, keys=_GRID_KEYS).items()}
-        pos, deltas = core.get_rope_index(
-            sub_ids, mm_token_type_ids=token_types(todo, sub_ids.shape[1]).to(ids.device),
-            image_grid_thw=sub_vision.get("image_grid_thw"), video_grid_thw=sub_vision.get("video_grid_thw"),
-            second_per_grid_ts=sub_vision.get("second_per_grid_ts"), attention_mask=sub_mask)
-        for j, p in enumerate(todo):
-            p.rope = (pos[:, j, : p.num_tokens].detach().clone(), int(deltas.view(-1)[j]))
+            pos, nxt = torch.arange(p.num_tokens).view(1, -1).expand(3, -1).clone(), p.num_tokens
+        p.rope = (pos, int(nxt))
+    return p.rope
+
+
+def prompt_positions(core, prompts: Sequence[PromptInputs], ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """M-RoPE positions ``[3, U, P]`` of right-padded prompts ``ids [U, P]`` (3-D for vision tokens:
+    ``prompt_rope``; padding gets 1) and the position of each prompt's first response token ``[U]`` (its largest
+    position + 1)."""
     out = torch.ones((3, len(prompts), ids.shape[1]), dtype=torch.long, device=ids.device)
+    nxt = torch.empty(len(prompts), dtype=torch.long, device=ids.device)
     for u, p in enumerate(prompts):
-        out[:, u, : p.num_tokens] = p.rope[0].to(ids.device)
-    deltas = torch.tensor([p.rope[1] for p in prompts], dtype=lengths.dtype, device=lengths.device)
-    return out, next_positions(prompts, out, lengths + deltas)
+        pos, nxt[u] = prompt_rope(core, p)
+        out[:, u, : p.num_tokens] = pos.to(ids.device)
+    return out, nxt
 
 
-def next_positions(prompts: Sequence[PromptInputs], pos: torch.Tensor, by_delta: torch.Tensor) -> torch.Tensor:
-    """The M-RoPE position of the token after each prompt, as ``get_rope_index`` numbers a text token appended to it:
-    the last position + 1 when the prompt ends in text (every templated prompt does), so that decoding continues
-    exactly where a forward over the whole ``prompt + response`` puts the response (the scorer's positions). This
-    differs from ``len + rope_delta`` (``max position + 1``, what ``transformers``' ``generate`` uses) when a
-    video's temporal positions (``t * tokens_per_second * seconds per grid``, large for sparse frames) run past the
-    text after it: ``get_rope_index`` continues that text from the spatial extent, not the temporal one."""
-    out = by_delta.clone()
-    for u, p in enumerate(prompts):
-        last = p.num_tokens - 1
-        if p.mm_token_type_ids is None or int(p.mm_token_type_ids[last]) == 0:
-            out[u] = pos[0, u, last] + 1
+def sequence_positions(core, prompts: Sequence[PromptInputs], tails: Sequence[int], width: int, device
+                       ) -> torch.Tensor:
+    """Positions ``[3, B, width]`` of right-padded rows ``prompt + tails[b]`` text tokens (a response: it continues
+    at the prompt's next position); padding gets 1."""
+    out = torch.ones((3, len(prompts), width), dtype=torch.long, device=device)
+    for b, (p, n) in enumerate(zip(prompts, tails)):
+        pos, nxt = prompt_rope(core, p)
+        out[:, b, : p.num_tokens] = pos.to(device)
+        out[:, b, p.num_tokens : p.num_tokens + n] = torch.arange(nxt, nxt + n, device=device)
     return out
 
 
@@ -125,11 +105,11 @@ def prefill_prompts(core, prompts: Sequence[PromptInputs], pad_id: int, device):
 
     Returns ``(last_hidden [U, H], cache, mask [U, Pmax] long, next_pos [U] long)``; ``last_hidden[u]`` is the
     final-norm hidden state at prompt ``u``'s last token (it predicts the first response token) and
-    ``next_pos[u]`` the M-RoPE position of the first response token (prompt length + the rope delta).
+    ``next_pos[u]`` the M-RoPE position of the first response token (the prompt's largest position + 1).
     """
     ids, lengths, mask = right_padded(prompts, pad_id, device)
     vision = {k: v.to(device) for k, v in collate_vision(prompts).items()}
-    pos, next_pos = prompt_positions(core, prompts, ids, mask, vision)
+    pos, next_pos = prompt_positions(core, prompts, ids)
     out = core(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **vision)
     last = out.last_hidden_state[torch.arange(len(prompts), device=device), lengths - 1]
     return last, output_cache(out), mask, next_pos
@@ -278,8 +258,8 @@ def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> L
     ids = pad_right(seqs, pad_id).to(device)
     attn = pad_right([torch.ones_like(x) for x in seqs], 0).to(device)
     vision = {k: v.to(device) for k, v in collate_vision([p for p, _ in chunk]).items()}
-    mm = token_types([p for p, _ in chunk], ids.shape[1]).to(device)  # the model computes M-RoPE from these
-    hidden = core(input_ids=ids, attention_mask=attn, mm_token_type_ids=mm, **vision).last_hidden_state
+    pos = sequence_positions(core, [p for p, _ in chunk], [int(r.numel()) for _, r in chunk], ids.shape[1], device)
+    hidden = core(input_ids=ids, attention_mask=attn, position_ids=pos, **vision).last_hidden_state
     # position t predicts token t+1: responses start at P, so read hidden states P-1 .. P+R-2
     rows, cols = [], []
     for i, (p, r) in enumerate(chunk):

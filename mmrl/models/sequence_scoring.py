@@ -2,9 +2,9 @@
 
 A multi-turn trajectory is ``prompt, model turn, observation (text and/or media), model turn, ...``. Its tokens
 are scored in one forward of the model over the whole sequence, with every image and video of it (the prompt's and
-those inserted mid-trajectory) through the vision tower, and Qwen2.5-VL's 3-D M-RoPE positions computed by the
-model's own ``get_rope_index`` over the whole sequence (``mmrl.models.scoring.prompt_positions``, which calls it
-and caches the result on the ``SequenceInputs``)::
+those inserted mid-trajectory) through the vision tower, and the 3-D M-RoPE positions the models were trained with
+over the whole sequence (``mmrl.models.mrope``, through ``mmrl.models.scoring.prompt_positions``, which caches them
+on the ``SequenceInputs``), passed explicitly::
 
     log pi(x_t | x_<t, media)   for t = prompt_len .. L-1,   read from the hidden state at t-1
 
@@ -25,7 +25,7 @@ import torch
 from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision
 from mmrl.models.compat import cache_kwargs
 from mmrl.models.kv_cache import select_rows
-from mmrl.models.scoring import (_GRID_KEYS, _can_share, _head_logprobs, backbone, prefill_prompts, prompt_positions,
+from mmrl.models.scoring import (_can_share, _head_logprobs, backbone, prefill_prompts, prompt_positions,
                                  response_logprobs, right_padded, unique_prompts)
 from mmrl.media.inputs import pad_right
 
@@ -46,7 +46,7 @@ def score_sequences(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tens
         check_item(s, r)
     ids, lengths, mask = right_padded(seqs, pad_id, device)
     vision = {k: v.to(device) for k, v in collate_vision(seqs).items()}
-    pos, _ = prompt_positions(core, seqs, ids, mask, vision)
+    pos, _ = prompt_positions(core, seqs, ids)
     hidden = core(input_ids=ids, attention_mask=mask, position_ids=pos, **vision).last_hidden_state
     rows = torch.cat([torch.full((int(lengths[i]) - s.prompt_len,), i, dtype=torch.long) for i, s in enumerate(seqs)])
     cols = torch.cat([torch.arange(s.prompt_len - 1, int(lengths[i]) - 1) for i, s in enumerate(seqs)])
@@ -76,13 +76,12 @@ def score_shared(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]
     """Like ``score_sequences``, with each distinct prompt prefilled once: every sequence's response (model turns
     and observations, with their media) is forwarded over its prompt's cache (``select_rows``: ``index_select`` on
     the batch axis, so gradients reach the prompt's keys/values, summed in a fixed order), at the positions
-    ``get_rope_index`` gives the whole sequence."""
+    ``mmrl.models.mrope`` gives the whole sequence."""
     seqs = [s for s, _ in chunk]
     for s, r in chunk:
         check_item(s, r)
     ids, lengths, mask = right_padded(seqs, pad_id, device)
-    pos, _ = prompt_positions(core, seqs, ids, mask, {k: v.to(device) for k, v in
-                                                      collate_vision(seqs, keys=_GRID_KEYS).items()})
+    pos, _ = prompt_positions(core, seqs, ids)
     uniq, owner = unique_prompts([s.prompt for s in seqs])
     owner = owner.to(device)
     last, cache, pmask, _ = prefill_prompts(core, uniq, pad_id, device)

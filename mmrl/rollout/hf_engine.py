@@ -14,7 +14,8 @@ trade-off as the scorer's):
   are a quarter of the rows still decoded (the sampler still draws for every row, so the RNG stream, and hence
   every token, is the same as without dropping).
 
-``shared_prefill=False`` uses ``model.generate`` (kept as the reference the tests compare against).
+``shared_prefill=False`` uses ``model.generate`` (kept as the reference the tests compare against), with its
+``get_rope_index`` swapped for ``mmrl.models.mrope``'s numbering (the one the shared-prefill path passes explicitly).
 
 Multi-turn episodes (``start_episodes`` / ``continue_episodes``, ``mmrl.rollout.hf_turns``) decode in the ``expand``
 layout and keep each row's cache for the episode's next turn (``_decode_rows(keep=...)``).
@@ -31,6 +32,7 @@ from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.models.compat import cache_kwargs
 from mmrl.models.kv_cache import episode_rows, growing_cache
+from mmrl.models.mrope import trained_numbering
 from mmrl.models.scoring import backbone, positions, prefill_prompts, scoring_strategy
 
 
@@ -75,7 +77,7 @@ class HFEngine(RolloutEngine):
         if chunk:
             yield chunk
 
-    supports_sequences = True  # prompts are any PromptInputs: several images/videos, positions by get_rope_index
+    supports_sequences = True  # prompts are any PromptInputs: several images/videos, positions by mmrl.models.mrope
 
     @property
     def supports_kv_reuse(self) -> bool:
@@ -243,7 +245,8 @@ class HFEngine(RolloutEngine):
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
-        gen = self.model.generate(**kwargs)
+        with trained_numbering(backbone(self.model)[0]):  # generate numbers positions through get_rope_index
+            gen = self.model.generate(**kwargs)
         seqs = gen.sequences[:, ids.shape[1]:].cpu()
         temp = 1.0 if params.greedy else params.temperature
         logits = torch.stack(gen.logits, dim=1).float().cpu() / temp  # [B*n, L, V]

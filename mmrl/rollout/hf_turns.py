@@ -11,11 +11,12 @@ every earlier image and video, the language model re-reads every earlier token).
   token if it was sampled but never fed, the observation with its image or video through the vision tower), and the
   turn is decoded in the same batch.
 
-Positions: Qwen2.5-VL's ``get_rope_index`` numbers a sequence block by block, each block starting where the
-previous one ended, so the M-RoPE positions of a tail are ``get_rope_index(tail) + next_pos`` (``next_pos``: the
-position the episode's next token takes, ``prompt_len + rope_delta`` of the prompt plus the tokens fed since), and
-the position after the tail is ``next_pos + len(tail) + rope_delta(tail)``: the positions a full re-prefill of the
-whole sequence gives (``prompt_positions``) and the scorer uses (``mmrl.models.sequence_scoring``).
+Positions (``mmrl.models.mrope``, the numbering the models were trained with): a sequence is numbered block by
+block, each block starting at the largest position so far + 1, and a block's positions are its start plus offsets
+that depend on the block alone. So the M-RoPE positions of a tail are its own positions from 0 + ``next_pos``
+(``next_pos``: the position the episode's next token takes, the prompt's largest position + 1 plus the tokens fed
+since), and the position after the tail is ``next_pos`` + the tail's own next position: the positions a full
+re-prefill of the whole sequence gives (``prompt_positions``) and the scorer uses (``mmrl.models.sequence_scoring``).
 ``tests/rollout/test_kv_reuse.py`` checks that greedy trajectories with and without reuse are equal.
 """
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _continue_chunk(engine, core, head, states, tails, params, reqs, keys, devic
     ids, lengths, tail_mask = right_padded(tails, engine.pad_id, device)
     Q = ids.shape[1]
     vision = {k: v.to(device) for k, v in collate_vision(tails).items()}
-    pos, after = prompt_positions(core, tails, ids, tail_mask, vision)  # the tails' own positions, from 0
+    pos, after = prompt_positions(core, tails, ids)  # the tails' own positions, from 0
     offset = torch.tensor([st.next_pos for st in states], dtype=torch.long, device=device)
     cache, kept = gather_episodes(states, capacity=max(st.length for st in states) + Q + T)
     C = kept.shape[1]

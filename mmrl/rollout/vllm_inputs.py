@@ -2,7 +2,12 @@
 placeholder (vLLM expands it itself) and, as ``multi_modal_data``, the very frames and images the HF processor got
 (already resized: ``do_resize=False``), in the order their placeholders appear. A multi-turn context
 (``mmrl.rollout.agent_loop_multi.ContextInputs``) carries every medium of the episode so far: the prompt's and those
-the observations inserted."""
+the observations inserted.
+
+vLLM numbers the M-RoPE positions itself (``get_mrope_input_positions``) from the grids of these frames and each
+video's ``second_per_grid_ts`` (``temporal_patch_size / fps`` of its metadata, per video): the numbering the models
+were trained with, which ``mmrl.models.mrope`` computes for the HF sampler and the scorer
+(``tests/rollout/test_vllm_positions.py`` checks that the prompts sent here give vLLM those positions)."""
 from __future__ import annotations
 
 from typing import Any, Dict, List

@@ -5,7 +5,7 @@ import torch
 from mmrl.models.loading import load_model, load_processor
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.models.scoring import response_logprobs
-from support import mixed_requests
+from support import mixed_requests, trained_position_ids
 
 
 def _requests(proc):
@@ -40,15 +40,15 @@ def test_generation_is_reproducible_by_seed(tiny_model_path):
 
 
 def test_scorer_uses_mrope_positions_like_the_model(tiny_model_path):
-    """Shared-prefix scoring equals one plain forward of the model over prompt + response, where the model
-    computes its own 3-D M-RoPE positions from mm_token_type_ids and the grids."""
+    """Shared-prefix scoring equals one plain forward of the model over prompt + response, given the 3-D M-RoPE
+    positions the models were trained with (``support.trained_position_ids``)."""
     from mmrl.models.scoring import backbone, prompt_positions
 
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
     reqs = _requests(proc)
     core, _ = backbone(model)
     p = reqs[0].inputs
-    pos, start = prompt_positions(core, [p], p.input_ids[None], torch.ones_like(p.input_ids)[None], p.vision)
+    pos, start = prompt_positions(core, [p], p.input_ids[None])
     video = p.mm_token_type_ids == 2
     assert video.any() and not torch.equal(pos[1, 0, video], pos[2, 0, video])  # height and width axes differ
     assert int(start) < p.num_tokens  # 2x2 merged patches share positions: the next position is below P
@@ -57,7 +57,8 @@ def test_scorer_uses_mrope_positions_like_the_model(tiny_model_path):
         ids = torch.cat([r.inputs.input_ids, resp])[None]
         mm = torch.cat([r.inputs.mm_token_type_ids, torch.zeros(3, dtype=torch.long)])[None]
         with torch.no_grad():
-            logits = model(input_ids=ids, mm_token_type_ids=mm, **r.inputs.vision).logits[0]
+            logits = model(input_ids=ids, mm_token_type_ids=mm, position_ids=trained_position_ids(model, r.inputs, resp),
+                           **r.inputs.vision).logits[0]
             ours = response_logprobs(model, [(r.inputs, resp)], pad_id=proc.tokenizer.pad_token_id)[0]
         P = r.inputs.num_tokens
         ref = torch.log_softmax(logits[P - 1 : P + 2].float(), -1).gather(-1, resp[:, None]).squeeze(-1)

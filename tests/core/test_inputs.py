@@ -1,4 +1,5 @@
 """Processor-input construction for image and video through the real Qwen2.5-VL processor."""
+import pytest
 import torch
 
 from mmrl.data.schema import Media
@@ -87,27 +88,32 @@ def test_batched_budget_error_is_per_prompt(tiny_model_path):
     assert isinstance(res[1], DataError) and "sample 'too-big'" in str(res[1]) and "budget" in str(res[1])
 
 
-def test_rope_positions_are_computed_once_per_prompt(tiny_model_path):
-    """M-RoPE positions are cached on the PromptInputs: a second prefill of the same prompts does not call
-    get_rope_index again and gets the same positions."""
+def test_rope_positions_are_computed_once_per_prompt(tiny_model_path, monkeypatch):
+    """M-RoPE positions are cached on the PromptInputs: a second prefill of the same prompts does not number them
+    again (``mmrl.models.mrope``, once per prompt with media) and gets the same positions; the installed
+    transformers' ``get_rope_index`` is never called."""
+    from mmrl.models import scoring
     from mmrl.models.loading import load_model
     from mmrl.models.scoring import backbone, prefill_prompts
 
     proc = load_processor(tiny_model_path)
     core, _ = backbone(load_model(tiny_model_path))
     prompts = [build_prompt_inputs(proc, build_messages("Q?", ["a", "b"], m), m) for m in _mixed_media()]
+    with_media = sum(bool(p.vision) for p in prompts)
     calls = []
-    real = core.get_rope_index
-    core.get_rope_index = lambda *a, **k: calls.append(1) or real(*a, **k)
+    real = scoring.vision_positions
+    monkeypatch.setattr(scoring, "vision_positions", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(core, "get_rope_index", lambda *a, **k: pytest.fail("transformers' get_rope_index called"))
     with torch.no_grad():
         h1, _, _, start1 = prefill_prompts(core, prompts, 0, "cpu")
         h2, _, _, start2 = prefill_prompts(core, prompts[::-1], 0, "cpu")
-    assert len(calls) == 1
+    assert len(calls) == with_media
     assert torch.equal(start1, start2.flip(0)) and torch.allclose(h1, h2.flip(0), atol=1e-5)
     # a batch mixing cached and new prompts indexes only the new ones, with the same result
     fresh = [build_prompt_inputs(proc, build_messages("Q?", ["a", "b"], m), m) for m in _mixed_media()]
     mixed = [prompts[0], fresh[1], prompts[2], fresh[3]]
     with torch.no_grad():
         h3, _, _, start3 = prefill_prompts(core, mixed, 0, "cpu")
-    assert len(calls) == 2 and all(p.rope is not None for p in fresh[1::2]) and fresh[0].rope is None
+    assert len(calls) == with_media + sum(bool(p.vision) for p in fresh[1::2])
+    assert all(p.rope is not None for p in fresh[1::2]) and fresh[0].rope is None
     assert torch.equal(start3, start1) and torch.allclose(h3, h1, atol=1e-5)

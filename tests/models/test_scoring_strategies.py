@@ -10,7 +10,7 @@ from mmrl.models.kv_cache import GrowingLayer, growing_cache
 from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import PACKED_MAX_EXTRA_KEYS, response_logprobs, scoring_strategy, strategy_note
 from mmrl.rollout.base import SamplingParams, build_engine
-from support import mixed_requests
+from support import mixed_requests, trained_position_ids
 
 
 def _requests(proc, n=3):
@@ -18,10 +18,12 @@ def _requests(proc, n=3):
 
 
 def _plain_logprobs(model, inputs, resp):
-    """One ordinary forward of the model over prompt + response (it computes its own M-RoPE positions)."""
+    """One ordinary forward of the model over prompt + response, at the M-RoPE positions the models were trained
+    with (``support.trained_position_ids``: computed afresh, not the scorer's cached ones)."""
     ids = torch.cat([inputs.input_ids, resp])[None]
     mm = torch.cat([inputs.mm_token_type_ids, torch.zeros_like(resp)])[None]
-    logits = model(input_ids=ids, mm_token_type_ids=mm, **inputs.vision).logits[0]
+    logits = model(input_ids=ids, mm_token_type_ids=mm, position_ids=trained_position_ids(model, inputs, resp),
+                   **inputs.vision).logits[0]
     P = inputs.num_tokens
     return torch.log_softmax(logits[P - 1 : P - 1 + resp.numel()].float(), -1).gather(-1, resp[:, None]).squeeze(-1)
 

@@ -7,10 +7,11 @@ import torch
 from mmrl.data.schema import Media
 from mmrl.media.inputs import SequenceInputs
 from mmrl.models.loading import load_model, load_processor
+from mmrl.models.mrope import RopeRule, batch_rope_index, trained_numbering
 from mmrl.models.scoring import backbone, prompt_positions, response_logprobs
 from mmrl.rollout.agent_loop import Environment, Observation, build_agent_loop
 from mmrl.rollout.base import SamplingParams, build_engine
-from support import mixed_requests
+from support import mixed_requests, trained_position_ids
 
 
 def _image(seed: int, h: int = 56, w: int = 84) -> Media:
@@ -103,17 +104,15 @@ def test_episode_ends_when_environment_says_done(tiny):
         assert [s.kind for s in t.segments] == ["model", "env", "model"] and t.turns[-1]["end"] == "done"
 
 
-def test_positions_are_get_rope_index_of_the_whole_sequence(tiny):
+def test_positions_are_the_trained_numbering_of_the_whole_sequence(tiny):
     proc, model = tiny
     _, trajs, _, _ = _run(proc, model, lambda: [Observation("Look.", media=_image(2)), Observation("And this.", media=_video(3))])
     core, _ = backbone(model)
     t = trajs[4]  # image prompt, then an image and a video inserted mid-trajectory
     seq = t.sequence
-    ids, mm = seq.input_ids[None], seq.mm_token_type_ids[None]
-    pos, _ = prompt_positions(core, [seq], ids, torch.ones_like(ids), seq.vision)
-    ref, _ = core.get_rope_index(ids, mm_token_type_ids=mm, image_grid_thw=seq.vision["image_grid_thw"],
-                                 video_grid_thw=seq.vision["video_grid_thw"],
-                                 second_per_grid_ts=seq.vision.get("second_per_grid_ts"))
+    ids = seq.input_ids[None]
+    pos, _ = prompt_positions(core, [seq], ids)
+    ref = trained_position_ids(model, seq)  # the numbering over the whole sequence, computed afresh
     assert torch.equal(pos, ref)
     # not 1-D text positions: the inserted image's tokens spread over distinct height/width ids, and the text after
     # each inserted medium continues from its largest position
@@ -140,7 +139,7 @@ def test_full_sequence_logprobs_equal_a_plain_forward(tiny):
         seq = t.sequence
         with torch.no_grad():
             logits = model(input_ids=seq.input_ids[None], mm_token_type_ids=seq.mm_token_type_ids[None],
-                           **seq.vision).logits[0].float()
+                           position_ids=trained_position_ids(model, seq), **seq.vision).logits[0].float()
         P = seq.prompt_len
         ref = torch.log_softmax(logits[P - 1:-1], -1).gather(-1, seq.input_ids[P:, None]).squeeze(-1)
         assert lp.shape == t.response_ids.shape and torch.allclose(lp, ref, atol=1e-4)
@@ -153,8 +152,20 @@ def test_second_turn_after_an_inserted_image_matches_generate(tiny):
     new = 4
     reqs, trajs, _, engine = _run(proc, model, lambda: [Observation("Look at this.", media=_image(6, 84, 56))],
                                   max_turns=2, greedy=True, n=1, max_new_tokens=new)
-    def generate(ctx, mm, vision):
-        with torch.no_grad():
+    core, _ = backbone(model)
+
+    def generate(ctx, mm, vision, flat_from=None):
+        """``model.generate`` numbering positions as the models were trained (``trained_numbering``), or with the
+        tokens from ``flat_from`` on numbered as 1-D text."""
+        def flat(input_ids, *a, **k):
+            pos, _ = batch_rope_index(RopeRule.from_config(core.config), input_ids, **k)
+            L = input_ids.shape[1]
+            pos[:, :, flat_from:] = pos[:, :, flat_from : flat_from + 1] + torch.arange(L - flat_from)
+            return pos, pos.amax(dim=(0, 2)).view(-1, 1) + 1 - L
+
+        with torch.no_grad(), trained_numbering(core):
+            if flat_from is not None:
+                core.get_rope_index = flat
             out = model.generate(input_ids=ctx[None], attention_mask=torch.ones_like(ctx)[None],
                                  mm_token_type_ids=mm[None], **vision, max_new_tokens=new, do_sample=False,
                                  temperature=None, top_p=None, top_k=None, eos_token_id=engine.eos_id,
@@ -173,9 +184,7 @@ def test_second_turn_after_an_inserted_image_matches_generate(tiny):
         ids, lps = generate(ctx, mm, t.sequence.vision)
         assert torch.equal(second.ids, ids) and torch.allclose(second.logprobs, lps, atol=1e-4)
         # sensitivity: the same context with 1-D text positions for the inserted image gives other log-probs
-        flat = mm.clone()
-        flat[t.sequence.prompt_len:] = 0
-        _, lps_1d = generate(ctx, flat, t.sequence.vision)
+        _, lps_1d = generate(ctx, mm, t.sequence.vision, flat_from=t.sequence.prompt_len)
         assert not torch.allclose(lps_1d, lps, atol=1e-4)
 
 

@@ -109,7 +109,7 @@ def test_sampled_trajectories_with_early_ends_equal_full_reprefill(tiny):
 
 def test_kept_keys_equal_a_fresh_forward_over_the_sequence(tiny):
     """After each turn, an episode's cache holds exactly the keys a forward over its sequence so far computes (with
-    ``get_rope_index`` positions over the whole sequence), and its next position is that sequence's next one."""
+    ``mmrl.models.mrope`` positions over the whole sequence), and its next position is that sequence's next one."""
     proc, model = tiny
     engine = build_engine("hf", model=model, processor=proc)
     snaps = []
@@ -144,7 +144,7 @@ def test_kept_keys_equal_a_fresh_forward_over_the_sequence(tiny):
                                 vision=collate_vision([reqs[t.inputs_key].inputs] + segs),
                                 prompt_len=seq.prompt_len)
         ids, _, mask = right_padded([prefix], 0, "cpu")
-        pos, nxt = prompt_positions(core, [prefix], ids, mask, prefix.vision)
+        pos, nxt = prompt_positions(core, [prefix], ids)
         with torch.no_grad():
             out = core(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **prefix.vision)
         assert int(nxt[0]) == next_pos
