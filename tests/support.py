@@ -49,3 +49,16 @@ def mixed_requests(proc, n_of: Callable[[int], int], question_of: Callable[[int]
         reqs.append(RolloutRequest(inputs=pi, n=n_of(i), sample_id=str(i), group_id=i,
                                    meta=meta_of(i) if meta_of else {}))
     return reqs
+
+
+def varying_reward_cfg(overrides):
+    """A random-init model never answers a letter: reward the share of even token ids (varies within groups)."""
+    from mmrl.config import RewardConfig, load_config
+    from mmrl.rewards import REWARDS
+
+    if "test_even_tokens" not in REWARDS:
+        REWARDS.register("test_even_tokens")(
+            lambda ctx: [float((c.trajectory.response_ids % 2 == 0).float().mean()) for c in ctx])
+    cfg = load_config(None, overrides)
+    cfg.rewards = [RewardConfig("test_even_tokens", 1.0)]
+    return cfg
