@@ -70,6 +70,12 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False, l
     """Model with LoRA (peft) on the language model if enabled; the vision tower frozen if asked (default with LoRA)."""
     path = resolve_model_path(path)
     model = model_class(path).from_pretrained(path, dtype=_DTYPES[dtype])
+    return prepare_model(model, freeze_vision, lora, gradient_checkpointing, device)
+
+
+def prepare_model(model, freeze_vision: bool = False, lora=None, gradient_checkpointing: bool = False,
+                  device: str | None = None):
+    """What ``load_model`` does after loading: device, gradient checkpointing, LoRA, freezing (for a built model)."""
     if device:
         model.to(device)
     if gradient_checkpointing:

@@ -204,20 +204,18 @@ def build_config(tokenizer, spec: TinySpec):
     )
 
 
-def make_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None) -> Path:
-    """Build and ``save_pretrained`` the model, tokenizer and processor of ``spec`` into ``out_dir``."""
+def build_model(spec: TinySpec, tokenizer=None):
+    """``(model, processor)`` of ``spec`` in memory, random init from ``spec.seed`` (``tokenizer``: reuse one already
+    built, e.g. the real Qwen2 one, whose construction takes seconds)."""
     import torch
 
     from mmrl.models.loading import model_class_for
 
-    spec = spec or TinySpec()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if spec.tokenizer == "qwen":
+    if tokenizer is None and spec.tokenizer == "qwen":
         from mmrl.models.qwen_tokenizer import build_qwen_tokenizer
 
         tokenizer = build_qwen_tokenizer(chat_template_for(spec.family))
-    else:
+    elif tokenizer is None:
         tokenizer = build_tokenizer(spec.bpe_vocab, chat_template_for(spec.family))
     processor = build_processor(tokenizer, spec)
     config = build_config(tokenizer, spec)
@@ -225,6 +223,15 @@ def make_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None) ->
     model = model_class_for(spec.family)(config)
     model.generation_config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     model.generation_config.pad_token_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    return model, processor
+
+
+def make_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None) -> Path:
+    """Build and ``save_pretrained`` the model, tokenizer and processor of ``spec`` into ``out_dir``."""
+    spec = spec or TinySpec()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model, processor = build_model(spec)
     model.save_pretrained(out)
     processor.save_pretrained(out)
     (out / "mmrl_tiny_spec.json").write_text(json.dumps(asdict(spec), indent=2))
