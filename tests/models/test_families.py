@@ -151,3 +151,24 @@ def test_one_rl_step(video_world, family_model_path, tmp_path):
     assert tr.train_step()["time/rollout"] > 0
     after = tr.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before if "language_model" in k)
+
+
+def test_qwen3_vl_moe_scores_and_samples_like_a_plain_forward(mmrl_cache):
+    """Qwen3-VL-MoE (``tiny-qwen3-vl-moe``: 4 experts, 2 per token): the scorer's layouts and the HF sampler."""
+    from mmrl.rollout.base import SamplingParams, build_engine
+    from mmrl.rollout.parity import logprob_parity
+
+    proc, model = load_processor("tiny-qwen3-vl-moe"), load_model("tiny-qwen3-vl-moe")
+    assert type(model).__name__ == "Qwen3VLMoeForConditionalGeneration" and resize_factor(proc) == 32
+    g = torch.Generator().manual_seed(0)
+    reqs = mixed_requests(proc, lambda i: 2, lambda i: "What colour is the square?")
+    items = [(r.inputs, torch.randint(0, 500, (L,), generator=g)) for r in reqs for L in (1, 6)]
+    with torch.no_grad():
+        ref = [_plain_logprobs(model, p, r) for p, r in items]
+        for strategy in ("packed", "expand", "full"):
+            ours = response_logprobs(model, items, pad_id=proc.tokenizer.pad_token_id, strategy=strategy)
+            assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(ours, ref)), strategy
+    torch.manual_seed(0)
+    rep = logprob_parity(build_engine("hf", model=model, processor=proc), model, reqs, SamplingParams(max_new_tokens=4),
+                         proc.tokenizer.pad_token_id)
+    assert rep.ok(1e-5), rep
