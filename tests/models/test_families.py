@@ -172,3 +172,16 @@ def test_qwen3_vl_moe_scores_and_samples_like_a_plain_forward(mmrl_cache):
     rep = logprob_parity(build_engine("hf", model=model, processor=proc), model, reqs, SamplingParams(max_new_tokens=4),
                          proc.tokenizer.pad_token_id)
     assert rep.ok(1e-5), rep
+
+
+def test_the_resize_factor_is_not_a_tool_suite_key(tmp_path):
+    from support import REPO
+
+    from mmrl.tools import load_suite
+
+    text = (REPO / "tools" / "video_seek.yaml").read_text()
+    assert "\nbudget:\n" in text
+    bad = tmp_path / "suite.yaml"
+    bad.write_text(text.replace("\nbudget:\n", "\nbudget:\n  factor: 32\n", 1))
+    with pytest.raises(ConfigError, match="budget.factor"):
+        load_suite(str(bad))
