@@ -29,9 +29,9 @@ def _cfg(args, kind: str):
 
 
 def cmd_make_tiny(args) -> None:
-    from mmrl.models.tiny import make_tiny_model
+    from mmrl.models.tiny import TinySpec, make_tiny_model
 
-    print(make_tiny_model(args.out))
+    print(make_tiny_model(args.out, TinySpec(family=args.family)))
 
 
 _SYNTH_FLAGS = {"size": "--size", "n_frames": "--frames", "fps": "--fps", "prior_strength": "--prior-strength",
@@ -328,8 +328,10 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="on an error, show the full traceback instead of one line")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    s = _sub(sub, "make-tiny-model", "write the embedded tiny Qwen2.5-VL checkpoint", common)
+    s = _sub(sub, "make-tiny-model", "write an embedded tiny checkpoint (Qwen2.5-VL unless --family)", common)
     s.add_argument("out", help="output folder")
+    s.add_argument("--family", default="qwen2_5_vl", choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"],
+                   help="model family (docs/models.md)")
     s.set_defaults(fn=cmd_make_tiny)
 
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True, metavar="COMMAND")

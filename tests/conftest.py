@@ -8,20 +8,36 @@ import pytest
 
 
 
+MODEL_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # every model-facing test runs over these (family_model_path)
+
+
 @pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory) -> str:
-    """The tiny Qwen2.5-VL, built once per session (through the same cache logic users get)."""
+def mmrl_cache(tmp_path_factory):
+    """One ``MMRL_CACHE`` folder for the session: tiny models are built there once (the cache logic users get)."""
     cache = tmp_path_factory.mktemp("mmrl_cache")
     old = os.environ.get("MMRL_CACHE")
     os.environ["MMRL_CACHE"] = str(cache)
-    from mmrl.models.tiny import ensure_tiny_model
-
-    path = str(ensure_tiny_model())
-    yield path
+    yield cache
     if old is None:
         os.environ.pop("MMRL_CACHE", None)
     else:
         os.environ["MMRL_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(mmrl_cache) -> str:
+    """The tiny Qwen2.5-VL (``model.path: tiny``), built once per session."""
+    from mmrl.models.tiny import ensure_tiny_model
+
+    return str(ensure_tiny_model())
+
+
+@pytest.fixture(scope="session", params=MODEL_FAMILIES)
+def family_model_path(request, mmrl_cache) -> str:
+    """The tiny model of each family in turn (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), built once per session each."""
+    from mmrl.models.tiny import ensure_tiny_model
+
+    return str(ensure_tiny_model(request.param))
 
 
 @pytest.fixture(scope="session")

@@ -27,22 +27,24 @@ def small_overrides(world: Path, out_dir: Path, model: str) -> list:
 
 
 def mixed_requests(proc, n_of: Callable[[int], int], question_of: Callable[[int], str], meta_of=None) -> list:
-    """Three rollout requests over seeded random media: two 4-frame 56x56 videos, then one 56x84 image."""
+    """Three rollout requests over seeded random media: two 4-frame 2f x 2f videos, then one 2f x 3f image, with f the
+    processor's resize factor (56x56 and 56x84 for Qwen2/2.5-VL, 64x64 and 64x96 for Qwen3-VL)."""
     import torch
 
     from mmrl.data.schema import Media
-    from mmrl.media.inputs import build_prompt_inputs
+    from mmrl.media.inputs import build_prompt_inputs, resize_factor
     from mmrl.media.prompts import build_messages
     from mmrl.rollout.base import RolloutRequest
 
     g = torch.Generator().manual_seed(0)
+    f = resize_factor(proc)
     reqs = []
     for i in range(3):
         if i < 2:
-            m = Media(str(i), frames=torch.randint(0, 255, (4, 3, 56, 56), dtype=torch.uint8, generator=g),
+            m = Media(str(i), frames=torch.randint(0, 255, (4, 3, 2 * f, 2 * f), dtype=torch.uint8, generator=g),
                       timestamps=[0, .5, 1, 1.5], fps=2.0)
         else:
-            m = Media(str(i), image=torch.randint(0, 255, (3, 56, 84), dtype=torch.uint8, generator=g))
+            m = Media(str(i), image=torch.randint(0, 255, (3, 2 * f, 3 * f), dtype=torch.uint8, generator=g))
         pi = build_prompt_inputs(proc, build_messages(question_of(i), ["red", "green"], m), m)
         reqs.append(RolloutRequest(inputs=pi, n=n_of(i), sample_id=str(i), group_id=i,
                                    meta=meta_of(i) if meta_of else {}))
@@ -60,3 +62,16 @@ def trained_position_ids(model, inputs, resp=None):
     ids = inputs.input_ids if resp is None else torch.cat([inputs.input_ids, resp.to(inputs.input_ids.dtype)])
     pos, _ = vision_positions(RopeRule.from_config(model.config), ids, inputs.vision)
     return pos[:, None]
+
+
+def varying_reward_cfg(overrides):
+    """A random-init model never answers a letter: reward the share of even token ids (varies within groups)."""
+    from mmrl.config import RewardConfig, load_config
+    from mmrl.rewards import REWARDS
+
+    if "test_even_tokens" not in REWARDS:
+        REWARDS.register("test_even_tokens")(
+            lambda ctx: [float((c.trajectory.response_ids % 2 == 0).float().mean()) for c in ctx])
+    cfg = load_config(None, overrides)
+    cfg.rewards = [RewardConfig("test_even_tokens", 1.0)]
+    return cfg

@@ -88,7 +88,8 @@ def _qwen_nframes(info, meta, s, px) -> Choice:
     return qwen_indices(first, last, n), px.min_pixels or 28 * 28, px.max_pixels
 
 
-def prepare_frames(query: EvalQuery, bdef: BenchmarkDef, cache: Dict[str, VideoInfo]) -> Tuple[Media, Dict[str, Any]]:
+def prepare_frames(query: EvalQuery, bdef: BenchmarkDef, cache: Dict[str, VideoInfo],
+                   factor: int = 28) -> Tuple[Media, Dict[str, Any]]:
     """Decode the frames ``bdef.sampling.rule`` picks for ``query``; ``info`` records what was shown."""
     rule: FrameRule = FRAME_RULES.get(bdef.sampling.rule)
     path = query.video.path
@@ -101,7 +102,7 @@ def prepare_frames(query: EvalQuery, bdef: BenchmarkDef, cache: Dict[str, VideoI
         raise DataError(f"cannot sample frames: {e}", sample_id=query.id, path=path) from None
     if hi is None:
         raise DataError("no pixel budget: set pixels.max_pixels", sample_id=query.id, path=path)
-    media = decode_indices(info, idx, query.id, max_pixels=hi, min_pixels=lo)
+    media = decode_indices(info, idx, query.id, max_pixels=hi, min_pixels=lo, factor=factor)
     shown = {"frames": idx, "video_frames": info.num_frames, "video_fps": round(info.fps, 4),
              "video_duration": round(info.duration, 4), "last_frame_t": round(media.timestamps[-1], 4),
              "pixels": [lo, hi], "frame_hw": list(media.frames.shape[-2:])}

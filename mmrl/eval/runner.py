@@ -20,6 +20,7 @@ from mmrl.eval.frame_rules import prepare_frames
 from mmrl.eval.hooks import BenchmarkHooks, EvalInputs
 from mmrl.eval.protocol import describe
 from mmrl.eval.report import build_summary, write_report
+from mmrl.media.inputs import resize_factor
 
 
 @dataclass
@@ -61,7 +62,8 @@ def run_benchmark(bdef: BenchmarkDef, hooks: BenchmarkHooks, inputs: EvalInputs,
             import torch
 
             torch.manual_seed(bdef.generation.seed)
-        stats = generate_records(queries, lambda q: prepare_frames(q, bdef, cache), processor, engine,
+        factor = resize_factor(processor)  # sides multiples of the model's patch x merge size (32: Qwen3-VL)
+        stats = generate_records(queries, lambda q: prepare_frames(q, bdef, cache, factor), processor, engine,
                                  sampling_params(bdef.generation), out, settings.batch, settings.retry_errors,
                                  settings.progress, label=bdef.name)
         records = final_records(queries, out)

@@ -3,7 +3,8 @@
 Two entries: ``load_media`` / ``decode_video`` (training and the synthetic eval) choose frames by Qwen's rules;
 ``probe`` + ``decode_indices`` (benchmark protocols) decode exactly the indices a protocol chose. Both take
 their frame indices from ``mmrl.media.sampling`` (the one home of index rules) and resize with qwen-vl-utils'
-``smart_resize`` (sides multiples of 28 within the pixel budget). Decoding is decord (MP4) or PIL (frame
+``smart_resize`` (sides multiples of the model's resize factor within the pixel budget: 28 for Qwen2-VL / Qwen2.5-VL,
+32 for Qwen3-VL; ``mmrl.media.inputs.resize_factor`` reads it from the processor). Decoding is decord (MP4) or PIL (frame
 folders: the sorted image files, images). Every failure is a ``DataError`` naming the sample and the file.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from mmrl.data.schema import ImageRef, Media, Sample, VideoRef
 from mmrl.errors import DataError
 from mmrl.media.sampling import frame_range, qwen_indices, qwen_nframes
 
-FACTOR = 28  # patch 14 x spatial merge 2
+FACTOR = 28  # the default resize factor: patch 14 x spatial merge 2 (Qwen2-VL / Qwen2.5-VL); Qwen3-VL's is 32
 
 
 @dataclass
@@ -34,13 +35,14 @@ class MediaBudget:
     min_pixels: int = 28 * 28
     max_pixels: int = 112 * 112
     max_frames: int = 768
+    factor: int = FACTOR  # sides are resized to multiples of it (the processor's patch x merge size)
 
 
-def _resize(frames: torch.Tensor, min_pixels: int, max_pixels: int) -> torch.Tensor:
+def _resize(frames: torch.Tensor, min_pixels: int, max_pixels: int, factor: int = FACTOR) -> torch.Tensor:
     from torchvision.transforms.functional import InterpolationMode, resize
 
     h, w = frames.shape[-2:]
-    rh, rw = smart_resize(h, w, factor=FACTOR, min_pixels=min_pixels, max_pixels=max_pixels)
+    rh, rw = smart_resize(h, w, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
     if (rh, rw) == (h, w):
         return frames.contiguous()
     return resize(frames, [rh, rw], interpolation=InterpolationMode.BICUBIC, antialias=True).contiguous()
@@ -146,7 +148,7 @@ def decode_video(ref: VideoRef, sample_id: str, budget: MediaBudget | None = Non
     frames = torch.from_numpy(np.ascontiguousarray(arr)).permute(0, 3, 1, 2)
     source_size = (int(frames.shape[-1]), int(frames.shape[-2]))
     max_pixels = ref.max_pixels or budget.max_pixels
-    frames = _resize(frames, budget.min_pixels, max_pixels)
+    frames = _resize(frames, budget.min_pixels, max_pixels, budget.factor)
     timestamps = [i / fps for i in idx]
     sampled_fps = (len(idx) - 1) / max(timestamps[-1] - timestamps[0], 1e-6) if len(idx) > 1 else fps
     return Media(sample_id=sample_id, frames=frames, timestamps=timestamps, source_size=source_size, fps=sampled_fps)
@@ -165,7 +167,7 @@ def decode_image(ref: ImageRef, sample_id: str, budget: MediaBudget | None = Non
         raise DataError(f"unreadable image ({e})", sample_id=sample_id, path=ref.path) from None
     img = torch.from_numpy(arr.copy()).permute(2, 0, 1)
     source_size = (int(img.shape[-1]), int(img.shape[-2]))
-    img = _resize(img.unsqueeze(0), budget.min_pixels, ref.max_pixels or budget.max_pixels)[0]
+    img = _resize(img.unsqueeze(0), budget.min_pixels, ref.max_pixels or budget.max_pixels, budget.factor)[0]
     return Media(sample_id=sample_id, image=img, source_size=source_size)
 
 
@@ -237,8 +239,9 @@ def _read_indices(info: VideoInfo, indices: List[int], sample_id: str) -> np.nda
 
 
 def decode_indices(info: VideoInfo, indices: List[int], sample_id: str, max_pixels: int,
-                   min_pixels: int = 28 * 28) -> Media:
-    """Exactly the frames ``indices`` (0-based), each resized by ``smart_resize`` within ``[min, max]_pixels``.
+                   min_pixels: int = 28 * 28, factor: int = FACTOR) -> Media:
+    """Exactly the frames ``indices`` (0-based), each resized by ``smart_resize`` within ``[min, max]_pixels`` to
+    sides that are multiples of ``factor``.
 
     Timestamps are ``i / fps``; ``Media.fps`` is the sampled rate (for M-RoPE time ids).
     """
@@ -247,7 +250,7 @@ def decode_indices(info: VideoInfo, indices: List[int], sample_id: str, max_pixe
     arr = _read_indices(info, list(indices), sample_id)
     frames = torch.from_numpy(np.ascontiguousarray(arr)).permute(0, 3, 1, 2)
     source_size = (int(frames.shape[-1]), int(frames.shape[-2]))
-    frames = _resize(frames, min_pixels, max_pixels)
+    frames = _resize(frames, min_pixels, max_pixels, factor)
     ts = [i / info.fps for i in indices]
     span = ts[-1] - ts[0]
     fps = (len(ts) - 1) / span if len(ts) > 1 and span > 0 else info.fps

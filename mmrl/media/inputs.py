@@ -45,9 +45,39 @@ class SequenceInputs(PromptInputs):
     prompt: Optional[PromptInputs] = field(default=None, repr=False, compare=False)
 
 
+VIDEO_SLOT = "<|vision_start|><|video_pad|><|vision_end|>"  # a video in a templated prompt, before expansion
+
+
+def resize_factor(processor) -> int:
+    """Sides of every frame and image must be multiples of this: patch size x spatial merge size, read from the
+    processor (14 x 2 = 28 for Qwen2-VL / Qwen2.5-VL, 16 x 2 = 32 for Qwen3-VL)."""
+    ip = processor.image_processor
+    return int(ip.patch_size) * int(ip.merge_size)
+
+
+def timestamped_video(processor) -> bool:
+    """Qwen3-VL lays a video out as per-frame-pair blocks ``<t seconds><|vision_start|>pads<|vision_end|>`` (text
+    timestamps) instead of one run of pads; Qwen2-VL / Qwen2.5-VL as one run."""
+    return type(processor).__name__.startswith("Qwen3VL")
+
+
 def chat_text(processor, messages: list, prefill: str = "") -> str:
     """The chat template applied to ``messages`` with the generation prompt, plus an assistant prefill."""
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prefill
+
+
+def _check_sizes(medias: Sequence[Media], processor) -> None:
+    """Frames and images go in unresized (``do_resize=False``): their sides must be multiples of the processor's
+    resize factor, or the processor raises (Qwen3-VL) or mis-patches them."""
+    from mmrl.errors import DataError
+
+    f = resize_factor(processor)
+    for m in medias:
+        x = m.frames if m.is_video else m.image
+        if x is not None and (x.shape[-2] % f or x.shape[-1] % f):
+            raise DataError(f"{'frames' if m.is_video else 'image'} of {x.shape[-2]}x{x.shape[-1]} pixels: this model "
+                            f"needs sides that are multiples of {f} (decode with MediaBudget(factor={f}); "
+                            f"mmrl.media.inputs.resize_factor)", sample_id=m.sample_id)
 
 
 def _media_kwargs(medias: Sequence[Media], processor=None) -> dict:
@@ -56,6 +86,8 @@ def _media_kwargs(medias: Sequence[Media], processor=None) -> dict:
 
     videos = [m for m in medias if m.is_video]
     images = [m for m in medias if not m.is_video and m.image is not None]
+    if processor is not None:
+        _check_sizes(videos + images, processor)
     kwargs: dict = {}
     if videos:
         kwargs["videos"] = [m.frames for m in videos]
@@ -137,7 +169,14 @@ def build_prompt_inputs_batch(processor, prompts: Sequence[tuple], max_prompt_to
 
 def encode_texts(processor, texts: Sequence[str], medias: Sequence[Media]) -> List[PromptInputs]:
     """Already-templated texts (each with at most one ``<|vision_start|>..<|vision_end|>`` placeholder, expanded to
-    its media's token count) through ONE processor call; a ``Media`` with neither frames nor image is text only."""
+    its media's token count) through ONE processor call; a ``Media`` with neither frames nor image is text only.
+
+    Qwen3-VL: the processor expands ``<|video_pad|>`` into the timestamped frame-pair blocks, each with its own
+    ``<|vision_start|>``/``<|vision_end|>``; the chat template's outer pair is dropped first, so the tokens are the
+    layout the model was trained with and vLLM builds (transformers 5.x would keep the outer pair around the blocks).
+    """
+    if timestamped_video(processor):
+        texts = [t.replace(VIDEO_SLOT, "<|video_pad|>") for t in texts]
     out = processor(text=list(texts), return_tensors="pt", padding=True, **_media_kwargs(medias, processor))
     return _split_batch(out, texts, medias)
 

@@ -1,4 +1,5 @@
-"""Load a Qwen2-VL / Qwen2.5-VL checkpoint (or the embedded tiny one) with its processor; LoRA and freezing."""
+"""Load a Qwen2-VL / Qwen2.5-VL / Qwen3-VL (dense or MoE) checkpoint, or an embedded tiny one, with its processor;
+LoRA and freezing. The model class follows ``config.json``'s ``model_type`` (``docs/models.md``)."""
 from __future__ import annotations
 
 import os
@@ -13,10 +14,14 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 def resolve_model_path(path: str) -> str:
-    if path == "tiny":
+    """A checkpoint folder, or a tiny model's name (``tiny``, ``tiny-qwen2-vl``, ``tiny-qwen3-vl``, ...) built into
+    the cache on first use."""
+    from mmrl.models.tiny import TINY_NAMES
+
+    if path in TINY_NAMES:
         from mmrl.models.tiny import ensure_tiny_model
 
-        return str(ensure_tiny_model())
+        return str(ensure_tiny_model(TINY_NAMES[path]))
     if not Path(path).exists():
         raise ConfigError(f"config key 'model.path': checkpoint folder not found: {path} (no hub downloads at run time)")
     return path
@@ -30,18 +35,34 @@ def load_processor(path: str):
     return proc
 
 
-def model_class(path: str):
+# config.json model_type -> transformers class (all in transformers >= 5)
+MODEL_CLASSES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+                 "qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
+
+
+def model_class_for(model_type: str):
+    import transformers
+
+    if model_type not in MODEL_CLASSES:
+        raise ConfigError(f"config key 'model.path': a '{model_type}' checkpoint; mmrl supports "
+                          f"{', '.join(MODEL_CLASSES)}")
+    return getattr(transformers, MODEL_CLASSES[model_type])
+
+
+def model_type(path: str) -> str:
+    """``model_type`` of a checkpoint folder's ``config.json`` (``qwen2_5_vl`` when it has none)."""
     import json
 
-    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2VLForConditionalGeneration
-
     cfg_file = Path(path) / "config.json"
-    model_type = json.loads(cfg_file.read_text()).get("model_type") if cfg_file.exists() else "qwen2_5_vl"
-    if model_type == "qwen2_vl":
-        return Qwen2VLForConditionalGeneration
-    if model_type == "qwen2_5_vl":
-        return Qwen2_5_VLForConditionalGeneration
-    raise ConfigError(f"config key 'model.path': {path} is a '{model_type}' checkpoint; mmrl supports qwen2_vl and qwen2_5_vl")
+    return json.loads(cfg_file.read_text()).get("model_type") if cfg_file.exists() else "qwen2_5_vl"
+
+
+def model_class(path: str):
+    try:
+        return model_class_for(model_type(path))
+    except ConfigError:
+        raise ConfigError(f"config key 'model.path': {path} is a '{model_type(path)}' checkpoint; mmrl supports "
+                          f"{', '.join(MODEL_CLASSES)}") from None
 
 
 def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False, lora=None,
@@ -50,6 +71,12 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False, l
     ``attn_implementation``: ``model.attn_implementation`` (validated by the config), passed to ``from_pretrained``."""
     path = resolve_model_path(path)
     model = model_class(path).from_pretrained(path, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
+    return prepare_model(model, freeze_vision, lora, gradient_checkpointing, device)
+
+
+def prepare_model(model, freeze_vision: bool = False, lora=None, gradient_checkpointing: bool = False,
+                  device: str | None = None):
+    """What ``load_model`` does after loading: device, gradient checkpointing, LoRA, freezing (for a built model)."""
     if device:
         model.to(device)
     if gradient_checkpointing:

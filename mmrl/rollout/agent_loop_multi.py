@@ -240,10 +240,13 @@ class MultiTurnLoop(AgentLoop):
         return episodes
 
     def _system(self, text: str) -> str:
-        """``text`` (a templated prompt) with ``system_suffix`` at the end of its leading system turn."""
+        """``text`` (a templated prompt) with ``system_suffix`` at the end of its leading system turn; a prompt without
+        one (Qwen3-VL's template adds no default system turn) gets a system turn holding the suffix alone."""
         if not self.system_suffix:
             return text
         head = "<|im_start|>system\n"
+        if text.startswith("<|im_start|>") and not text.startswith(head):
+            return head + self.system_suffix.lstrip("\n") + "<|im_end|>\n" + text
         if not text.startswith(head) or "<|im_end|>" not in text:
             raise ValueError("multi_turn: the prompt does not start with a system turn; cannot add the tool list")
         i = text.index("<|im_end|>")

@@ -13,6 +13,7 @@ from typing import Optional
 
 from mmrl.data.schema import Media, Sample
 from mmrl.errors import ConfigError
+from mmrl.media.inputs import resize_factor
 from mmrl.rollout.agent_loop import AgentLoop, Environment, Observation, agent_loop_names, build_agent_loop
 from mmrl.tools.calls import run_call
 from mmrl.tools.episode import EpisodeState
@@ -22,13 +23,16 @@ RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>\n", "\n</tool_response>"
 
 
 class ToolEnvironment(Environment):
-    def __init__(self, suite: ToolSuite):
+    def __init__(self, suite: ToolSuite, factor: Optional[int] = None):
         self.suite = suite
+        self.factor = factor  # the model's resize factor (returned frames are resized to multiples of it)
         self.state: Optional[EpisodeState] = None
 
     def reset(self, sample: Optional[Sample], media: Optional[Media]) -> None:
-        self.state = EpisodeState(sample=sample, media=media, budget=copy.copy(self.suite.config.budget),
-                                  retriever=self.suite.retriever)
+        budget = copy.copy(self.suite.config.budget)
+        if self.factor is not None:
+            budget.factor = self.factor
+        self.state = EpisodeState(sample=sample, media=media, budget=budget, retriever=self.suite.retriever)
         return None  # the step's prompt (with the tool list in its system turn) opens the episode
 
     def step(self, model_text: str) -> Optional[Observation]:
@@ -44,7 +48,8 @@ class ToolEnvironment(Environment):
 
 def tool_loop(processor, suite: ToolSuite) -> AgentLoop:
     c = suite.config
-    return build_agent_loop("multi_turn", processor=processor, env_factory=lambda: ToolEnvironment(suite),
+    factor = resize_factor(processor)
+    return build_agent_loop("multi_turn", processor=processor, env_factory=lambda: ToolEnvironment(suite, factor),
                             max_turns=c.max_turns, system_suffix=suite.system_block(),
                             max_total_tokens=c.max_total_tokens)
 

@@ -11,7 +11,7 @@ from typing import Callable, Dict, List, Optional
 from mmrl.data.schema import Media, Sample, View
 from mmrl.errors import DataError
 from mmrl.media.decode import MediaBudget, load_media
-from mmrl.media.inputs import build_prompt_inputs_batch
+from mmrl.media.inputs import build_prompt_inputs_batch, resize_factor
 from mmrl.media.prompts import PromptStyle, build_messages
 from mmrl.rollout.base import RolloutRequest
 
@@ -30,8 +30,11 @@ class StepInputs:
     time_processor: float = 0.0
 
 
-def budget_from(data_cfg) -> MediaBudget:
-    return MediaBudget(nframes=data_cfg.nframes, fps=data_cfg.fps, min_pixels=data_cfg.min_pixels, max_pixels=data_cfg.max_pixels)
+def budget_from(data_cfg, processor=None) -> MediaBudget:
+    """The data section's frame and pixel budget; frames resized to the processor's factor (28, or 32: Qwen3-VL)."""
+    factor = resize_factor(processor) if processor is not None else MediaBudget.factor
+    return MediaBudget(nframes=data_cfg.nframes, fps=data_cfg.fps, min_pixels=data_cfg.min_pixels,
+                       max_pixels=data_cfg.max_pixels, factor=factor)
 
 
 def style_from(data_cfg) -> PromptStyle:
@@ -46,7 +49,7 @@ def build_step_inputs(samples: List[Sample], processor, data_cfg, plan: Callable
     the step (all samples, all views) goes through one batched processor call.
     """
     out = StepInputs()
-    budget, style = budget_from(data_cfg), style_from(data_cfg)
+    budget, style = budget_from(data_cfg, processor), style_from(data_cfg)
     pending = []  # (group index, sample, media, views, candidates)
     for gi, sample in enumerate(samples):
         try:

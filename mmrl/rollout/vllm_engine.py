@@ -36,7 +36,7 @@ from mmrl.advice import advice
 from mmrl.data.schema import Trajectory
 from mmrl.errors import ConfigError, MMRLError
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
-from mmrl.rollout.vllm_inputs import PLACEHOLDERS, vllm_prompt
+from mmrl.rollout.vllm_inputs import PLACEHOLDERS, VideoLayout, vllm_prompt
 from mmrl.rollout.weight_sync import rollout_weights
 
 
@@ -74,6 +74,7 @@ class VLLMEngine(RolloutEngine):
         tok = processor.tokenizer
         self.eos_id = tok.convert_tokens_to_ids("<|im_end|>")
         self.placeholder_ids = {tok.convert_tokens_to_ids(t) for t in PLACEHOLDERS}
+        self.layout = VideoLayout.of(processor)  # Qwen3-VL: timestamped frame-pair video blocks
         from mmrl.rollout.hf_engine import vision_token_ids
 
         self.suppress = vision_token_ids(tok)
@@ -107,7 +108,7 @@ class VLLMEngine(RolloutEngine):
         if not requests:
             return []
         self._wake()
-        prompts = [vllm_prompt(r.inputs, self.placeholder_ids) for r in requests]
+        prompts = [vllm_prompt(r.inputs, self.placeholder_ids, self.layout) for r in requests]
         outs = self.backend.generate(prompts, [self.sampling(r, params) for r in requests])
         trajs: List[Trajectory] = []
         for key, (req, out) in enumerate(zip(requests, outs)):

@@ -7,10 +7,19 @@ the observations inserted.
 vLLM numbers the M-RoPE positions itself (``get_mrope_input_positions``) from the grids of these frames and each
 video's ``second_per_grid_ts`` (``temporal_patch_size / fps`` of its metadata, per video): the numbering the models
 were trained with, which ``mmrl.models.mrope`` computes for the HF sampler and the scorer
-(``tests/rollout/test_vllm_positions.py`` checks that the prompts sent here give vLLM those positions)."""
+(``tests/rollout/test_vllm_positions.py`` checks that the prompts sent here give vLLM those positions).
+
+Qwen3-VL lays a video out as one block per frame pair, ``<t seconds><|vision_start|>pads<|vision_end|>``, with
+``t`` the pair's mean time (``video_timestamps``). vLLM's Qwen3-VL processor replaces the three tokens
+``<|vision_start|><|video_pad|><|vision_end|>`` of a video with that whole layout (vLLM's ``qwen3_vl.py``,
+``get_video_replacement_qwen3vl``: ``tokenizer.encode(f"<{t:.1f} seconds>")`` then the frame's pads between
+``vision_start``/``vision_end``, per temporal grid row). So each video's whole block, exactly as the HF processor
+produced it, collapses to those three tokens (``VideoLayout``); a block that differs is an error naming the video.
+"""
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -41,6 +50,78 @@ def collapse_placeholders(ids: torch.Tensor, placeholder_ids) -> List[int]:
     return out
 
 
+def video_timestamps(n_frames: int, fps: float, temporal_patch: int = 2) -> List[float]:
+    """Seconds before each frame pair of a Qwen3-VL video: frame k at ``k / fps`` (mmrl passes the sampled frames as
+    indices ``0..T-1`` at the sampled rate, so the first frame is at 0), the count padded to a multiple of the
+    temporal patch by repeating the last frame, then the mean of each pair's first and last frame (transformers'
+    ``Qwen3VLProcessor._calculate_timestamps`` and vLLM's ``Qwen3VLProcessingInfo._calculate_timestamps``)."""
+    idx = list(range(n_frames))
+    idx += [idx[-1]] * (-len(idx) % temporal_patch)
+    ts = [i / fps for i in idx]
+    return [(ts[i] + ts[i + temporal_patch - 1]) / 2 for i in range(0, len(ts), temporal_patch)]
+
+
+@dataclass
+class VideoLayout:
+    """How a processor lays out a video's tokens: ``timestamped`` (Qwen3-VL) or one run of pads (Qwen2/2.5-VL)."""
+
+    timestamped: bool
+    tokenizer: Any = None
+    factor: int = 28
+    temporal_patch: int = 2
+
+    @classmethod
+    def of(cls, processor) -> "VideoLayout":
+        from mmrl.media.inputs import resize_factor, timestamped_video
+
+        vp = getattr(processor, "video_processor", None)
+        return cls(timestamped=timestamped_video(processor), tokenizer=processor.tokenizer,
+                   factor=resize_factor(processor), temporal_patch=int(getattr(vp, "temporal_patch_size", 2)))
+
+    def ids(self, *tokens: str) -> List[int]:
+        return [self.tokenizer.convert_tokens_to_ids(t) for t in tokens]
+
+    def block(self, m: Media) -> List[int]:
+        """The tokens of video ``m`` as the processor expands it (Qwen3-VL): per frame pair, its timestamp, then
+        ``<|vision_start|>``, ``(H / factor) * (W / factor)`` pads and ``<|vision_end|>``."""
+        vs, vp, ve = self.ids("<|vision_start|>", "<|video_pad|>", "<|vision_end|>")
+        t, _, h, w = m.frames.shape
+        per = (int(h) // self.factor) * (int(w) // self.factor)
+        out: List[int] = []
+        for sec in video_timestamps(int(t), float(m.fps or 2.0), self.temporal_patch):
+            out += self.tokenizer.encode(f"<{sec:.1f} seconds>", add_special_tokens=False) + [vs] + [vp] * per + [ve]
+        return out
+
+
+def collapse_timestamped(ids: torch.Tensor, medias: List[Media], layout: VideoLayout, placeholder_ids) -> List[int]:
+    """Each video's whole timestamped block becomes ``<|vision_start|><|video_pad|><|vision_end|>`` (what vLLM's
+    Qwen3-VL processor expands), each run of image pads one pad; a video whose tokens differ from its expected block
+    raises ``MMRLError``."""
+    vs, vp, ve = layout.ids("<|vision_start|>", "<|video_pad|>", "<|vision_end|>")
+    videos = iter([m for m in medias if m.is_video])
+    seq, out, i, k = ids.tolist(), [], 0, 0
+    while i < len(seq):
+        nxt = seq.index(vp, i) if vp in seq[i:] else len(seq)
+        for t in seq[i:nxt]:  # text and image runs up to the next video's first pad
+            if not (t in placeholder_ids and out and out[-1] == t):
+                out.append(t)
+        if nxt == len(seq):
+            break
+        m = next(videos, None)
+        if m is None:
+            raise MMRLError("vLLM engine: the prompt has more video blocks than videos")
+        block = layout.block(m)
+        first = block.index(vp)  # the block starts with the first pair's timestamp, before its vision_start
+        start = nxt - first
+        if start < i or seq[start : start + len(block)] != block:
+            raise MMRLError(f"vLLM engine: video {k} (sample {m.sample_id}) is not laid out as Qwen3-VL's timestamped "
+                            f"frame-pair blocks ({len(block)} tokens expected); the processor and vLLM would disagree")
+        del out[len(out) - first :]  # the timestamp and vision_start already copied
+        out += [vs, vp, ve]
+        i, k = start + len(block), k + 1
+    return out
+
+
 def _video(m: Media):
     frames = m.frames.permute(0, 2, 3, 1).contiguous().numpy()  # [T, H, W, C] uint8
     fps, n = float(m.fps or 2.0), int(frames.shape[0])
@@ -48,11 +129,16 @@ def _video(m: Media):
                     "video_backend": "mmrl", "do_sample_frames": False}
 
 
-def vllm_prompt(inputs: PromptInputs, placeholder_ids) -> Dict[str, Any]:
+def vllm_prompt(inputs: PromptInputs, placeholder_ids, layout: Optional[VideoLayout] = None) -> Dict[str, Any]:
     """``TokensPrompt`` for one request: collapsed ids + the processor's own frames / images, in the order their
-    placeholders appear (one of each kind as an item, several as a list: a multi-turn context)."""
-    prompt: Dict[str, Any] = {"prompt_token_ids": collapse_placeholders(inputs.input_ids, placeholder_ids)}
+    placeholders appear (one of each kind as an item, several as a list: a multi-turn context). ``layout``: the
+    processor's video layout (``VideoLayout.of``); Qwen3-VL's timestamped blocks collapse whole."""
     medias = _medias(inputs)
+    if layout is not None and layout.timestamped:
+        ids = collapse_timestamped(inputs.input_ids, medias, layout, placeholder_ids)
+    else:
+        ids = collapse_placeholders(inputs.input_ids, placeholder_ids)
+    prompt: Dict[str, Any] = {"prompt_token_ids": ids}
     if not medias:
         if inputs.vision:
             raise MMRLError("vLLM engine: PromptInputs carry vision tensors but no media; build them with "

@@ -93,7 +93,7 @@ def block_sample(block: StreamBlock, sample_id: str) -> Sample:
                   video=VideoRef(path=block.video), meta={"stream": block.to_meta()})
 
 
-def decode_chunks(video: str, cfg: StreamConfig, last_chunk: int, sample_id: str) -> List[Chunk]:
+def decode_chunks(video: str, cfg: StreamConfig, last_chunk: int, sample_id: str, factor: int = 28) -> List[Chunk]:
     """Chunks ``0 .. last_chunk`` of ``video``: frames at ``k * chunk_s + j / fps`` (nearest source frame), resized
     within the config's pixel budget; ``DataError`` naming the sample when the video is shorter."""
     info = probe(video, sample_id)
@@ -103,7 +103,7 @@ def decode_chunks(video: str, cfg: StreamConfig, last_chunk: int, sample_id: str
     if idx[-1] >= info.num_frames:
         raise DataError(f"stream needs {last_chunk + 1} chunks of {cfg.chunk_seconds:g} s but the video lasts "
                         f"{info.duration:.2f} s", sample_id=sample_id, path=video)
-    media = decode_indices(info, idx, sample_id, cfg.frame_max_pixels, cfg.frame_min_pixels)
+    media = decode_indices(info, idx, sample_id, cfg.frame_max_pixels, cfg.frame_min_pixels, factor)
     out: List[Chunk] = []
     for k in range(last_chunk + 1):
         sl = slice(k * per, (k + 1) * per)

@@ -53,8 +53,9 @@ class StreamEnvironment(Environment):
     """One block of one stream. ``count_tokens`` measures the memory budget (the processor's tokenizer)."""
 
     def __init__(self, cfg: StreamConfig, count_tokens: CountTokens = word_count,
-                 block: Optional[StreamBlock] = None):
+                 block: Optional[StreamBlock] = None, factor: int = 28):
         self.cfg, self.count = cfg, count_tokens
+        self.factor = factor  # the model's resize factor: frames are decoded to multiples of it (32: Qwen3-VL)
         self.fixed_block = block
         self.record: Optional[EpisodeRecord] = None
 
@@ -63,7 +64,7 @@ class StreamEnvironment(Environment):
         block = self.fixed_block or block_of(sample)
         self.block, self.sid = block, (sample.id if sample is not None else block.stream_id or "stream")
         cs = self.cfg.chunk_seconds
-        chunks = decode_chunks(block.video, self.cfg, block.last_chunk, self.sid)
+        chunks = decode_chunks(block.video, self.cfg, block.last_chunk, self.sid, self.factor)
         self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),
                                   memory=StreamMemory(chunks=chunks, current=block.first_chunk,
                                                       recalled=set(block.recalled)))
@@ -193,5 +194,5 @@ class StreamEnvironment(Environment):
 
     def _show(self, obs: Observation) -> Observation:
         if obs.media is not None:
-            self.record.visual_tokens += media_tokens(obs.media)
+            self.record.visual_tokens += media_tokens(obs.media, self.factor)
         return obs

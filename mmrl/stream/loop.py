@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from mmrl.data.schema import Sample, Trajectory
-from mmrl.media.inputs import PromptInputs
+from mmrl.media.inputs import PromptInputs, resize_factor
 from mmrl.rollout.agent_loop import AGENT_LOOPS
 from mmrl.rollout.agent_loop_multi import MultiTurnLoop
 from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
@@ -49,7 +49,8 @@ class StreamLoop(MultiTurnLoop):
         self.cfg = config or load_stream_config(DEFAULT_PATH)
         self.count, self.with_teacher = token_counter(processor), with_teacher
         self._teacher: Dict[str, list] = {}  # sample id -> the oracle's decisions (per run)
-        super().__init__(processor, env_factory=lambda: StreamEnvironment(self.cfg, self.count),
+        factor = resize_factor(processor)  # frames at the model's patch x merge size (32: Qwen3-VL)
+        super().__init__(processor, env_factory=lambda: StreamEnvironment(self.cfg, self.count, factor=factor),
                          max_turns=self.cfg.max_turns + 1, max_total_tokens=self.cfg.max_total_tokens)
         # + 1: the multi_turn loop ends at its max_turns-th turn without passing it to the environment; the
         # environment ends every episode itself after the compaction (at most cfg.max_turns model turns)

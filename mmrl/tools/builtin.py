@@ -85,7 +85,7 @@ def video_seek(state: EpisodeState, start: float, end: float, nframes: Optional[
     if nframes < 2:
         raise ToolError("out_of_range", f"[{start}, {end}] s covers fewer than 2 frames at {info.fps:.2f} fps")
     media = decode_indices(info, qwen_indices(first, last, nframes), state.sample_id, max_pixels=b.frame_max_pixels,
-                           min_pixels=b.frame_min_pixels)
+                           min_pixels=b.frame_min_pixels, factor=b.factor)
     media.timestamps = [t - offset for t in media.timestamps]
     times = media.timestamps
     return ToolOutput(text=f"{len(times)} frames from {times[0]:.2f} s to {times[-1]:.2f} s.", media=media,
@@ -129,7 +129,7 @@ def zoom(state: EpisodeState, box: List[float], time: Optional[float] = None) ->
     h, w = frame.shape[-2:]
     crop = frame[:, int(y0 * h): max(int(y0 * h) + 1, math.ceil(y1 * h)), int(x0 * w): max(int(x0 * w) + 1, math.ceil(x1 * w))]
     b = state.budget
-    image = _resize(crop.unsqueeze(0), b.frame_min_pixels, b.frame_max_pixels)[0]
+    image = _resize(crop.unsqueeze(0), b.frame_min_pixels, b.frame_max_pixels, b.factor)[0]
     return ToolOutput(text=f"Zoomed into {[round(v, 3) for v in box]}" + (f" at {time:.2f} s." if time is not None else "."),
                       media=Media(sample_id=state.sample_id, image=image),
                       info={"box": [float(v) for v in box], **({"time": float(time)} if time is not None else {})})

@@ -85,9 +85,9 @@ def parse_call(body: str, max_chars: int) -> Dict[str, Any]:
 
 def check_media(media, budget) -> None:
     """Media a tool returns must be what the processor takes without resizing: uint8, 3 channels, sides multiples
-    of 28 within ``frame_max_pixels``, and for video an even number (>= 2) of frames with one timestamp each."""
-    from mmrl.tools.episode import FACTOR
-
+    of the model's resize factor (``budget.factor``: 28, or 32 for Qwen3-VL) within ``frame_max_pixels``, and for
+    video an even number (>= 2) of frames with one timestamp each."""
+    f = budget.factor
     x = media.frames if media.is_video else media.image
     if x is None:
         raise ToolError("bad_media", "the tool returned a Media without frames or image")
@@ -95,8 +95,8 @@ def check_media(media, budget) -> None:
     if x.dtype != torch.uint8 or len(shape) != (4 if media.is_video else 3) or shape[-3] != 3:
         raise ToolError("bad_media", f"media must be uint8 [T, 3, H, W] or [3, H, W]; got {x.dtype} {list(shape)}")
     h, w = shape[-2:]
-    if h % FACTOR or w % FACTOR or h * w > budget.frame_max_pixels:
-        raise ToolError("bad_media", f"frames of {h}x{w}: sides must be multiples of {FACTOR} within "
+    if h % f or w % f or h * w > budget.frame_max_pixels:
+        raise ToolError("bad_media", f"frames of {h}x{w}: sides must be multiples of {f} within "
                                      f"{budget.frame_max_pixels} pixels")
     if media.is_video and (shape[0] < 2 or shape[0] % 2 or len(media.timestamps or []) != shape[0]):
         raise ToolError("bad_media", f"a video needs an even number (>= 2) of frames with a timestamp each; got "
@@ -130,7 +130,7 @@ def run_call(text: str, tools: Mapping[str, ToolSpec], state: EpisodeState) -> O
             raise ToolError("tool_failed", f"{rec.name} returned {type(out).__name__}, not a ToolOutput")
         if out.media is not None:
             check_media(out.media, state.budget)
-        used = media_tokens(out.media) if out.media is not None else 0
+        used = media_tokens(out.media, state.budget.factor) if out.media is not None else 0
         if state.media_tokens_used + used > state.budget.max_media_tokens:
             left = state.budget.max_media_tokens - state.media_tokens_used
             raise ToolError("over_budget", f"the result has {used} visual tokens; {left} of the episode's media "

@@ -7,7 +7,7 @@ from typing import Any, List, Optional, Set, Tuple
 
 from mmrl.data.schema import Media, Sample
 
-FACTOR = 28  # one visual token covers a 28x28 patch (14-pixel patches merged 2x2); frames pair up in time
+FACTOR = 28  # one visual token covers a 28x28 patch (14-pixel patches merged 2x2; Qwen3-VL: 32x32); frames pair up
 
 
 @dataclass
@@ -21,16 +21,17 @@ class ToolBudget:
     frame_max_pixels: int = 112 * 112  # pixel budget of each returned frame or image
     frame_min_pixels: int = 28 * 28
     max_call_chars: int = 512  # longest <tool_call> body accepted
+    factor: int = FACTOR  # the model's resize factor: set from the processor by the tool loop, not a suite key
 
 
-def media_tokens(media: Media) -> int:
-    """Visual tokens the processor will insert: ``ceil(T/2) * (H/28) * (W/28)`` for video, ``(H/28) * (W/28)``
-    for an image (Qwen2.5-VL: temporal patch 2, 14-pixel patches merged 2x2)."""
+def media_tokens(media: Media, factor: int = FACTOR) -> int:
+    """Visual tokens the processor will insert: ``ceil(T/2) * (H/f) * (W/f)`` for video, ``(H/f) * (W/f)`` for an
+    image (temporal patch 2; ``f`` = patch x merge: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL)."""
     if media.is_video:
         t, _, h, w = media.frames.shape
-        return -(-int(t) // 2) * (int(h) // FACTOR) * (int(w) // FACTOR)
+        return -(-int(t) // 2) * (int(h) // factor) * (int(w) // factor)
     if media.image is not None:
-        return (int(media.image.shape[-2]) // FACTOR) * (int(media.image.shape[-1]) // FACTOR)
+        return (int(media.image.shape[-2]) // factor) * (int(media.image.shape[-1]) // factor)
     return 0
 
 

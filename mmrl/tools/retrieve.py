@@ -103,7 +103,8 @@ def _as_video(images, budget, sample_id: str) -> Media:
     from mmrl.media.decode import _resize
     from mmrl.retrieval.embedder import _to_tensor
 
-    first = _resize(_to_tensor(images[0]).unsqueeze(0), budget.frame_min_pixels, budget.frame_max_pixels)
+    first = _resize(_to_tensor(images[0]).unsqueeze(0), budget.frame_min_pixels, budget.frame_max_pixels,
+                    budget.factor)
     h, w = first.shape[-2:]
     frames = [first[0]] + [_resize_to(_to_tensor(im), h, w) for im in images[1:]]
     video = torch.stack([f for f in frames for _ in range(2)])  # each image one temporal patch of 2 frames

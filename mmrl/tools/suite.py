@@ -89,6 +89,9 @@ def load_suite(path: str) -> ToolSuite:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         raise ConfigError(f"{path}: " + (f"key '{key}': " if key else "") + str(e).splitlines()[0]) from None
+    if "factor" in (raw.get("budget") or {}):
+        raise ConfigError(f"{path}: key 'budget.factor' is not a suite setting: the resize factor comes from the "
+                          f"model's processor")
     if cfg.prompt not in PROMPTS:
         raise ConfigError(f"{path}: key 'prompt' = {cfg.prompt!r}; expected one of {', '.join(PROMPTS)}")
     if not cfg.tools:

@@ -95,7 +95,7 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
     stream.excluded = skips.excluded
     keep_fp32_master(model)
     opt, sched = build_optimizer(model, cfg.train, lr=cfg.sft.lr)
-    budget, style = budget_from(cfg.data), style_from(cfg.data)
+    budget, style = budget_from(cfg.data, processor), style_from(cfg.data)
     cache: Dict[str, tuple] = {}
     (out_dir / "config.yaml").write_text(to_yaml(cfg))
     start = 0

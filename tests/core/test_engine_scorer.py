@@ -12,8 +12,8 @@ def _requests(proc):
     return mixed_requests(proc, lambda i: 3, lambda i: "What colour is the square?" + " x" * i)
 
 
-def test_generate_and_rescore(tiny_model_path):
-    proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
+def test_generate_and_rescore(family_model_path):  # Qwen2-VL, Qwen2.5-VL, Qwen3-VL
+    proc, model = load_processor(family_model_path), load_model(family_model_path)
     reqs = _requests(proc)
     engine = build_engine("hf", model=model, processor=proc)
     torch.manual_seed(0)
@@ -39,12 +39,12 @@ def test_generation_is_reproducible_by_seed(tiny_model_path):
     assert outs[0] == outs[1]
 
 
-def test_scorer_uses_mrope_positions_like_the_model(tiny_model_path):
-    """Shared-prefix scoring equals one plain forward of the model over prompt + response, given the 3-D M-RoPE
-    positions the models were trained with (``support.trained_position_ids``)."""
+def test_scorer_uses_mrope_positions_like_the_model(family_model_path):
+    """Shared-prefix scoring equals one plain forward of the model over prompt + response (each family), given the
+    3-D M-RoPE positions the models were trained with (``support.trained_position_ids``)."""
     from mmrl.models.scoring import backbone, prompt_positions
 
-    proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
+    proc, model = load_processor(family_model_path), load_model(family_model_path)
     reqs = _requests(proc)
     core, _ = backbone(model)
     p = reqs[0].inputs

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from support import small_overrides
+from support import small_overrides, varying_reward_cfg as _varying_reward_cfg
 from mmrl.config import load_config
 from mmrl.train.rl_trainer import RLTrainer
 from mmrl.train.sft import run_sft
@@ -52,19 +52,6 @@ def test_grpo_steps_change_parameters_and_loss_falls_on_fixed_batch(video_world,
 
 def _strip(rows):
     return [{k: v for k, v in r.items() if not k.startswith("time/") and k not in ("tokens_per_s", "view_time_share")} for r in rows]
-
-
-def _varying_reward_cfg(overrides):
-    """A random-init model never answers a letter: reward the share of even token ids (varies within groups)."""
-    from mmrl.config import RewardConfig
-    from mmrl.rewards import REWARDS
-
-    if "test_even_tokens" not in REWARDS:
-        REWARDS.register("test_even_tokens")(
-            lambda ctx: [float((c.trajectory.response_ids % 2 == 0).float().mean()) for c in ctx])
-    cfg = load_config(None, overrides)
-    cfg.rewards = [RewardConfig("test_even_tokens", 1.0)]
-    return cfg
 
 
 def test_resume_matches_straight_run(video_world, tiny_model_path, tmp_path):

@@ -11,8 +11,8 @@ from mmrl.rollout.parity import logprob_parity
 from test_vllm_engine import requests_for
 
 
-def test_hf_engine_matches_the_scorer(tiny_model_path):
-    proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
+def test_hf_engine_matches_the_scorer(family_model_path):  # Qwen2-VL, Qwen2.5-VL, Qwen3-VL
+    proc, model = load_processor(family_model_path), load_model(family_model_path)
     engine = build_engine("hf", model=model, processor=proc)
     torch.manual_seed(0)
     for params in (SamplingParams(temperature=1.0, max_new_tokens=6), SamplingParams(temperature=0.7, max_new_tokens=6),

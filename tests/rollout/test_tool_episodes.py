@@ -44,9 +44,12 @@ class ScriptedEngine(RolloutEngine):
 
 
 def _request(proc, world, n: int) -> RolloutRequest:
-    """The first training sample's prompt over its own video, as the step builds it."""
+    """The first training sample's prompt over its own video, as the step builds it (at the processor's factor)."""
+    from mmrl.media.decode import MediaBudget
+    from mmrl.media.inputs import resize_factor
+
     sample = load_samples(str(world / "train.json"))[0][0]
-    media = load_media(sample)
+    media = load_media(sample, MediaBudget(factor=resize_factor(proc)))
     return RolloutRequest(inputs=build_prompt_inputs(proc, build_messages(sample.question, sample.candidates, media), media),
                           n=n, sample_id=sample.id, sample=sample)
 
@@ -89,6 +92,33 @@ def test_seek_then_zoom_then_answer(video_world, tiny_model_path, tmp_path):
     assert (tmp_path / "episode.png").exists() and first_turn_with_media(trajs[0]) == 0
     assert sheet.height > 3 * 32  # the prompt row, the seek's frames and the zoom's crop
     assert trajs[0].segments[1].media.frames.shape[0] == 4 and trajs[0].segments[3].media.image is not None
+
+
+def test_seek_and_zoom_in_each_family(video_world, family_model_path):
+    """Qwen2-VL, Qwen2.5-VL, Qwen3-VL: tool results resized to the processor's factor, their visual tokens counted
+    against the budget as the processor inserts them, the tool list in a system turn (Qwen3-VL's template has no
+    default one), and full-sequence scores equal to the per-turn sampling log-probs."""
+    from mmrl.media.inputs import resize_factor
+
+    proc, model = load_processor(family_model_path), load_model(family_model_path)
+    f, req = resize_factor(proc), _request(proc, video_world, n=1)
+    script = ['<tool_call>{"name": "video_seek", "arguments": {"start": 0.5, "end": 1.5, "nframes": 4}}</tool_call>',
+              '<tool_call>{"name": "zoom", "arguments": {"time": 1.0, "box": [0.0, 0.0, 0.5, 0.5]}}</tool_call>', "(A)"]
+    suite = load_suite(SUITE)
+    suite.config.max_turns = 4
+    engine = ScriptedEngine(model, proc.tokenizer, script)
+    (t,) = tool_loop(proc, suite).run(engine, [req], SamplingParams(max_new_tokens=64))
+    assert proc.tokenizer.decode(engine.prompts[0].input_ids).startswith("<|im_start|>system\n")
+    assert [s.kind for s in t.segments] == ["model", "env", "model", "env", "model"]
+    seek, zoom = t.segments[1].media, t.segments[3].media
+    assert all(x % f == 0 for x in (*seek.frames.shape[-2:], *zoom.image.shape[-2:]))
+    calls = [turn for turn in t.turns if "tool" in turn]
+    assert all(c["valid"] for c in calls) and [c["media_tokens"] for c in calls] == [
+        int((t.segments[1].ids == proc.tokenizer.convert_tokens_to_ids("<|video_pad|>")).sum()),
+        int((t.segments[3].ids == proc.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum())]
+    with torch.no_grad():
+        (lp,) = response_logprobs(model, [t.scoring_item([req.inputs])], pad_id=0)
+    assert torch.allclose(lp[t.loss_mask], t.logprobs[t.loss_mask], atol=1e-4)
 
 
 def test_an_invalid_call_is_answered_with_its_error(video_world, tiny_model_path):

@@ -115,3 +115,19 @@ def test_a_block_at_the_turn_cap_still_compacts(tiny_model_path, blocks):
     assert cfg.max_turns == 13 and rec.forward_passes == 13 and rec.end == "done"
     assert [c for s in rec.subturns if s.recall for c in s.recall.chunks] == list(range(8))
     assert rec.compactions[0].post[0].note == "kept" and rec.invalid_counts() == {}
+
+
+def test_teacher_trajectory_in_each_family(family_model_path, blocks):
+    """Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the stream's frames decoded at the processor's factor, the replayed oracle
+    episode encoded by each processor and scored."""
+    from mmrl.media.inputs import resize_factor
+
+    proc, model = load_processor(family_model_path), load_model(family_model_path)
+    cfg, bl = blocks
+    (traj,) = teacher_trajectory(proc, [block_sample(bl[3], "s@12")], cfg)
+    f = resize_factor(proc)
+    media = [s.media for s in traj.segments if s.kind == "env" and s.media is not None]
+    assert media and all(m.frames.shape[-1] % f == 0 and m.frames.shape[-2] % f == 0 for m in media)
+    with torch.no_grad():
+        lps = response_logprobs(model, [traj.scoring_item([])], pad_id=0)[0]
+    assert torch.isfinite(lps[traj.loss_mask]).all()
