@@ -1,7 +1,8 @@
 """Each model family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL; ``family_model_path``) through the model-facing paths:
 loading by ``model_type``, the resize factor read from the processor, the video token layout, the scorer against a
 plain forward in every layout (log-probs and gradients), and one multi-turn trajectory with a video observation
-scored whole against a plain forward, and one RL step. Sampler vs scorer runs per family in
+scored whole against a plain forward (given the trained M-RoPE numbering, ``support.trained_position_ids``),
+and one RL step. Sampler vs scorer runs per family in
 ``tests/rollout/test_parity.py`` and ``tests/core/test_engine_scorer.py``."""
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from mmrl.media.inputs import build_prompt_inputs, resize_factor
 from mmrl.media.prompts import build_messages
 from mmrl.models.loading import load_model, load_processor, model_class_for, model_type
 from mmrl.models.scoring import response_logprobs
-from support import mixed_requests
+from support import mixed_requests, trained_position_ids
 
 EXPECTED = {"qwen2_vl": ("Qwen2VLForConditionalGeneration", 28), "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", 28),
             "qwen3_vl": ("Qwen3VLForConditionalGeneration", 32)}
@@ -66,7 +67,8 @@ def test_unknown_model_type_is_a_config_error(tmp_path):
 def _plain_logprobs(model, inputs, resp):
     ids = torch.cat([inputs.input_ids, resp])[None]
     mm = torch.cat([inputs.mm_token_type_ids, torch.zeros_like(resp)])[None]
-    logits = model(input_ids=ids, mm_token_type_ids=mm, **inputs.vision).logits[0]
+    logits = model(input_ids=ids, mm_token_type_ids=mm, position_ids=trained_position_ids(model, inputs, resp),
+                   **inputs.vision).logits[0]
     P = inputs.num_tokens
     return torch.log_softmax(logits[P - 1 : P - 1 + resp.numel()].float(), -1).gather(-1, resp[:, None]).squeeze(-1)
 
@@ -122,7 +124,7 @@ def test_multi_turn_with_a_video_observation_scores_like_a_plain_forward(family_
         assert int((seq.mm_token_type_ids == 2).sum()) == 2 * 8  # the prompt's video and the observation's: 2 pairs x 2 x 2
         with torch.no_grad():
             logits = model(input_ids=seq.input_ids[None], mm_token_type_ids=seq.mm_token_type_ids[None],
-                           **seq.vision).logits[0].float()
+                           position_ids=trained_position_ids(model, seq), **seq.vision).logits[0].float()
         P = seq.prompt_len
         ref = torch.log_softmax(logits[P - 1 : -1], -1).gather(-1, seq.input_ids[P:, None]).squeeze(-1)
         assert torch.allclose(lp, ref, atol=1e-4), (lp - ref).abs().max()

