@@ -15,8 +15,8 @@ pytestmark = pytest.mark.slow  # builds the demo's 1,024-clip world (about a min
 # `mmrl demo` (seed 0) printed these first SFT losses in runs/demo/sft/metrics.jsonl, twice, each with a fresh
 # MMRL_CACHE (tiny model rebuilt) and a fresh world: python 3.11.7, torch 2.14.1+cu130 (CPU), AVX512, 1 thread
 RECORDED = {"torch": "2.14.1+cu130", "cpu": "AVX512",
-            "sft/loss": [6.645374298095703, 6.024911403656006, 5.675002574920654, 5.383414268493652,
-                         5.118589878082275]}
+            "sft/loss": [6.645291328430176, 6.024838447570801, 5.674961090087891, 5.383368015289307,
+                         5.118558406829834]}
 
 
 def test_first_sft_losses_match_the_recorded_demo(tmp_path, monkeypatch):
