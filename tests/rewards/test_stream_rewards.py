@@ -125,3 +125,29 @@ def test_reward_reads_the_record_where_the_stream_loop_keeps_it():
     assert sr.record_of(SimpleNamespace(trajectory=traj, sample=None)) is rec
     with pytest.raises(ValueError, match="agent_loop: stream"):
         sr.record_of(SimpleNamespace(trajectory=SimpleNamespace(turns=[{}]), sample=SimpleNamespace(id="x")))
+
+
+# salient facts (note, start, end) of the stream, and compactions at time t: R_mem scores a compaction only against
+# the facts observed before it: their intervals cut at t (S_time), the notes of those that ended by t (S_keep)
+FACTS = [("red square left", 1.0, 2.0), ("yellow dot", 3.0, 4.0), ("blue flash", 3.5, 6.0), ("green star", 6.0, 7.0)]
+RED, YELLOW, BLUE, GREEN = [MemoryLine(*f) for f in FACTS]
+MEMORIES = [
+    # t = 4: seen [1,2] [3,4] [3.5,4]; kept facts red, yellow (blue is still going on, green is the future)
+    (4.0, [RED], [RED, YELLOW], 0.5 * ((1.0 - 0.5) + (1.0 - 0.5))),
+    (4.0, [], [RED, MemoryLine("yellow dot", 3.0, 4.0), MemoryLine("blue flash", 3.5, 4.0)], 0.5 * (1.0 + 1.0)),
+    (4.0, [RED, YELLOW], [RED], 0.5 * ((0.5 - 1.0) + (0.5 - 1.0))),
+    # t = 6.5: blue ended (kept), green seen as [6, 6.5] but not kept; seen union [1,2] + [3,6.5] = 4.5 s
+    (6.5, [RED, YELLOW], [RED, YELLOW, BLUE], 0.5 * ((4 / 4.5 - 2 / 4.5) + (1.0 - 2 / 3))),
+    # t = 7: every fact seen and kept
+    (7.0, [], [RED, YELLOW, BLUE, GREEN], 0.5 * (1.0 + 1.0)),
+]
+
+
+@pytest.mark.parametrize("t,pre,post,want", MEMORIES, ids=[f"{m[0]}-{i}" for i, m in enumerate(MEMORIES)])
+def test_memory_reward_scores_each_compaction_against_the_facts_observed_before_it(t, pre, post, want):
+    comp = Compaction(time=t, chunk=int(t), pre=list(pre), post=list(post))
+    rec = _record([_sub(1.0, silence())], [], compactions=[comp], facts=[MemoryLine(*f) for f in FACTS])
+    assert sr.memory_reward(rec) == pytest.approx(want)
+    # two compactions average: the same one twice, and one that changes nothing
+    rec.compactions = [comp, Compaction(time=t, chunk=int(t), pre=list(post), post=list(post))]
+    assert sr.memory_reward(rec) == pytest.approx(want / 2)

@@ -70,3 +70,31 @@ def test_causality_and_record_round_trip():
                         subturns=[SubTurn(1.0, 0, 0.0, 0, "x", parse_action("x"), reason="no_action")])
     back = EpisodeRecord.from_dict(rec.to_dict())
     assert back == rec and back.invalid_counts() == {"no_action": 1}
+
+
+def _think(words, word="w"):
+    return f"<think>{' '.join([word] * words)}</think><action>silence</action>"
+
+
+@pytest.mark.parametrize("text,limit,valid", [
+    (_think(40), None, True),  # the default limit is 40 WORDS (79 characters here)
+    (_think(41), None, False),
+    (_think(5, "supercalifragilistic"), None, True),  # 104 characters, 5 words
+    (_think(3), 3, True),  # another limit
+    (_think(4), 3, False),
+    (_think(2, "abcdefghij"), 2, True),  # 21 characters, 2 words
+    ("<think>  a\n b\t c  </think><action>silence</action>", 3, True),  # words split on any white space
+])
+def test_the_think_limit_counts_words_not_characters(text, limit, valid):
+    a = parse_action(text) if limit is None else parse_action(text, max_think_words=limit)
+    assert a.valid == valid and (valid or a.reason == "think_too_long")
+
+
+@pytest.mark.parametrize("text,lines", [
+    ("<memory>\n[0-1] old note\n</memory>\nthen I rewrote it:\n<memory>\n[2-3] new note\n[3-4] another\n</memory>",
+     [(2.0, 3.0, "new note"), (3.0, 4.0, "another")]),
+    ("<memory>[0-1] a</memory><memory>[1-2] b</memory><memory>[5-6] c</memory>", [(5.0, 6.0, "c")]),
+    ("<memory>\n[0-1] only\n</memory>", [(0.0, 1.0, "only")]),
+])
+def test_the_last_memory_block_is_the_memory(text, lines):
+    assert parse_memory(text) == (lines, 0)
