@@ -144,3 +144,23 @@ def test_spec3_ars_state_epochs():
         ARSState(g_max=4, total_steps=20).load_state_dict(saved)
     with pytest.raises(ValueError):
         ARSState(g_max=1, total_steps=20)
+
+
+# advantages and prompt ids -> partitions (as "same partition" classes): equal A in two prompts never share one,
+# however the prompts' rows interleave and whatever their ids
+PARTITIONS = [
+    ([1.0, 0.5, 1.0, 2.0], [0, 0, 1, 1], [[0], [1], [2], [3]]),  # prompt 0's top A = prompt 1's bottom A
+    ([0.5, 0.5, 0.5, 0.5], [4, 9, 4, 9], [[0, 2], [1, 3]]),
+    ([0.3, 0.3, 0.3, 0.3, 0.3, 0.3], [2, 1, 0, 2, 1, 0], [[0, 3], [1, 4], [2, 5]]),
+    ([-1.0, 1.0, 1.00005, -1.0, 1.0], [7, 7, 7, 3, 3], [[0], [1, 2], [3], [4]]),
+]
+
+
+@pytest.mark.parametrize("adv,gids,classes", PARTITIONS, ids=[str(i) for i in range(len(PARTITIONS))])
+def test_mdap_partitions_never_span_two_prompts(adv, gids, classes):
+    p = advantage_partitions(T(adv), T(gids), tol=1e-4).tolist()
+    got = sorted(sorted(i for i in range(len(p)) if p[i] == v) for v in set(p))
+    assert got == sorted(classes)
+    # the kept set with identical responses and tau = 1: one row per (prompt, advantage) partition
+    keep = mdap_keep(T(adv), T(gids), [T([1, 2, 3])] * len(adv), tau=1.0)
+    assert int(keep.sum()) == len(classes) and all(sum(bool(keep[i]) for i in c) == 1 for c in classes)

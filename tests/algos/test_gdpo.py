@@ -71,3 +71,29 @@ def test_registered_gdpo():
     # without components GDPO falls back to the total reward
     out = estimate("gdpo", AdvantageInputs(rewards=C + F, group_ids=G0), batch_norm=False)
     assert torch.allclose(out.advantages, torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-3)
+
+
+# two prompts of three rollouts: group 0 c = [1, 0, 0], f = [1, 1, 0]; group 1 c = [1, 1, 0], f = [0, 0, 0].
+# Per group: Â_c(g0) = [1.15450, -0.57725, -0.57725], Â_f(g0) = [0.57725, 0.57725, -1.15450] (std 0.57735 + 1e-4),
+# Â_c(g1) = [0.57725, 0.57725, -1.15450], Â_f(g1) = 0. The batch step whitens the six sums together (mean 0,
+# unbiased std 1.26469), so group 1's best rollout stays below group 0's.
+C2 = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+F2 = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+G2 = torch.tensor([0, 0, 0, 1, 1, 1])
+SEVERAL_GROUPS = [
+    ({}, True, [1.73175, 0.0, -1.73175, 0.57725, 0.57725, -1.1545], [1.3692, 0.0, -1.3692, 0.4564, 0.4564, -0.9128]),
+    ({"f": 2.0}, True, [2.309, 0.57725, -2.88625, 0.57725, 0.57725, -1.1545],
+     [1.2909, 0.3227, -1.6137, 0.3227, 0.3227, -0.6455]),
+]
+
+
+@pytest.mark.parametrize("weights,batch_norm,pre,post", SEVERAL_GROUPS, ids=["w1", "wf2"])
+def test_batch_renormalisation_runs_over_the_whole_batch_of_several_groups(weights, batch_norm, pre, post):
+    got_pre = gdpo_advantages({"c": C2, "f": F2}, G2, weights=weights, batch_norm=False)
+    assert got_pre.tolist() == pytest.approx(pre, abs=1e-4)
+    got = gdpo_advantages({"c": C2, "f": F2}, G2, weights=weights, batch_norm=batch_norm)
+    assert got.tolist() == pytest.approx(post, abs=1e-4)
+    # whitened over the batch: unit std over all six, not within each group (group 0 alone would be [1, 0, -1])
+    assert float(got.std()) == pytest.approx(1.0, abs=1e-3) and float(got[:3].std()) > 1.3
+    # group ids are labels: renumbering them changes nothing
+    assert torch.allclose(gdpo_advantages({"c": C2, "f": F2}, G2 * 7 + 3, weights=weights), got)

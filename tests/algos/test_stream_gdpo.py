@@ -112,3 +112,22 @@ def test_action_loss_weight_scales_the_policy_loss_of_action_tokens():
     assert torch.allclose(grads[1][act], 0.15 * grads[0][act])
     assert torch.allclose(grads[1][~act], grads[0][~act])
     assert not torch.allclose(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("ids,actions", [
+    ([0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5], [3, 4, 5, 9, 10, 11]),  # two actions in one turn: the think between is no action
+    ([3, 4, 5, 1, 1, 3, 4, 5, 6, 7, 6, 0, 2, 3, 5], [0, 1, 2, 5, 6, 7, 13, 14]),
+    ([0, 1, 2, 3, 4, 6, 7, 6, 5], []),  # an action left open at the turn's end closes nothing
+])
+def test_the_default_action_pattern_is_each_action_element_on_its_own(ids, actions):
+    spec = build_spec("stream_gdpo", {"action_loss_weight": 0.5}, LossParams())
+    m = action_token_mask(ids, decode, spec.find_spans)
+    assert [i for i, v in enumerate(m.tolist()) if v] == actions
+    text = decode(ids)
+    assert all(text[a:b].count("<action>") == 1 for a, b in spec.find_spans(text))
+    batch = _batch({"out": [1.0, 0.0], "fmt": [1.0, 1.0], "tool": [0.0, 0.0], "mem": [0.0, 0.0]},
+                   ids=[torch.tensor(ids), torch.tensor(ids)], decode=decode)
+    plain = build_spec("stream_gdpo", {}, LossParams()).advantages(batch).advantages
+    tok = spec.advantages(batch).advantages
+    want = torch.tensor([0.5 if i in actions else 1.0 for i in range(len(ids))])
+    assert torch.allclose(tok[0], plain[0] * want) and torch.allclose(tok[1], plain[1] * want)
