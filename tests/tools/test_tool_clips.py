@@ -147,3 +147,116 @@ ANSWER, OBSERVED = {"turn": 2, "model_text": "(A)"}, {"turn": -1, "observation":
 ])
 def test_tool_format_is_valid_calls_over_calls_not_turns(turns, want):
     assert REWARDS.get("tool_format")([_turns_ctx(turns)], no_call=0.25) == [pytest.approx(want)]
+
+
+def test_call_record_info_keys():
+    from mmrl.tools.calls import CallRecord
+    from mmrl.tools.registry import ToolOutput
+
+    ok = CallRecord("video_seek", {"start": 0}, True, latency_s=0.5, media_tokens=4, output=ToolOutput("x", info={"frames": 2}))
+    assert ok.info() == {"tool": "video_seek", "arguments": {"start": 0}, "valid": True, "latency_s": 0.5,
+                         "call_media_tokens": 4, "frames": 2}
+    bad = CallRecord("zoom", {}, False, reason="out_of_range", message="too far", ignored_calls=1)
+    assert bad.info() == {"tool": "zoom", "arguments": {}, "valid": False, "latency_s": 0.0, "call_media_tokens": 0,
+                          "reason": "out_of_range", "error": "too far", "ignored_calls": 1}
+
+
+# the text of a turn -> the refusal's reason and the exact message the model reads next
+MESSAGES = [
+    ('<tool_call>{"name": "zoom", "arguments": {"box": [0, 0, 1, 1], "time": NaN}}</tool_call>', "non_finite",
+     "NaN is not a number JSON allows"),
+    ('<tool_call>{"name": "zoom", "arguments": {"box": [0, 0, 1e999, 1], "time": 1}}</tool_call>', "non_finite",
+     "the call holds a number that is not finite"),  # an overflowing literal inside a list
+    ('<tool_call>{"name": "zoom", "arguments": {"box": [0, 0, 1, 1], "time": 1e999}}</tool_call>', "non_finite",
+     "the call holds a number that is not finite"),
+    ('<tool_call>{"name": 3, "arguments": {}}</tool_call>', "malformed_call", 'a call is {"name": <tool name>, "arguments": {...}}'),
+    ('<tool_call>{"name": "zoom", "arguments": [1]}</tool_call>', "malformed_call", 'a call is {"name": <tool name>, "arguments": {...}}'),
+    ('<tool_call>{"name": "zoom"}</tool_call>', "invalid_arguments", "zoom: arguments: 'box' is a required property"),
+    ('<tool_call>{"name": "zoom", "arguments": {"box": [0, 0, 1]}}</tool_call>', "invalid_arguments",
+     "zoom: box: [0, 0, 1] is too short"),
+    ('<tool_call>{"name": "video_seek", "arguments": {"start": 0, "end": "x"}}</tool_call>', "invalid_arguments",
+     "video_seek: end: 'x' is not of type 'number'"),
+    ('<tool_call>{"name": "video_seek", "arguments": {"start": 0,</tool_call>', "malformed_json",
+     "the call is not valid JSON (Expecting property name enclosed in double quotes at character 48)"),
+    ('<tool_call>{"name": "' + "r" * 70 + '", "arguments": {}}</tool_call>', "unknown_tool",
+     "no tool '" + "r" * 64 + "'; tools: video_seek, zoom"),
+    (_call("video_seek", start=3, end=3), "out_of_range", "start (3) must be before end (3)"),
+    (_call("video_seek", start=8, end=9), "out_of_range", "the video is 8.00 s long; start 8 is past its end"),
+    (_call("zoom", time=8.0, box=[0, 0, 1, 1]), "out_of_range", "the video is 8.00 s long; time 8.0 is past its end"),
+    (_call("video_seek", start=0, end=8, nframes=10), "over_budget", "at most 8 frames per call; 10 were asked"),
+    (_call("video_seek", start=0.2, end=0.9, nframes=2), "out_of_range", "[0.2, 0.9] s covers fewer than 2 frames at 1.00 fps"),
+]
+
+
+@pytest.mark.parametrize("text,reason,message", MESSAGES, ids=[f"{r}-{i}" for i, (_, r, _) in enumerate(MESSAGES)])
+def test_refusals_name_their_reason_and_say_why(film, tools, text, reason, message):
+    rec = run_call(text, tools, _state(film, 12.0, 20.0))
+    assert (rec.reason, rec.message) == (reason, message)
+    assert rec.info()["reason"] == reason and rec.info()["error"] == message
+
+
+def test_call_length_limit_and_spent_calls(film, tools):
+    body = json.dumps({"name": "video_seek", "arguments": {"start": 0, "end": 2, "nframes": 2}})
+    st = _state(film, 12.0, 20.0, max_call_chars=len(body), max_calls=1)
+    assert run_call("<tool_call>" + body + "</tool_call>", tools, st).valid  # exactly the limit: accepted
+    rec = run_call("<tool_call>" + body + "</tool_call>", tools, st)
+    assert (rec.reason, rec.message) == ("over_budget", "the episode's 1 tool calls are spent")
+    long = run_call("<tool_call>" + body + " </tool_call>", tools, _state(film, 12.0, 20.0, max_call_chars=len(body) - 1))
+    assert (long.reason, long.message) == ("too_long", f"the call has {len(body)} characters; at most {len(body) - 1} are accepted")
+    media = _state(film, 12.0, 20.0, max_media_tokens=5)
+    run_call(_call("video_seek", start=0, end=8, nframes=8), tools, media)
+    rec = run_call(_call("video_seek", start=0, end=8, nframes=8), tools, media)
+    assert rec.message == "the result has 4 visual tokens; 1 of the episode's media budget are left"
+
+
+def test_seek_on_an_episode_without_video_and_a_clip_under_a_second(film, tools):
+    img = Sample("img", "q?", ["a", "b"], "a")
+    rec = run_call(_call("video_seek", start=0, end=1), tools, EpisodeState(sample=img, media=None, budget=ToolBudget()))
+    assert (rec.reason, rec.message) == ("out_of_range", "this episode has no video")
+    rec = run_call(_call("video_seek", start=0, end=1), tools, EpisodeState(sample=None, media=None, budget=ToolBudget()))
+    assert (rec.reason, rec.message) == ("out_of_range", "this episode has no video")
+    short = run_call(_call("video_seek", start=0.6, end=0.9), tools, _state(film, 12.0, 12.5))
+    assert (short.reason, short.message) == ("out_of_range", "the video is 0.50 s long; start 0.6 is past its end")
+    missing = run_call(_call("video_seek", start=0, end=1), tools, _state(film + "_gone", 0.0, None))
+    assert missing.reason == "tool_failed" and "sample 'clip'" in missing.message
+
+
+@pytest.mark.parametrize("fps,clip,time,frame", [(2.0, (None, None), 0.0, 0), (2.0, (None, None), 3.0, 6),
+                                                 (2.0, (5.0, 10.0), 1.25, 12), (0.5, (None, None), 5.0, 2)])
+def test_zoom_frame_at_other_frame_rates(film, tools, fps, clip, time, frame):
+    sample = Sample("clip", "q?", ["a", "b"], "a", video=VideoRef(film, start=clip[0], end=clip[1], frame_fps=fps))
+    rec = run_call(_call("zoom", time=time, box=[0.0, 0.0, 1.0, 1.0]), tools,
+                   EpisodeState(sample=sample, media=None, budget=ToolBudget()))
+    assert rec.valid, rec.message
+    assert int(rec.output.media.image[0, 0, 0]) == 4 * frame
+    assert rec.output.text == f"Zoomed into [0.0, 0.0, 1.0, 1.0] at {time:.2f} s."
+
+
+U8 = torch.uint8
+MEDIA = [  # what a tool returns -> the refusal's message, or None when the processor takes it as is
+    (dict(image=torch.zeros(3, 112, 112, dtype=U8)), None),  # exactly frame_max_pixels
+    (dict(frames=torch.zeros(2, 3, 28, 56, dtype=U8), timestamps=[0.0, 1.0]), None),
+    (dict(), "the tool returned a Media without frames or image"),
+    (dict(image=torch.zeros(4, 56, 56, dtype=U8)), "media must be uint8 [T, 3, H, W] or [3, H, W]; got torch.uint8 [4, 56, 56]"),
+    (dict(image=torch.zeros(3, 56, 84)), "media must be uint8 [T, 3, H, W] or [3, H, W]; got torch.float32 [3, 56, 84]"),
+    (dict(image=torch.zeros(3, 140, 112, dtype=U8)), "frames of 140x112: sides must be multiples of 28 within 12544 pixels"),
+    (dict(frames=torch.zeros(0, 3, 28, 28, dtype=U8), timestamps=[]),
+     "a video needs an even number (>= 2) of frames with a timestamp each; got 0 frames, 0 timestamps"),
+    (dict(frames=torch.zeros(2, 3, 28, 28, dtype=U8), timestamps=[0.0]),
+     "a video needs an even number (>= 2) of frames with a timestamp each; got 2 frames, 1 timestamps"),
+]
+
+
+@pytest.mark.parametrize("kw,message", MEDIA, ids=[str(i) for i in range(len(MEDIA))])
+def test_check_media_by_case(kw, message):
+    from mmrl.data.schema import Media
+    from mmrl.tools.calls import check_media
+    from mmrl.tools.registry import ToolError
+
+    media = Media("x", **kw)
+    if message is None:
+        check_media(media, ToolBudget())
+    else:
+        with pytest.raises(ToolError) as e:
+            check_media(media, ToolBudget())
+        assert (e.value.reason, str(e.value)) == ("bad_media", message)
