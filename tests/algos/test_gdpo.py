@@ -97,3 +97,22 @@ def test_batch_renormalisation_runs_over_the_whole_batch_of_several_groups(weigh
     assert float(got.std()) == pytest.approx(1.0, abs=1e-3) and float(got[:3].std()) > 1.3
     # group ids are labels: renumbering them changes nothing
     assert torch.allclose(gdpo_advantages({"c": C2, "f": F2}, G2 * 7 + 3, weights=weights), got)
+
+
+def test_the_registered_gdpo_spec_reports_rewards_metrics_and_takes_its_params():
+    from mmrl.algos import AdvantageInputs
+
+    r = C2 + 2 * F2
+    inp = AdvantageInputs(rewards=r, group_ids=G2, components={"c": C2, "f": F2})
+    out = estimate("gdpo", inp, component_weights={"f": 2.0})
+    assert out.advantages.tolist() == pytest.approx(SEVERAL_GROUPS[1][3], abs=1e-4)  # the weights reach the estimate
+    assert torch.equal(out.rewards, r)
+    assert out.metrics["component/c_mean"] == pytest.approx(0.5) and out.metrics["component/f_mean"] == pytest.approx(1 / 3)
+    assert out.metrics["reward_mean"] == pytest.approx(float(r.mean()))
+    no_batch = estimate("gdpo", inp, batch_norm=False, eps=0.5)  # eps reaches the per-group step
+    want = gdpo_advantages({"c": C2, "f": F2}, G2, eps=0.5, batch_norm=False)
+    assert torch.allclose(no_batch.advantages, want) and not torch.allclose(want, gdpo_advantages({"c": C2, "f": F2}, G2, batch_norm=False))
+    # without components GDPO normalises the total reward, reported as the component "reward"
+    plain = estimate("gdpo", AdvantageInputs(rewards=r, group_ids=G2))
+    assert set(k for k in plain.metrics if k.startswith("component/")) == {"component/reward_mean"}
+    assert torch.allclose(plain.advantages, gdpo_advantages({"reward": r}, G2))

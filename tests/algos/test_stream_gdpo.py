@@ -131,3 +131,39 @@ def test_the_default_action_pattern_is_each_action_element_on_its_own(ids, actio
     tok = spec.advantages(batch).advantages
     want = torch.tensor([0.5 if i in actions else 1.0 for i in range(len(ids))])
     assert torch.allclose(tok[0], plain[0] * want) and torch.allclose(tok[1], plain[1] * want)
+
+
+def test_the_registered_spec_reports_rewards_metrics_and_takes_its_params():
+    # two prompts of two rollouts; components by role
+    comps = {"out": [1.0, 0.0, 1.0, 1.0], "fmt": [1.0, 1.0, 0.0, 1.0], "tool": [0.0, 0.0, 1.0, 0.0],
+             "mem": [0.2, 0.1, 0.0, 0.4]}
+    batch = _batch(comps, groups=[0, 0, 1, 1])
+    want = stream_gdpo_advantages({k: torch.tensor(v) for k, v in comps.items()}, torch.tensor([0, 0, 1, 1]),
+                                  {"out": 1.0, "fmt": 1.0, "tool": 0.5, "mem": 0.5})
+    out = build_spec("stream_gdpo", {}, LossParams()).advantages(batch)
+    assert torch.allclose(out.advantages, want) and torch.equal(out.rewards, batch.rewards)
+    assert out.metrics["component/mem_mean"] == pytest.approx(0.175) and out.metrics["component/tool_mean"] == 0.25
+    assert out.metrics["reward_mean"] == pytest.approx(float(batch.rewards.mean()))
+    # a role missing from weights weighs 1; eps and unbiased_std reach the normalisation
+    spec = build_spec("stream_gdpo", {"weights": {"tool": 0.5, "mem": 0.5}, "eps": 0.5, "unbiased_std": False},
+                      LossParams())
+    got = spec.advantages(batch).advantages
+    want = stream_gdpo_advantages({k: torch.tensor(v) for k, v in comps.items()}, torch.tensor([0, 0, 1, 1]),
+                                  {"out": 1.0, "fmt": 1.0, "tool": 0.5, "mem": 0.5}, eps=0.5, unbiased=False)
+    assert torch.allclose(got, want) and not torch.allclose(got, out.advantages)
+    # with the action weight: per-token advantages, the same rewards and metrics
+    ids = [torch.tensor([3, 4, 5])] * 4
+    tok = build_spec("stream_gdpo", {"action_loss_weight": 0.5}, LossParams()).advantages(
+        _batch(comps, groups=[0, 0, 1, 1], ids=ids, decode=decode))
+    assert torch.allclose(tok.advantages, 0.5 * out.advantages[:, None].expand(4, 3))
+    assert torch.equal(tok.rewards, batch.rewards) and tok.metrics == out.metrics
+
+
+def test_actions_span_lines_and_empty_tokens_are_never_actions():
+    vocab = ["<action>", "\nsilence\n", "</action>", ""]
+    dec = lambda ids: "".join(vocab[i] for i in ids)  # noqa: E731
+    spec = build_spec("stream_gdpo", {"action_loss_weight": 0.5}, LossParams())
+    assert action_token_mask([0, 1, 2], dec, spec.find_spans).tolist() == [True, True, True]  # dot matches newlines
+    assert action_token_mask([0, 3, 1, 2], dec, spec.find_spans).tolist() == [True, False, True, True]
+    with pytest.raises(ValueError, match="response token ids and tokenizer decode"):
+        spec.advantages(_batch({"out": [1.0, 0.0], "fmt": [1.0, 1.0], "tool": [0.0, 0.0], "mem": [0.0, 0.0]}))
