@@ -193,6 +193,8 @@ def test_refusals_name_their_reason_and_say_why(film, tools, text, reason, messa
     rec = run_call(text, tools, _state(film, 12.0, 20.0))
     assert (rec.reason, rec.message) == (reason, message)
     assert rec.info()["reason"] == reason and rec.info()["error"] == message
+    if reason in ("non_finite", "malformed_call", "malformed_json"):  # no name could be read from the call
+        assert rec.name == "?" and rec.info()["tool"] == "?"
 
 
 def test_call_length_limit_and_spent_calls(film, tools):
@@ -260,3 +262,15 @@ def test_check_media_by_case(kw, message):
         with pytest.raises(ToolError) as e:
             check_media(media, ToolBudget())
         assert (e.value.reason, str(e.value)) == ("bad_media", message)
+
+
+@pytest.mark.parametrize("mode", ["L", "RGBA", "P"])
+def test_zoom_converts_any_image_to_rgb(tmp_path, tools, mode):
+    from mmrl.data.schema import ImageRef
+
+    path = tmp_path / f"img_{mode}.png"
+    Image.fromarray(np.full((56, 84, 3), 120, dtype=np.uint8)).convert(mode).save(path)
+    sample = Sample("img", "q?", ["a", "b"], "a", image=ImageRef(str(path)))
+    rec = run_call(_call("zoom", box=[0.0, 0.0, 1.0, 1.0]), tools, EpisodeState(sample=sample, media=None, budget=ToolBudget()))
+    assert rec.valid, rec.message
+    assert rec.output.media.image.shape[0] == 3 and abs(int(rec.output.media.image[0, 10, 10]) - 120) <= 20  # a palette rounds the grey
