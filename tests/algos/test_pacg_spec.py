@@ -194,3 +194,44 @@ def test_the_gate_uses_the_configured_floor_slope_and_statistics(params, gain):
     assert out.metrics["pacg/flagged_frac"] == (0.0 if gain == 1.0 else 0.25)
     if gain != 1.0:
         assert out.metrics["pacg/gain_flagged_mean"] == pytest.approx(gain, abs=2e-3)
+
+
+def test_pacg_reports_its_metrics_and_passes_the_base_through():
+    spec = build_spec("pacg", {"base": "grpo"}, LossParams())
+    batch = make_batch(TEXTS, [1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], claim_p=[0.2, 0.95, 0.3, 0.25])
+    base = build_spec("grpo", {}, LossParams()).advantages(batch)
+    out = spec.advantages(batch)
+    efs = [p - math.log(p) - 1 for p in (0.2, 0.95, 0.3, 0.25)]  # EFS = e^d - d - 1 with d = log P on a claim's tokens
+    inter = batch.rescored[PATCH]
+    tokens = torch.cat([torch.exp(x) - x - 1 for x in inter])
+    assert out.metrics["pacg/claims"] == 4.0 and out.metrics["pacg/responses_with_claims"] == 0.75
+    assert out.metrics["pacg/flagged_frac"] == 0.25 and out.metrics["pacg/persistence_mean"] == pytest.approx(0.425)
+    assert out.metrics["pacg/efs_claim_mean"] == pytest.approx(sum(efs) / 4, abs=1e-5)
+    assert out.metrics["pacg/efs_token_mean"] == pytest.approx(float(tokens.mean()), abs=1e-5)
+    assert out.metrics["pacg/gain_flagged_mean"] == pytest.approx(0.755, abs=2e-3)
+    assert all(out.metrics[k] == v for k, v in base.metrics.items())  # the base's metrics too
+    assert torch.equal(out.rewards, base.rewards)
+    assert (out.train_mask is None) == (base.train_mask is None)
+    # no claim at all: zeros, a gain of 1
+    none = spec.advantages(make_batch(["plain text A", "no think B"], [1.0, 0.0], [0, 0]))
+    assert [none.metrics[k] for k in ("pacg/claims", "pacg/responses_with_claims", "pacg/flagged_frac",
+                                      "pacg/persistence_mean", "pacg/efs_claim_mean", "pacg/efs_token_mean",
+                                      "pacg/gain_flagged_mean")] == [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    # quantile mode takes q: q = 0.5 flags the top half of the four claims (0.95 and 0.3)
+    half = build_spec("pacg", {"base": "grpo", "mode": "quantile", "q": 0.5}, LossParams()).advantages(batch)
+    assert half.metrics["pacg/flagged_frac"] == 0.5
+
+
+def test_pacg_keeps_the_bases_old_and_ref_needs():
+    from mmrl.algos.spec import ALGORITHMS, AlgorithmSpec, Needs, register_algorithm
+
+    if "test_needy" not in ALGORITHMS:
+        @register_algorithm("test_needy")
+        class Needy(AlgorithmSpec):
+            def needs(self):
+                return Needs(old=True, ref=True)
+
+    n = build_spec("pacg", {"base": "test_needy"}, LossParams()).needs()
+    assert n.old is True and n.ref is True and list(n.rescore) == [PATCH]
+    g = build_spec("pacg", {"base": "grpo"}, LossParams()).needs()
+    assert g.old is False and g.ref is False
