@@ -169,6 +169,15 @@ EQUIVALENT = {
      "target = pattern.sub(lambda mo: m[mo.group(1)], a)"),
     # views: _norm is only ever compared with _norm (answers, candidates, map keys, the abstention text)
     ("mmrl/views/viewset.py", "return \" \".join(str(s).lower().split())", "return \" \".join(str(s).upper().split())"),
+    # stream rewards: a probe at exactly hi + 1e-9 is the only time "<" and "<=" differ (inside the float tolerance);
+    # token_f1 has no common token when either side is empty; a teacher interval starting at the observed time is cut
+    # to [t, t], which merge drops
+    ("mmrl/rewards/stream.py", "return lo < t <= (rec.first_chunk + rec.n_chunks) * rec.chunk_s + 1e-9",
+     "return lo < t < (rec.first_chunk + rec.n_chunks) * rec.chunk_s + 1e-9"),
+    ("mmrl/rewards/stream_memory.py", "if not x or not y or common == 0:", "if not x and not y or common == 0:"),
+    ("mmrl/rewards/stream_memory.py",
+     "seen = [(float(a), min(float(b), observed)) for a, b in teacher if float(a) < observed]",
+     "seen = [(float(a), min(float(b), observed)) for a, b in teacher if float(a) <= observed]"),
     # annotations / decode: "UTF-8" is "utf-8"
     ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
     ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),

@@ -116,3 +116,23 @@ def test_the_registered_gdpo_spec_reports_rewards_metrics_and_takes_its_params()
     plain = estimate("gdpo", AdvantageInputs(rewards=r, group_ids=G2))
     assert set(k for k in plain.metrics if k.startswith("component/")) == {"component/reward_mean"}
     assert torch.allclose(plain.advantages, gdpo_advantages({"reward": r}, G2))
+
+
+def test_a_zero_weight_skips_only_its_component_and_batch_eps_is_its_own():
+    first_zero = gdpo_advantages({"f": F2, "c": C2}, G2, weights={"f": 0.0}, batch_norm=False)
+    assert torch.allclose(first_zero, gdpo_advantages({"c": C2}, G2, batch_norm=False))  # c still counts after f
+    with pytest.raises(ValueError, match="^gdpo needs at least one reward component$"):
+        gdpo_advantages({}, G2)
+    # the batch step's eps: batch_eps when given, else eps
+    pre = gdpo_advantages({"c": C2, "f": F2}, G2, batch_norm=False)
+    want = (pre - pre.mean()) / (pre.std() + 0.7)
+    got = gdpo_advantages({"c": C2, "f": F2}, G2, batch_eps=0.7)
+    assert torch.allclose(got, want.to(got.dtype), atol=1e-5)
+
+
+def test_gdpo_on_an_empty_batch():
+    from mmrl.algos import AdvantageInputs
+
+    out = estimate("gdpo", AdvantageInputs(rewards=torch.zeros(0), group_ids=torch.zeros(0, dtype=torch.long),
+                                           components={"c": torch.zeros(0)}))
+    assert out.advantages.shape == (0,) and out.metrics["component/c_mean"] == 0.0

@@ -148,8 +148,10 @@ def test_the_registered_spec_reports_rewards_metrics_and_takes_its_params():
     spec = build_spec("stream_gdpo", {"weights": {"tool": 0.5, "mem": 0.5}, "eps": 0.5, "unbiased_std": False},
                       LossParams())
     got = spec.advantages(batch).advantages
-    want = stream_gdpo_advantages({k: torch.tensor(v) for k, v in comps.items()}, torch.tensor([0, 0, 1, 1]),
-                                  {"out": 1.0, "fmt": 1.0, "tool": 0.5, "mem": 0.5}, eps=0.5, unbiased=False)
+    from mmrl.algos.gdpo import gdpo_advantages
+
+    want = gdpo_advantages({k: torch.tensor(v) for k, v in comps.items()}, torch.tensor([0, 0, 1, 1]),
+                           {"out": 1.0, "fmt": 1.0, "tool": 0.5, "mem": 0.5}, eps=0.5, unbiased=False, batch_norm=False)
     assert torch.allclose(got, want) and not torch.allclose(got, out.advantages)
     # with the action weight: per-token advantages, the same rewards and metrics
     ids = [torch.tensor([3, 4, 5])] * 4
@@ -167,3 +169,32 @@ def test_actions_span_lines_and_empty_tokens_are_never_actions():
     assert action_token_mask([0, 3, 1, 2], dec, spec.find_spans).tolist() == [True, False, True, True]
     with pytest.raises(ValueError, match="response token ids and tokenizer decode"):
         spec.advantages(_batch({"out": [1.0, 0.0], "fmt": [1.0, 1.0], "tool": [0.0, 0.0], "mem": [0.0, 0.0]}))
+
+
+def test_config_errors_say_why():
+    with pytest.raises(ConfigError) as e:
+        build_spec("stream_gdpo", {"weights": {"speed": 1.0}}, LossParams())
+    assert str(e.value) == ("config key 'algorithm.params.weights.speed' is not a Stream-GDPO role; roles: "
+                            "out, fmt, tool, mem")
+    with pytest.raises(ConfigError) as e:
+        build_spec("stream_gdpo", {"components": {"out": "stream_out", "fmt": "stream_fmt", "tool": "stream_tool",
+                                                  "mem": "stream_mem", "speed": "x"}}, LossParams())
+    assert "'algorithm.params.components.speed' is not a Stream-GDPO role" in str(e.value)
+    with pytest.raises(ConfigError, match=r"'algorithm.params.eps' must be >= 0, got -0.1"):
+        build_spec("stream_gdpo", {"eps": -0.1}, LossParams())
+    assert build_spec("stream_gdpo", {"eps": 0.0}, LossParams()).params.eps == 0.0  # 0 is allowed
+
+
+def test_a_closing_tag_split_over_tokens_is_still_an_action():
+    vocab = ["<think>", "x", "</think>", "<action>", "silence", "</action", ">"]
+    dec = lambda ids: "".join(vocab[i] for i in ids)  # noqa: E731
+    spec = build_spec("stream_gdpo", {"action_loss_weight": 0.5}, LossParams())
+    assert action_token_mask([0, 1, 2, 3, 4, 5, 6], dec, spec.find_spans).tolist() == [False] * 3 + [True] * 4
+
+
+def test_an_empty_batch_gives_empty_advantages():
+    empty = StepBatch(rewards=torch.zeros(0), components={f"stream_{k}": torch.zeros(0) for k in R},
+                      groups={"prompt": torch.zeros(0, dtype=torch.long)}, roles=[], views=[],
+                      lengths=torch.zeros(0, dtype=torch.long), decode=decode)
+    out = build_spec("stream_gdpo", {}, LossParams()).advantages(empty)
+    assert out.advantages.shape == (0,) and out.metrics["component/out_mean"] == 0.0
