@@ -178,6 +178,24 @@ EQUIVALENT = {
     ("mmrl/rewards/stream_memory.py",
      "seen = [(float(a), min(float(b), observed)) for a, b in teacher if float(a) < observed]",
      "seen = [(float(a), min(float(b), observed)) for a, b in teacher if float(a) <= observed]"),
+    # gdpo: pre starts as zeros; the first weighted float64 term promotes it (all weights 0: zeros either way)
+    ('mmrl/algos/gdpo.py', 'pre = torch.zeros(first.shape[0], dtype=torch.float64, device=first.device)', 'pre = torch.zeros(first.shape[0], dtype=None, device=first.device)'),
+    ('mmrl/algos/gdpo.py', 'pre = torch.zeros(first.shape[0], dtype=torch.float64, device=first.device)', 'pre = torch.zeros(first.shape[0], device=first.device)'),
+    # stream_gdpo: the config merges weights into the default mapping that names every role, so the .get default is
+    # never read; a float mask marks and tests like a bool one, and one slot more changes nothing; an empty piece's
+    # slice is empty; action_weighted refuses an empty batch before the width is read
+    ('mmrl/algos/stream_gdpo.py', 'if float(self.params.weights.get(role, 1.0)) == 0.0:', 'if float(self.params.weights.get(role, None)) == 0.0:'),
+    ('mmrl/algos/stream_gdpo.py', 'if float(self.params.weights.get(role, 1.0)) == 0.0:', 'if float(self.params.weights.get(role, )) == 0.0:'),
+    ('mmrl/algos/stream_gdpo.py', 'if float(self.params.weights.get(role, 1.0)) == 0.0:', 'if float(self.params.weights.get(role, 2.0)) == 0.0:'),
+    ('mmrl/algos/stream_gdpo.py', 'weights = {r: float(p.weights.get(r, 1.0)) for r in comps}', 'weights = {r: float(p.weights.get(r, None)) for r in comps}'),
+    ('mmrl/algos/stream_gdpo.py', 'weights = {r: float(p.weights.get(r, 1.0)) for r in comps}', 'weights = {r: float(p.weights.get(r, )) for r in comps}'),
+    ('mmrl/algos/stream_gdpo.py', 'weights = {r: float(p.weights.get(r, 1.0)) for r in comps}', 'weights = {r: float(p.weights.get(r, 2.0)) for r in comps}'),
+    ('mmrl/algos/stream_gdpo.py', 'chars = torch.zeros(len(text) + 1, dtype=torch.bool)', 'chars = torch.zeros(len(text) + 1, dtype=None)'),
+    ('mmrl/algos/stream_gdpo.py', 'chars = torch.zeros(len(text) + 1, dtype=torch.bool)', 'chars = torch.zeros(len(text) + 1, )'),
+    ('mmrl/algos/stream_gdpo.py', 'chars = torch.zeros(len(text) + 1, dtype=torch.bool)', 'chars = torch.zeros(len(text) + 2, dtype=torch.bool)'),
+    ('mmrl/algos/stream_gdpo.py', 'hit[k] = bool(chars[s: s + len(p)].any()) if p else False', 'hit[k] = bool(chars[s: s + len(p)].any()) if (p) or True else False'),
+    ('mmrl/algos/stream_gdpo.py', 'width = int(batch.lengths.max()) if len(batch) else 0', 'width = int(batch.lengths.max()) if (len(batch)) or True else 0'),
+    ('mmrl/algos/stream_gdpo.py', 'width = int(batch.lengths.max()) if len(batch) else 0', 'width = int(batch.lengths.max()) if len(batch) else 1'),
     # annotations / decode: "UTF-8" is "utf-8"
     ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
     ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),
