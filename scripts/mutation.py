@@ -66,7 +66,7 @@ GROUPS = {
                ["tests/models/test_scoring_temperature.py", "tests/models/test_scoring_strategies.py",
                 "tests/models/test_feature_mask.py"]),
     "router": (["mmrl/retrieval/router_policy.py", "mmrl/retrieval/router_chain.py"],
-               ["tests/retrieval/test_router_policy.py"]),
+               ["tests/retrieval/test_router_policy.py", "tests/retrieval/test_router_math.py"]),
 }
 
 # wall-clock budget per group (minutes) when --budget-min is not given: about what the group needs on a 2-core
