@@ -1,7 +1,8 @@
 """The action grammar and the recall time rule (specs/algorithms.md section 5, unit test 5)."""
 import pytest
 
-from mmrl.stream.actions import REASONS, check_recall, parse_action, parse_memory, recall, response, silence
+from mmrl.stream.actions import (REASONS, Action, check_recall, fmt_time, parse_action, parse_memory, recall, response,
+                                 silence)
 from mmrl.stream.record import EpisodeRecord, MemoryLine, StreamQuestion, SubTurn, causal
 
 
@@ -98,3 +99,34 @@ def test_the_think_limit_counts_words_not_characters(text, limit, valid):
 ])
 def test_the_last_memory_block_is_the_memory(text, lines):
     assert parse_memory(text) == (lines, 0)
+
+
+@pytest.mark.parametrize("text,reason,kind", [
+    ("<think>a b</think> no action here", "no_action", None),
+    ("<think>a b</think><action>silence</action><action>silence</action>", "multiple_actions", None),
+    ("<think>a b</think><think>c</think><action>silence</action>", "multiple_thinks", None),
+    ("<think>a b</think><action>silence</action> and more", "extra_text", None),
+    ("<think>a b</think><action>dance</action>", "unknown_action", None),
+    ("<think>a b</think><action>123</action>", "unknown_action", None),
+    ("<think>a b</think><action>silence please</action>", "malformed_action", "silence"),
+    ("<think>a b</think><action>recall(1)</action>", "malformed_action", "recall"),
+])
+def test_an_invalid_decision_keeps_its_think_and_kind(text, reason, kind):
+    a = parse_action(text)
+    assert (a.reason, a.kind, a.think) == (reason, kind, "a b")
+
+
+def test_too_long_thinks_keep_the_text_and_helpers_carry_the_think():
+    a = parse_action("<think>a b c</think><action>silence</action>", max_think_words=2)
+    assert (a.reason, a.think) == ("think_too_long", "a b c")
+    assert parse_action("").reason == "no_action" and parse_action(None).think == ""
+    assert silence().think == "" and silence("s").think == "s" and response("q", "A").think == ""
+    assert response("q", "A", "r").think == "r" and recall(1, 2).think == "" and recall(1, 2, "t").think == "t"
+    assert silence("look").render() == "<think>look</think>\n<action>silence</action>"
+    assert fmt_time(None) == "?" and fmt_time(7.50) == "7.5" and Action("silence").valid
+
+
+def test_memory_lines_count_every_bad_line_and_go_on_after_one():
+    lines, bad = parse_memory("<memory>\n[inf-1] x\n[0-1] a\nno range\n[1-2] b\n</memory>")
+    assert lines == [(0.0, 1.0, "a"), (1.0, 2.0, "b")] and bad == 2
+    assert parse_memory("") == (None, 0) and parse_memory(None) == (None, 0)

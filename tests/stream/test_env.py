@@ -136,3 +136,43 @@ def test_an_answer_counts_only_for_a_question_already_asked(blocks, asked, wait,
     assert env.record.answers == ([AnswerEvent("qx", "B", now, 4 + wait)] if accepted else [])
     if not accepted:
         assert turn.reason == "question_not_active"
+
+
+def test_observation_texts_name_times_memory_and_recalls(blocks):
+    from mmrl.stream.record import MemoryLine
+
+    cfg, bl = blocks
+    env = StreamEnvironment(cfg, block=dataclasses.replace(bl[1], questions=[], memory_initial=[]))
+    first = env.reset(None, None)
+    lo = max(0, 4 - cfg.carry_chunks)
+    assert first.prefix.endswith(f"Memory:\n(empty)\nTime 5 s. Chunks {lo}-5 s:") and first.text == "Decide."
+    nxt = env.step(act("silence"))
+    assert nxt.prefix == "Time 6 s:"
+    rec = env.step(act("recall(0.5, 2.5)"))
+    assert rec.prefix == "Recalled 0-1 s, 1-2 s, 2-3 s:" and rec.text == "Decide again at 6 s."
+    kept = StreamEnvironment(cfg, block=dataclasses.replace(bl[1], questions=[], memory_initial=[MemoryLine("red", 0, 2)]))
+    assert "Memory:\n[0-2] red\nTime 5 s." in kept.reset(None, None).prefix
+    # the block's own think limit
+    short = StreamEnvironment(dataclasses.replace(cfg, max_think_words=2), block=bl[1])
+    short.reset(None, None)
+    short.step("<think>a b c</think><action>silence</action>")
+    assert short.record.subturns[-1].reason == "think_too_long"
+
+
+def test_compaction_records_token_counts_and_an_exact_budget_fits(blocks):
+    from mmrl.stream.env import fit_budget
+    from mmrl.stream.record import MemoryLine
+
+    lines = [MemoryLine("a b", 0, 1), MemoryLine("c d", 1, 2)]
+    exact = word_count(render_memory(lines))
+    assert fit_budget(lines, exact, word_count) == lines and fit_budget(lines, exact - 1, word_count) == lines[1:]
+    cfg, bl = blocks
+    env = StreamEnvironment(dataclasses.replace(cfg, memory_budget=50), block=bl[0])
+    obs = env.reset(None, None)
+    for _ in range(4):
+        obs = env.step(act("silence"))
+    assert "Memory before compaction:\n[0-1] x\n" in obs.text
+    env.step("<memory>\n[0-2] red square\n</memory>")
+    c = env.record.compactions[-1]
+    assert c.tokens_pre == word_count(render_memory(c.pre)) and c.tokens_post == word_count("[0-2] red square")
+    assert c.budget == 50 and c.reason is None
