@@ -196,6 +196,19 @@ EQUIVALENT = {
     ('mmrl/algos/stream_gdpo.py', 'hit[k] = bool(chars[s: s + len(p)].any()) if p else False', 'hit[k] = bool(chars[s: s + len(p)].any()) if (p) or True else False'),
     ('mmrl/algos/stream_gdpo.py', 'width = int(batch.lengths.max()) if len(batch) else 0', 'width = int(batch.lengths.max()) if (len(batch)) or True else 0'),
     ('mmrl/algos/stream_gdpo.py', 'width = int(batch.lengths.max()) if len(batch) else 0', 'width = int(batch.lengths.max()) if len(batch) else 1'),
+    # router: float("-INF") is -inf; logits are always [B, K + 2], so dim=+1 is dim=-1; einsum takes upper-case
+    # subscripts alike; a start past len(chain) - L gives a slice shorter than the (non-empty) gold chain
+    ("mmrl/retrieval/router_policy.py", 'return logits.masked_fill(~mask, float("-inf"))',
+     'return logits.masked_fill(~mask, float("-INF"))'),
+    ("mmrl/retrieval/router_policy.py", 'logits = logits.masked_fill(~keep, float("-inf"))',
+     'logits = logits.masked_fill(~keep, float("-INF"))'),
+    ("mmrl/retrieval/router_policy.py", "return torch.log_softmax(logits, dim=-1)", "return torch.log_softmax(logits, dim=+1)"),
+    ("mmrl/retrieval/router_policy.py", 'cand_cos = torch.einsum("bd,bkd->bk", s, F.normalize(cands, dim=-1))',
+     'cand_cos = torch.einsum("BD,BKD->BK", s, F.normalize(cands, dim=-1))'),
+    ("mmrl/retrieval/router_chain.py", "return any(list(chain[i:i + L]) == list(gold) for i in range(len(chain) - L + 1))",
+     "return any(list(chain[i:i + L]) == list(gold) for i in range(len(chain) + L + 1))"),
+    ("mmrl/retrieval/router_chain.py", "return any(list(chain[i:i + L]) == list(gold) for i in range(len(chain) - L + 1))",
+     "return any(list(chain[i:i + L]) == list(gold) for i in range(len(chain) - L + 2))"),
     # annotations / decode: "UTF-8" is "utf-8"
     ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
     ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),

@@ -9,12 +9,18 @@ import torch.nn.functional as F
 from mmrl.retrieval.router_chain import BACKTRACK, STOP, Episode, chain_reward, contains_chain
 from mmrl.retrieval.router_policy import action_log_probs, action_logits, info_nce
 
-# B = 2 states, K = 3 candidates, D = 2 (vectors chosen so that the cosines are simple)
-STATE = torch.tensor([[3.0, 0.0], [0.0, 0.5]])
-CANDS = torch.tensor([[[2.0, 0.0], [0.0, 7.0], [1.0, 1.0]], [[4.0, 4.0], [0.0, -2.0], [0.0, 0.1]]])
-SPECIAL = torch.tensor([[-5.0, 0.0], [0.0, 3.0]])  # BACKTRACK, STOP
-R = 1 / math.sqrt(2)
-COS = [[1.0, 0.0, R, -1.0, 0.0], [R, -1.0, 1.0, 0.0, 1.0]]
+# B = 2 states, K = 3 candidates, D = 3, none of unit length (so that a normalisation over the wrong axis shows)
+STATE = torch.tensor([[3.0, 4.0, 0.0], [1.0, -2.0, 2.0]])
+CANDS = torch.tensor([[[2.0, 0.0, 1.0], [0.0, 7.0, -1.0], [1.0, 1.0, 1.0]], [[4.0, 4.0, 0.5], [0.0, -2.0, 3.0], [1.0, 0.0, 0.0]]])
+SPECIAL = torch.tensor([[-5.0, 1.0, 2.0], [0.5, 3.0, -1.0]])  # BACKTRACK, STOP
+
+
+def _cos(a, b):
+    a, b = a.tolist(), b.tolist()
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+COS = [[_cos(STATE[i], c) for c in list(CANDS[i]) + list(SPECIAL)] for i in range(2)]
 
 
 @pytest.mark.parametrize("t", [1.0, 0.05, 0.5])
@@ -33,16 +39,18 @@ def test_masks_set_minus_infinity_and_need_one_allowed_action():
     allowed = torch.cat([cm, sm], dim=1)
     assert torch.isneginf(got[~allowed]).all() and torch.allclose(got[allowed], (torch.tensor(COS) / 0.5)[allowed])
     assert action_log_probs(got)[1].exp().tolist() == pytest.approx([0, 0, 0, 0, 1.0])
+    p0 = torch.softmax(torch.tensor([COS[0][0], COS[0][2], COS[0][4]]) / 0.5, 0)
+    assert action_log_probs(got)[0].exp().tolist() == pytest.approx([float(p0[0]), 0, float(p0[1]), 0, float(p0[2])], abs=1e-5)
     with pytest.raises(ValueError, match=r"^every state needs at least one allowed action \(STOP is always allowed"):
         action_logits(STATE, CANDS, SPECIAL, 0.5, cand_mask=cm, special_mask=torch.tensor([[False, True], [False, False]]))
 
 
 @pytest.mark.parametrize("args,message", [
-    ((STATE, CANDS[:1], SPECIAL, 1.0), r"^state must be \[B, D\] and cands \[B, K, D\], got \(2, 2\) and \(1, 3, 2\)$"),
-    ((STATE, CANDS[..., :1], SPECIAL, 1.0), r"^state must be \[B, D\] and cands \[B, K, D\], got \(2, 2\) and \(2, 3, 1\)$"),
+    ((STATE, CANDS[:1], SPECIAL, 1.0), r"^state must be \[B, D\] and cands \[B, K, D\], got \(2, 3\) and \(1, 3, 3\)$"),
+    ((STATE, CANDS[..., :1], SPECIAL, 1.0), r"^state must be \[B, D\] and cands \[B, K, D\], got \(2, 3\) and \(2, 3, 1\)$"),
     ((STATE[0], CANDS, SPECIAL, 1.0), r"^state must be \[B, D\]"),
     ((STATE, CANDS[0], SPECIAL, 1.0), r"^state must be \[B, D\]"),
-    ((STATE, CANDS, SPECIAL[:1], 1.0), r"^special must be \[2, D=2\], got \(1, 2\)$"),
+    ((STATE, CANDS, SPECIAL[:1], 1.0), r"^special must be \[2, D=3\], got \(1, 3\)$"),
     ((STATE, CANDS, SPECIAL, 0.0), r"^temperature must be > 0, got 0.0$"),
 ])
 def test_bad_shapes_and_temperature(args, message):
@@ -51,20 +59,19 @@ def test_bad_shapes_and_temperature(args, message):
 
 
 def test_info_nce_by_hand():
-    keys = torch.tensor([[2.0, 0.0], [0.0, 9.0], [-1.0, 0.0]])  # cos with state 0: 1, 0, -1; with state 1: 0, 1, 0
+    keys = torch.tensor([[2.0, 0.0, 1.0], [0.0, 9.0, -3.0], [-1.0, 0.5, 0.0]])
     labels = torch.tensor([0, 1])
     t = 0.5
-    want = [-math.log(math.exp(2) / (math.exp(2) + 1 + math.exp(-2))), -math.log(math.exp(2) / (1 + math.exp(2) + 1))]
-    assert info_nce(STATE, keys, labels, t).item() == pytest.approx(sum(want) / 2, abs=1e-5)
-    # key_mask drops key 2 from state 0 and key 0 from state 1; the label is always kept
-    km = torch.tensor([[False, True, False], [False, False, True]])
-    want = [-math.log(math.exp(2) / (math.exp(2) + 1)), -math.log(math.exp(2) / (math.exp(2) + 1))]
-    assert info_nce(STATE, keys, labels, t, key_mask=km).item() == pytest.approx(sum(want) / 2, abs=1e-5)
+    logits = [[_cos(STATE[i], k) / t for k in keys] for i in range(2)]
+    nll = lambda row, lab, keep: -(row[lab] - math.log(sum(math.exp(row[j]) for j in keep)))  # noqa: E731
+    want = (nll(logits[0], 0, [0, 1, 2]) + nll(logits[1], 1, [0, 1, 2])) / 2
+    assert info_nce(STATE, keys, labels, t).item() == pytest.approx(want, abs=1e-5)
+    # key_mask drops key 2 from state 0 and keys 0 and 1 from state 1; the label is always kept
+    km = torch.tensor([[True, True, False], [False, False, True]])
+    want = (nll(logits[0], 0, [0, 1]) + nll(logits[1], 1, [1, 2])) / 2
+    assert info_nce(STATE, keys, labels, t, key_mask=km).item() == pytest.approx(want, abs=1e-5)
     with pytest.raises(ValueError, match=r"^labels must be \[B=2\], got \(3,\)$"):
         info_nce(STATE, keys, torch.tensor([0, 1, 2]), t)
-    wide = torch.tensor([[3.0, 0.0, 0.0], [0.0, 0.5, 0.0]])  # D = 3 != B: labels are checked against B
-    assert info_nce(wide, F.pad(keys, (0, 1)), labels, t).item() == pytest.approx(
-        info_nce(STATE, keys, labels, t).item(), abs=1e-5)
 
 
 def test_episode_rules():
