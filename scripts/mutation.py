@@ -209,6 +209,15 @@ EQUIVALENT = {
      "return any(list(chain[i:i + L]) == list(gold) for i in range(len(chain) + L + 1))"),
     ("mmrl/retrieval/router_chain.py", "return any(list(chain[i:i + L]) == list(gold) for i in range(len(chain) - L + 1))",
      "return any(list(chain[i:i + L]) == list(gold) for i in range(len(chain) - L + 2))"),
+    # router: F.normalize's default dim is 1, which is the last axis of the 2-D states, keys and special embeddings
+    ('mmrl/retrieval/router_policy.py', 's = F.normalize(state, dim=-1)', 's = F.normalize(state, )'),
+    ('mmrl/retrieval/router_policy.py', 's = F.normalize(state, dim=-1)', 's = F.normalize(state, dim=+1)'),
+    ('mmrl/retrieval/router_policy.py', 'spec_cos = s @ F.normalize(special, dim=-1).T', 'spec_cos = s @ F.normalize(special, ).T'),
+    ('mmrl/retrieval/router_policy.py', 'spec_cos = s @ F.normalize(special, dim=-1).T', 'spec_cos = s @ F.normalize(special, dim=+1).T'),
+    ('mmrl/retrieval/router_policy.py', 'logits = F.normalize(state, dim=-1) @ F.normalize(keys, dim=-1).T / temperature', 'logits = F.normalize(state, ) @ F.normalize(keys, dim=-1).T / temperature'),
+    ('mmrl/retrieval/router_policy.py', 'logits = F.normalize(state, dim=-1) @ F.normalize(keys, dim=-1).T / temperature', 'logits = F.normalize(state, dim=+1) @ F.normalize(keys, dim=-1).T / temperature'),
+    ('mmrl/retrieval/router_policy.py', 'logits = F.normalize(state, dim=-1) @ F.normalize(keys, dim=-1).T / temperature', 'logits = F.normalize(state, dim=-1) @ F.normalize(keys, ).T / temperature'),
+    ('mmrl/retrieval/router_policy.py', 'logits = F.normalize(state, dim=-1) @ F.normalize(keys, dim=-1).T / temperature', 'logits = F.normalize(state, dim=-1) @ F.normalize(keys, dim=+1).T / temperature'),
     # annotations / decode: "UTF-8" is "utf-8"
     ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
     ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),
