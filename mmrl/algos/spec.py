@@ -91,13 +91,15 @@ class StepBatch:
         return int(self.rewards.numel())
 
     def subset(self, idx: List[int]) -> "StepBatch":
-        """The rows ``idx`` (in that order) as a batch of their own."""
+        """The rows ``idx`` (in that order) as a batch of their own: every per-row field is subset (the scalars
+        and ``decode`` are shared)."""
         sel = torch.tensor(idx, dtype=torch.long)
         pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
         return dataclasses.replace(
             self, rewards=self.rewards[sel], components={k: v[sel] for k, v in self.components.items()},
             groups={k: v[sel] for k, v in self.groups.items()}, roles=pick(self.roles), views=pick(self.views),
-            lengths=self.lengths[sel], response_ids=pick(self.response_ids) if self.response_ids else [],
+            lengths=self.lengths[sel], view_weights=None if self.view_weights is None else self.view_weights[sel],
+            response_ids=pick(self.response_ids) if self.response_ids else [],
             texts=pick(self.texts) if self.texts else [], logprobs=pick(self.logprobs) if self.logprobs else [],
             rescored={k: pick(v) for k, v in self.rescored.items()})
 

@@ -12,7 +12,7 @@ from mmrl.algos.spec import StepBatch, build_spec
 from mmrl.data.affect import BUILTIN_VAD, builtin_lexicon, sample_prior
 from mmrl.data.schema import Evidence, Sample, Trajectory
 from mmrl.errors import ConfigError
-from mmrl.rewards.base import RewardContext, RewardSpec, compute_rewards
+from mmrl.rewards.base import REWARDS, RewardContext, RewardSpec, compute_rewards
 
 EMO = ["anger", "disgust", "fear", "joy", "sadness", "surprise"]
 
@@ -169,3 +169,63 @@ def test_cvig_shapes_reward(tiny_model_path):
     del comps["dspo_evidence/mask_area"]
     with pytest.raises(ConfigError, match="dspo_evidence"):
         spec.advantages(batch)
+
+
+def _evidence_ctx(text, source_size, size=None, box=(20.0, 10.0, 60.0, 50.0)):
+    s = Sample(id="wide", question="q", candidates=EMO, answer="sadness",
+               evidence=Evidence(boxes=[(0.0, list(box))], source_size=source_size))
+    tr = Trajectory(sample_id="wide", group_id=0, view="original", role="anchor", prompt_ids=torch.zeros(1),
+                    response_ids=torch.zeros(1), logprobs=torch.zeros(1), loss_mask=torch.ones(1), text=text)
+    return RewardContext(sample=s, trajectory=tr, candidates=EMO, media_info={"size": size} if size else {})
+
+
+# the evidence box [x0 20, y0 10, x1 60, y1 50] px on non-square images, as (ymin, xmin, ymax, xmax) fractions
+WIDE = [
+    ((200, 100), None, (0.1, 0.1, 0.5, 0.3)),  # 200 wide, 100 high
+    ((100, 200), None, (0.05, 0.2, 0.25, 0.6)),  # 100 wide, 200 high
+    (None, (400, 100), (0.1, 0.05, 0.5, 0.15)),  # no source_size: the decoded media's (width, height)
+    ((200, 100), (400, 50), (0.1, 0.1, 0.5, 0.3)),  # source_size wins over the media's size
+]
+
+
+@pytest.mark.parametrize("source_size,size,want", WIDE, ids=[str(i) for i in range(len(WIDE))])
+def test_evidence_box_is_normalised_by_width_and_height_on_non_square_images(source_size, size, want):
+    from mmrl.rewards.dspo_rewards import evidence_box
+
+    c = _evidence_ctx("", source_size, size)
+    assert evidence_box(c.sample, size) == pytest.approx(want)
+    # a response whose step-1 box is exactly that box: IoU 1 and the box's area
+    text = resp(["sadness", "fear"], box=", ".join(f"{v:g}" for v in want))
+    out = REWARDS.get("dspo_evidence")([_evidence_ctx(text, source_size, size)])
+    assert out["dspo_evidence"] == [pytest.approx(1.0)]
+    assert out["dspo_evidence/mask_area"] == [pytest.approx((want[2] - want[0]) * (want[3] - want[1]))]
+
+
+def test_a_response_with_fewer_than_two_candidates_gets_no_counterfactual_term(tiny_model_path):
+    """R_cf and the CVIG re-weighting need K >= 2 candidates: a one-candidate response keeps its reward even when
+    its candidate's probability drops under the intervention, and is not counted as scored."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    texts = [resp(["sadness"]), resp(["sadness", "fear"])]
+    ids = [torch.tensor(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    lp, lp_cf = [torch.zeros(len(i)) for i in ids], [torch.zeros(len(i)) for i in ids]
+    for row, text in enumerate(texts):  # p(sadness) = 0.5 as sampled, 0.1 under the intervention
+        offs = token_offsets(tok, ids[row].tolist(), len(text))
+        st = text.index("sadness", text.index("<step3>"))
+        first = [i for i, (a, b) in enumerate(offs) if a < st + 7 and b > st][0]
+        lp[row][first], lp_cf[row][first] = math.log(0.5), math.log(0.1)
+    comps = {"dspo_evidence/mask_area": torch.tensor([0.25, 0.25]), "dspo_div/t0": torch.tensor([0.2, 0.2]),
+             "dspo_div/t1": torch.tensor([0.0, -0.1])}
+    batch = StepBatch(rewards=torch.tensor([1.0, 1.0]), components=comps, groups={"prompt": torch.zeros(2, dtype=torch.long)},
+                      roles=["anchor"] * 2, views=["original"] * 2, lengths=torch.tensor([len(i) for i in ids]),
+                      response_ids=ids, texts=texts, logprobs=[torch.zeros(len(i)) for i in ids],
+                      rescored={"cvig_orig": lp, "cvig": lp_cf})
+    spec = build_spec("dspo", {"tokenizer": tiny_model_path, "mask": "pixel", "div_weight": 0.3}, LossParams())
+    out = spec.advantages(batch)
+    assert float(out.rewards[0]) == 1.0  # K = 1: unchanged
+    dp = torch.tensor([(0.5 - 0.1) * 0.75, 0.0])  # K = 2: R_cf = mean ΔP, w = softmax(ΔP / 0.1)
+    w = torch.softmax(dp / 0.1, 0)
+    want = 1.0 + 0.1 * float(dp.mean()) + 0.3 * (float((w * torch.tensor([0.2, -0.1])).sum()) - 0.05)
+    assert float(out.rewards[1]) == pytest.approx(want, abs=1e-5)
+    assert out.metrics["cvig/scored_frac"] == 0.5 and out.metrics["cvig/r_cf"] == pytest.approx(float(dp.mean()) / 2)

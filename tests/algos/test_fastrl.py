@@ -144,3 +144,47 @@ def test_spec3_ars_state_epochs():
         ARSState(g_max=4, total_steps=20).load_state_dict(saved)
     with pytest.raises(ValueError):
         ARSState(g_max=1, total_steps=20)
+
+
+# advantages and prompt ids -> partitions (as "same partition" classes): equal A in two prompts never share one,
+# however the prompts' rows interleave and whatever their ids
+PARTITIONS = [
+    ([1.0, 0.5, 1.0, 2.0], [0, 0, 1, 1], [[0], [1], [2], [3]]),  # prompt 0's top A = prompt 1's bottom A
+    ([0.5, 0.5, 0.5, 0.5], [4, 9, 4, 9], [[0, 2], [1, 3]]),
+    ([0.3, 0.3, 0.3, 0.3, 0.3, 0.3], [2, 1, 0, 2, 1, 0], [[0, 3], [1, 4], [2, 5]]),
+    ([-1.0, 1.0, 1.00005, -1.0, 1.0], [7, 7, 7, 3, 3], [[0], [1, 2], [3], [4]]),
+]
+
+
+@pytest.mark.parametrize("adv,gids,classes", PARTITIONS, ids=[str(i) for i in range(len(PARTITIONS))])
+def test_mdap_partitions_never_span_two_prompts(adv, gids, classes):
+    p = advantage_partitions(T(adv), T(gids), tol=1e-4).tolist()
+    got = sorted(sorted(i for i in range(len(p)) if p[i] == v) for v in set(p))
+    assert got == sorted(classes)
+    # the kept set with identical responses and tau = 1: one row per (prompt, advantage) partition
+    keep = mdap_keep(T(adv), T(gids), [T([1, 2, 3])] * len(adv), tau=1.0)
+    assert int(keep.sum()) == len(classes) and all(sum(bool(keep[i]) for i in c) == 1 for c in classes)
+
+
+@pytest.mark.parametrize("adv,gids,tol,parts", [
+    ([], [], 1e-4, []),
+    ([0.7], [3], 1e-4, [0]),
+    ([0.0, 0.5], [0, 0], 0.5, [0, 1]),  # a jump of exactly tol starts a new partition
+    ([0.0, 0.25, 0.5], [0, 0, 0], 0.5, [0, 0, 0]),  # single linkage: 0.25 steps chain 0 to 0.5
+    ([2.0, 1.0, 3.0], [1, 1, 0], 1e-4, [2, 1, 0]),  # dense ids from 0, in (group id, A) order
+])
+def test_partition_ids_by_hand(adv, gids, tol, parts):
+    got = advantage_partitions(T(adv, dtype=torch.float32), T(gids, dtype=torch.long), tol=tol)
+    assert got.dtype == torch.long and got.tolist() == parts
+
+
+def test_partition_and_size_inputs_are_checked_by_name():
+    with pytest.raises(ValueError, match=r"^advantages must be a 1-D tensor"):
+        advantage_partitions(T([[1.0]]), T([0]))
+    with pytest.raises(ValueError, match=r"^group_ids has 1 entries, expected 2$"):
+        advantage_partitions(T([1.0, 2.0]), T([0]))
+    with pytest.raises(ValueError, match=r"^group_ids has 3 entries, expected 2$"):
+        kept_set_sizes(T([True, False]), T([0, 0, 1]))
+    assert kept_set_sizes(T([True, False]), T([0, 1]), eligible=T([False, False])) == (0.0, 0.0)
+    assert kept_set_sizes(T([True, True, False]), T([0, 0, 1])) == (1.0, 2.0)  # sizes 2 and 0 over both prompts
+    assert kept_set_sizes(T([True, True, False]), T([0, 0, 1]), eligible=T([1, 1, 0])) == (2.0, 2.0)

@@ -173,3 +173,35 @@ def test_chars_to_tokens_edges():
     offs = [(0, 3), (3, 5), (5, 5), (5, 9)]
     assert chars_to_tokens(offs, 4, 6) == (1, 4)
     assert chars_to_tokens(offs, 20, 30) == (0, 0)
+
+
+# quantile mode on P = 0.1 .. 1.0: mean 0.55, unbiased std 0.302765, the 0.8 quantile 0.82 has z = 0.891781;
+# the flagged claims (0.9, 1.0) have z = 1.156012 and 1.486301, and the gain is measured from the quantile's z,
+# whatever κ is: g = max(γ, 1 − η(z − 0.891781))
+QUANTILE_GAINS = [
+    (dict(kappa=1.0), [0.867884, 0.702740]),
+    (dict(kappa=0.3), [0.867884, 0.702740]),
+    (dict(kappa=2.5), [0.867884, 0.702740]),
+    (dict(kappa=1.0, eta=2.0, gamma=0.1), [0.471537, 0.1]),
+]
+
+
+@pytest.mark.parametrize("params,gains", QUANTILE_GAINS, ids=[str(i) for i in range(len(QUANTILE_GAINS))])
+def test_quantile_gain_is_measured_from_the_quantiles_z(params, gains):
+    p = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    out = persistence_gate(p, mode="quantile", q=0.2, **params)
+    assert out.flagged.tolist() == [False] * 8 + [True, True]
+    assert out.threshold.tolist() == pytest.approx([0.891781] * 10, abs=1e-5)
+    assert out.z[-2:].tolist() == pytest.approx([1.156012, 1.486301], abs=1e-5)
+    assert out.gain.tolist() == pytest.approx([1.0] * 8 + gains, abs=1e-5)
+
+
+def test_quantile_thresholds_are_per_group():
+    # two groups of 5: each flags its own top claim (q = 0.2), measured from its own quantile's z
+    p = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.65, 0.7, 0.75, 0.95])
+    g = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
+    out = persistence_gate(p, g, mode="quantile", q=0.2)
+    assert out.flagged.tolist() == [False] * 4 + [True] + [False] * 4 + [True]
+    # group 0: mean 0.3, std 0.158114, quantile 0.42 -> z 0.758947; 0.5 -> z 1.264911
+    assert out.gain[4].item() == pytest.approx(1 - 0.5 * (1.264911 - 0.758947), abs=1e-5)
+    assert out.threshold[:5].tolist() == pytest.approx([0.758947] * 5, abs=1e-5)

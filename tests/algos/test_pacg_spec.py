@@ -165,3 +165,73 @@ def test_another_intervention_takes_its_own_params_not_the_patch_defaults():
                       LossParams())
     assert len(both.needs().rescore) == 1
     assert list(build_spec("pacg", {"base": "dapo"}, LossParams()).needs().rescore) == [PATCH]  # default unchanged
+
+
+# P = [0.2, 0.95, 0.3, 0.25] over the batch: mean 0.425, unbiased std 0.352373, z of claim [1] = 1.489901.
+# Per prompt group (rows 0-1: claims [0], [1], [2]; rows 2-3: claim [3] alone, std 0): mean 0.48333, std 0.407226,
+# z of claim [1] = 1.145983, and claim [3] is never flagged. The gain g = max(γ, 1 − η(z − κ)) on claim [1]:
+Z_BATCH, Z_GROUP = 1.489901, 1.145983
+GAINS = [
+    (dict(gamma=0.6, eta=0.3), 1 - 0.3 * (Z_BATCH - 1)),  # 0.853 (γ and η swapped: 0.706)
+    (dict(gamma=0.9, eta=0.5), 0.9),  # the floor binds (swapped: 0.559)
+    (dict(gamma=0.2, eta=0.8, kappa=0.5), 1 - 0.8 * (Z_BATCH - 0.5)),  # 0.208 (swapped: 0.406)
+    (dict(gamma=0.6, eta=0.3, per_group=True), 1 - 0.3 * (Z_GROUP - 1)),  # 0.956
+    (dict(per_group=True), 1 - 0.5 * (Z_GROUP - 1)),  # 0.927 (batch-wide: 0.755)
+    (dict(per_group=True, kappa=1.2), 1.0),  # z 1.146 < 1.2: not flagged per group (batch-wide it would be)
+]
+
+
+@pytest.mark.parametrize("params,gain", GAINS, ids=[str(i) for i in range(len(GAINS))])
+def test_the_gate_uses_the_configured_floor_slope_and_statistics(params, gain):
+    spec = build_spec("pacg", {"base": "grpo", **params}, LossParams())
+    batch = make_batch(TEXTS, [1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], claim_p=[0.2, 0.95, 0.3, 0.25])
+    base = build_spec("grpo", {}, LossParams()).advantages(batch).advantages
+    out = spec.advantages(batch)
+    t0 = TEXTS[0]
+    a, b = t0.index("I see blue"), t0.index("[1].") + 4
+    assert out.advantages[0, a:b].tolist() == pytest.approx([base[0].item() * gain] * (b - a), abs=2e-3)
+    assert out.advantages[0, :a].tolist() == pytest.approx([base[0].item()] * a)
+    assert out.metrics["pacg/flagged_frac"] == (0.0 if gain == 1.0 else 0.25)
+    if gain != 1.0:
+        assert out.metrics["pacg/gain_flagged_mean"] == pytest.approx(gain, abs=2e-3)
+
+
+def test_pacg_reports_its_metrics_and_passes_the_base_through():
+    spec = build_spec("pacg", {"base": "grpo"}, LossParams())
+    batch = make_batch(TEXTS, [1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], claim_p=[0.2, 0.95, 0.3, 0.25])
+    base = build_spec("grpo", {}, LossParams()).advantages(batch)
+    out = spec.advantages(batch)
+    efs = [p - math.log(p) - 1 for p in (0.2, 0.95, 0.3, 0.25)]  # EFS = e^d - d - 1 with d = log P on a claim's tokens
+    inter = batch.rescored[PATCH]
+    tokens = torch.cat([torch.exp(x) - x - 1 for x in inter])
+    assert out.metrics["pacg/claims"] == 4.0 and out.metrics["pacg/responses_with_claims"] == 0.75
+    assert out.metrics["pacg/flagged_frac"] == 0.25 and out.metrics["pacg/persistence_mean"] == pytest.approx(0.425)
+    assert out.metrics["pacg/efs_claim_mean"] == pytest.approx(sum(efs) / 4, abs=1e-5)
+    assert out.metrics["pacg/efs_token_mean"] == pytest.approx(float(tokens.mean()), abs=1e-5)
+    assert out.metrics["pacg/gain_flagged_mean"] == pytest.approx(0.755, abs=2e-3)
+    assert all(out.metrics[k] == v for k, v in base.metrics.items())  # the base's metrics too
+    assert torch.equal(out.rewards, base.rewards)
+    assert (out.train_mask is None) == (base.train_mask is None)
+    # no claim at all: zeros, a gain of 1
+    none = spec.advantages(make_batch(["plain text A", "no think B"], [1.0, 0.0], [0, 0]))
+    assert [none.metrics[k] for k in ("pacg/claims", "pacg/responses_with_claims", "pacg/flagged_frac",
+                                      "pacg/persistence_mean", "pacg/efs_claim_mean", "pacg/efs_token_mean",
+                                      "pacg/gain_flagged_mean")] == [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    # quantile mode takes q: q = 0.5 flags the top half of the four claims (0.95 and 0.3)
+    half = build_spec("pacg", {"base": "grpo", "mode": "quantile", "q": 0.5}, LossParams()).advantages(batch)
+    assert half.metrics["pacg/flagged_frac"] == 0.5
+
+
+def test_pacg_keeps_the_bases_old_and_ref_needs():
+    from mmrl.algos.spec import ALGORITHMS, AlgorithmSpec, Needs, register_algorithm
+
+    if "test_needy" not in ALGORITHMS:
+        @register_algorithm("test_needy")
+        class Needy(AlgorithmSpec):
+            def needs(self):
+                return Needs(old=True, ref=True)
+
+    n = build_spec("pacg", {"base": "test_needy"}, LossParams()).needs()
+    assert n.old is True and n.ref is True and list(n.rescore) == [PATCH]
+    g = build_spec("pacg", {"base": "grpo"}, LossParams()).needs()
+    assert g.old is False and g.ref is False

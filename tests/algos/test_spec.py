@@ -110,3 +110,48 @@ def test_step_batch_subset():
     s = b.subset([2, 0])
     assert s.rewards.tolist() == [3.0, 1.0] and s.groups["prompt"].tolist() == [1, 0]
     assert s.components["accuracy"].tolist() == [1.0, 1.0]
+
+
+def _full_batch(n=4):
+    """A batch with every per-row field set, row i recognisable in each (value i or 10 + i)."""
+    rows = torch.arange(n)
+    return StepBatch(rewards=rows.float(), components={"accuracy": rows.float() + 10, "format": -rows.float()},
+                     groups={"prompt": rows * 2, "pack": rows + 100}, roles=[f"role{i}" for i in range(n)],
+                     views=[f"view{i}" for i in range(n)], lengths=rows + 1,
+                     view_weights=rows.to(torch.float64) / 10,
+                     response_ids=[torch.full((i + 1,), i) for i in range(n)], texts=[f"text{i}" for i in range(n)],
+                     logprobs=[torch.full((i + 1,), -float(i)) for i in range(n)],
+                     rescored={"patch": [torch.full((i + 1,), float(i)) for i in range(n)]},
+                     step=7, epoch=2, world_size=2, target_groups=3, decode=str)
+
+
+def _row_values(x):
+    """A per-row value as a comparable list (tensors -> lists)."""
+    return [v.tolist() if isinstance(v, torch.Tensor) else v for v in x]
+
+
+def test_step_batch_subset_takes_every_per_row_field():
+    """Every field whose value has one entry per row (or a dict of such) is subset in the order asked; a field
+    added later that subset forgets fails here (issue 30: ``view_weights`` was left whole)."""
+    import dataclasses
+
+    b, idx = _full_batch(4), [3, 1]
+    s = b.subset(idx)
+    n_checked = 0
+    for f in dataclasses.fields(StepBatch):
+        full, part = getattr(b, f.name), getattr(s, f.name)
+        if isinstance(full, dict):
+            assert full.keys() == part.keys(), f.name
+            for k in full:
+                assert _row_values(part[k]) == [_row_values(full[k])[i] for i in idx], (f.name, k)
+            n_checked += 1
+        elif isinstance(full, (torch.Tensor, list)):
+            assert _row_values(part) == [_row_values(full)[i] for i in idx], f.name
+            n_checked += 1
+        else:  # step, epoch, world_size, target_groups, decode: shared
+            assert part == full, f.name
+    assert n_checked == 11  # rewards, components, groups, roles, views, lengths, view_weights, ids, texts, logprobs, rescored
+    assert s.view_weights.dtype == torch.float64 and len(s) == 2
+    assert b.subset([0]).view_weights.tolist() == [0.0]
+    no_weights = dataclasses.replace(b, view_weights=None)
+    assert no_weights.subset(idx).view_weights is None  # None (all 1) stays None

@@ -112,3 +112,89 @@ def test_action_loss_weight_scales_the_policy_loss_of_action_tokens():
     assert torch.allclose(grads[1][act], 0.15 * grads[0][act])
     assert torch.allclose(grads[1][~act], grads[0][~act])
     assert not torch.allclose(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("ids,actions", [
+    ([0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5], [3, 4, 5, 9, 10, 11]),  # two actions in one turn: the think between is no action
+    ([3, 4, 5, 1, 1, 3, 4, 5, 6, 7, 6, 0, 2, 3, 5], [0, 1, 2, 5, 6, 7, 13, 14]),
+    ([0, 1, 2, 3, 4, 6, 7, 6, 5], []),  # an action left open at the turn's end closes nothing
+])
+def test_the_default_action_pattern_is_each_action_element_on_its_own(ids, actions):
+    spec = build_spec("stream_gdpo", {"action_loss_weight": 0.5}, LossParams())
+    m = action_token_mask(ids, decode, spec.find_spans)
+    assert [i for i, v in enumerate(m.tolist()) if v] == actions
+    text = decode(ids)
+    assert all(text[a:b].count("<action>") == 1 for a, b in spec.find_spans(text))
+    batch = _batch({"out": [1.0, 0.0], "fmt": [1.0, 1.0], "tool": [0.0, 0.0], "mem": [0.0, 0.0]},
+                   ids=[torch.tensor(ids), torch.tensor(ids)], decode=decode)
+    plain = build_spec("stream_gdpo", {}, LossParams()).advantages(batch).advantages
+    tok = spec.advantages(batch).advantages
+    want = torch.tensor([0.5 if i in actions else 1.0 for i in range(len(ids))])
+    assert torch.allclose(tok[0], plain[0] * want) and torch.allclose(tok[1], plain[1] * want)
+
+
+def test_the_registered_spec_reports_rewards_metrics_and_takes_its_params():
+    # two prompts of two rollouts; components by role
+    comps = {"out": [1.0, 0.0, 1.0, 1.0], "fmt": [1.0, 1.0, 0.0, 1.0], "tool": [0.0, 0.0, 1.0, 0.0],
+             "mem": [0.2, 0.1, 0.0, 0.4]}
+    batch = _batch(comps, groups=[0, 0, 1, 1])
+    want = stream_gdpo_advantages({k: torch.tensor(v) for k, v in comps.items()}, torch.tensor([0, 0, 1, 1]),
+                                  {"out": 1.0, "fmt": 1.0, "tool": 0.5, "mem": 0.5})
+    out = build_spec("stream_gdpo", {}, LossParams()).advantages(batch)
+    assert torch.allclose(out.advantages, want) and torch.equal(out.rewards, batch.rewards)
+    assert out.metrics["component/mem_mean"] == pytest.approx(0.175) and out.metrics["component/tool_mean"] == 0.25
+    assert out.metrics["reward_mean"] == pytest.approx(float(batch.rewards.mean()))
+    # a role missing from weights weighs 1; eps and unbiased_std reach the normalisation
+    spec = build_spec("stream_gdpo", {"weights": {"tool": 0.5, "mem": 0.5}, "eps": 0.5, "unbiased_std": False},
+                      LossParams())
+    got = spec.advantages(batch).advantages
+    from mmrl.algos.gdpo import gdpo_advantages
+
+    want = gdpo_advantages({k: torch.tensor(v) for k, v in comps.items()}, torch.tensor([0, 0, 1, 1]),
+                           {"out": 1.0, "fmt": 1.0, "tool": 0.5, "mem": 0.5}, eps=0.5, unbiased=False, batch_norm=False)
+    assert torch.allclose(got, want) and not torch.allclose(got, out.advantages)
+    # with the action weight: per-token advantages, the same rewards and metrics
+    ids = [torch.tensor([3, 4, 5])] * 4
+    tok = build_spec("stream_gdpo", {"action_loss_weight": 0.5}, LossParams()).advantages(
+        _batch(comps, groups=[0, 0, 1, 1], ids=ids, decode=decode))
+    assert torch.allclose(tok.advantages, 0.5 * out.advantages[:, None].expand(4, 3))
+    assert torch.equal(tok.rewards, batch.rewards) and tok.metrics == out.metrics
+
+
+def test_actions_span_lines_and_empty_tokens_are_never_actions():
+    vocab = ["<action>", "\nsilence\n", "</action>", ""]
+    dec = lambda ids: "".join(vocab[i] for i in ids)  # noqa: E731
+    spec = build_spec("stream_gdpo", {"action_loss_weight": 0.5}, LossParams())
+    assert action_token_mask([0, 1, 2], dec, spec.find_spans).tolist() == [True, True, True]  # dot matches newlines
+    assert action_token_mask([0, 3, 1, 2], dec, spec.find_spans).tolist() == [True, False, True, True]
+    with pytest.raises(ValueError, match="response token ids and tokenizer decode"):
+        spec.advantages(_batch({"out": [1.0, 0.0], "fmt": [1.0, 1.0], "tool": [0.0, 0.0], "mem": [0.0, 0.0]}))
+
+
+def test_config_errors_say_why():
+    with pytest.raises(ConfigError) as e:
+        build_spec("stream_gdpo", {"weights": {"speed": 1.0}}, LossParams())
+    assert str(e.value) == ("config key 'algorithm.params.weights.speed' is not a Stream-GDPO role; roles: "
+                            "out, fmt, tool, mem")
+    with pytest.raises(ConfigError) as e:
+        build_spec("stream_gdpo", {"components": {"out": "stream_out", "fmt": "stream_fmt", "tool": "stream_tool",
+                                                  "mem": "stream_mem", "speed": "x"}}, LossParams())
+    assert "'algorithm.params.components.speed' is not a Stream-GDPO role" in str(e.value)
+    with pytest.raises(ConfigError, match=r"'algorithm.params.eps' must be >= 0, got -0.1"):
+        build_spec("stream_gdpo", {"eps": -0.1}, LossParams())
+    assert build_spec("stream_gdpo", {"eps": 0.0}, LossParams()).params.eps == 0.0  # 0 is allowed
+
+
+def test_a_closing_tag_split_over_tokens_is_still_an_action():
+    vocab = ["<think>", "x", "</think>", "<action>", "silence", "</action", ">"]
+    dec = lambda ids: "".join(vocab[i] for i in ids)  # noqa: E731
+    spec = build_spec("stream_gdpo", {"action_loss_weight": 0.5}, LossParams())
+    assert action_token_mask([0, 1, 2, 3, 4, 5, 6], dec, spec.find_spans).tolist() == [False] * 3 + [True] * 4
+
+
+def test_an_empty_batch_gives_empty_advantages():
+    empty = StepBatch(rewards=torch.zeros(0), components={f"stream_{k}": torch.zeros(0) for k in R},
+                      groups={"prompt": torch.zeros(0, dtype=torch.long)}, roles=[], views=[],
+                      lengths=torch.zeros(0, dtype=torch.long), decode=decode)
+    out = build_spec("stream_gdpo", {}, LossParams()).advantages(empty)
+    assert out.advantages.shape == (0,) and out.metrics["component/out_mean"] == 0.0

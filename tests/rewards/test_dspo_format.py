@@ -43,3 +43,16 @@ def test_truncated_and_counting():
     ps = [parse_dspo(GOOD, 3, truncated=True), parse_dspo("", 3), parse_dspo("junk", 3), parse_dspo(GOOD, 3)]
     assert count_reasons(ps) == {"truncated": 1, "missing_step": 2}
     assert parse_dspo(GOOD).ok  # k not required
+
+
+@pytest.mark.parametrize("box,ok", [
+    ("0.1, 0.2, 0.5, 0.6", True),
+    ("0.5, 0.2, 0.5, 0.6", False),  # zero height (ymin == ymax)
+    ("0.1, 0.6, 0.5, 0.6", False),  # zero width (xmin == xmax)
+    ("0.3, 0.3, 0.3, 0.3", False),  # a point
+    ("0, 0, 1, 1", True), ("0.0, 0.999, 1.0, 1.0", True),  # the whole image; a sliver
+    ("0.6, 0.2, 0.5, 0.6", False), ("0.1, 0.7, 0.5, 0.6", False),  # reversed
+])
+def test_a_box_needs_a_positive_area(box, ok):
+    p = parse_dspo(GOOD.replace("0.1, 0.2, 0.5, 0.6", box), k=3)
+    assert p.ok == ok and (ok or p.reason == "bad_box")

@@ -125,3 +125,94 @@ def test_reward_reads_the_record_where_the_stream_loop_keeps_it():
     assert sr.record_of(SimpleNamespace(trajectory=traj, sample=None)) is rec
     with pytest.raises(ValueError, match="agent_loop: stream"):
         sr.record_of(SimpleNamespace(trajectory=SimpleNamespace(turns=[{}]), sample=SimpleNamespace(id="x")))
+
+
+# salient facts (note, start, end) of the stream, and compactions at time t: R_mem scores a compaction only against
+# the facts observed before it: their intervals cut at t (S_time), the notes of those that ended by t (S_keep)
+FACTS = [("red square left", 1.0, 2.0), ("yellow dot", 3.0, 4.0), ("blue flash", 3.5, 6.0), ("green star", 6.0, 7.0)]
+RED, YELLOW, BLUE, GREEN = [MemoryLine(*f) for f in FACTS]
+MEMORIES = [
+    # t = 4: seen [1,2] [3,4] [3.5,4]; kept facts red, yellow (blue is still going on, green is the future)
+    (4.0, [RED], [RED, YELLOW], 0.5 * ((1.0 - 0.5) + (1.0 - 0.5))),
+    (4.0, [], [RED, MemoryLine("yellow dot", 3.0, 4.0), MemoryLine("blue flash", 3.5, 4.0)], 0.5 * (1.0 + 1.0)),
+    (4.0, [RED, YELLOW], [RED], 0.5 * ((0.5 - 1.0) + (0.5 - 1.0))),
+    # t = 6.5: blue ended (kept), green seen as [6, 6.5] but not kept; seen union [1,2] + [3,6.5] = 4.5 s
+    (6.5, [RED, YELLOW], [RED, YELLOW, BLUE], 0.5 * ((4 / 4.5 - 2 / 4.5) + (1.0 - 2 / 3))),
+    # t = 7: every fact seen and kept
+    (7.0, [], [RED, YELLOW, BLUE, GREEN], 0.5 * (1.0 + 1.0)),
+]
+
+
+@pytest.mark.parametrize("t,pre,post,want", MEMORIES, ids=[f"{m[0]}-{i}" for i, m in enumerate(MEMORIES)])
+def test_memory_reward_scores_each_compaction_against_the_facts_observed_before_it(t, pre, post, want):
+    comp = Compaction(time=t, chunk=int(t), pre=list(pre), post=list(post))
+    rec = _record([_sub(1.0, silence())], [], compactions=[comp], facts=[MemoryLine(*f) for f in FACTS])
+    assert sr.memory_reward(rec) == pytest.approx(want)
+    # two compactions average: the same one twice, and one that changes nothing
+    rec.compactions = [comp, Compaction(time=t, chunk=int(t), pre=list(post), post=list(post))]
+    assert sr.memory_reward(rec) == pytest.approx(want / 2)
+
+
+@pytest.mark.parametrize("pred,gold,ok", [
+    ("3", ["three", "3.0"], True),  # a gold that is no number is skipped, the next one still compared
+    ("3", ["4"], False), ("3", ["inf"], False), ("inf", ["3"], False),
+    ("1.0000015", ["1"], False),  # 1.5e-6 off: beyond the tolerance 1e-6 * max(1, |gold|)
+    ("1.0000005", ["1"], True), ("0.000001", ["0"], True),  # at most 1e-6 (the bound included)
+    ("1000.0005", ["1000"], True), ("1000.002", ["1000"], False),  # relative above 1
+    ("1.5", ["1"], False),
+])
+def test_match_numbers_within_a_relative_tolerance(pred, gold, ok):
+    assert sr.match(pred, gold) is ok
+
+
+@pytest.mark.parametrize("t,inside", [(3.0, False), (4.0, False), (4.001, True), (10.0, True), (10.5, False),
+                                      (10.000000001 - 5e-10, True)])
+def test_a_probe_counts_inside_the_episode_only(t, inside):
+    from types import SimpleNamespace
+
+    rec = SimpleNamespace(first_chunk=2, chunk_s=2.0, n_chunks=3)  # chunks 2..4 cover (4 s, 10 s]
+    assert sr._in_episode(rec, t) is inside
+
+
+def _q(qid, mode="backward", **kw):
+    return StreamQuestion(qid=qid, task="EPM", mode=mode, text="?", asked=1.0, alpha=kw.pop("alpha", 1.0), **kw)
+
+
+def test_components_average_over_several_questions():
+    qs = [_q("a", gold=["B"]), _q("b", gold=["C"]), _q("c", gold=["D"])]
+    subs = [_sub(2.0, response("a", "B"), active=("a", "b", "c")), _sub(3.0, "garbage", active=("b",)),
+            _sub(3.0, recall(0, 1), active=("a", "c"))]
+    teacher = [_sub(3.0, recall(0, 1), active=("a", "b", "c"))]
+    rec = EpisodeRecord(sample_id="s", chunk_s=1.0, first_chunk=0, n_chunks=8, questions=qs, subturns=subs,
+                        answers=[AnswerEvent("a", "B", 2.0, 1), AnswerEvent("b", "X", 2.0, 1)], teacher_actions=teacher)
+    # out: a right, b wrong, c unanswered; fmt: b's interval holds the garbage; tool: a and c recalled, only a right
+    assert sr.stream_components(rec) == {"out": pytest.approx(1 / 3), "fmt": pytest.approx(2 / 3),
+                                         "tool": pytest.approx(1 / 3), "mem": 0.0}
+
+
+def test_forward_question_without_probes_in_the_episode_scores_zero():
+    q = _q("f", mode="forward", kind="forward", probes=[Probe(20.0, "Yes", 0.0), Probe(30.0, "Yes", 0.0)])
+    rec = EpisodeRecord(sample_id="s", chunk_s=1.0, first_chunk=0, n_chunks=8, questions=[q],
+                        subturns=[_sub(2.0, silence(), active=("f",))], answers=[AnswerEvent("f", "Yes", 2.0, 1)])
+    assert sr.stream_components(rec)["out"] == 0.0
+
+
+@pytest.mark.parametrize("subs,fmt", [
+    ([], 0.0),
+    ([_sub(1.0, silence(), active=()), _sub(2.0, "garbage", active=()), _sub(3.0, silence(), active=())], 2 / 3),
+    ([_sub(1.0, "x", active=())], 0.0),
+])
+def test_an_episode_without_questions_scores_the_format_of_its_decisions(subs, fmt):
+    facts = [MemoryLine("red", 1.0, 2.0)]
+    comp = Compaction(time=4.0, chunk=3, pre=[], post=[MemoryLine("red", 1.0, 2.0)])
+    rec = EpisodeRecord(sample_id="s", chunk_s=1.0, first_chunk=0, n_chunks=8, questions=[], subturns=list(subs),
+                        compactions=[comp], facts=facts)
+    assert sr.stream_components(rec) == {"out": 0.0, "fmt": pytest.approx(fmt), "tool": 0.0, "mem": pytest.approx(1.0)}
+
+
+def test_a_fact_starting_at_the_compaction_time_is_not_yet_observed():
+    # frames at t belong to the next chunk: a point fact at exactly t is neither evidence nor a fact to keep yet
+    facts = [MemoryLine("red square left", 1.0, 2.0), MemoryLine("flash", 4.0, 4.0)]
+    comp = Compaction(time=4.0, chunk=3, pre=[], post=[MemoryLine("red square left", 1.0, 2.0)])
+    rec = _record([_sub(1.0, silence())], [], compactions=[comp], facts=facts)
+    assert sr.memory_reward(rec) == pytest.approx(1.0)

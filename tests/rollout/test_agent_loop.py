@@ -262,3 +262,27 @@ def test_an_observation_the_processor_rejects_names_the_sample(tiny):
     bad = Media("obs", frames=torch.zeros(3, 3, 50, 50, dtype=torch.uint8), timestamps=[0, 1, 2], fps=1.0)
     with pytest.raises(ValueError, match=r"rejected the observations of .*turn 0"):
         _run(proc, model, lambda: [Observation("Broken.", media=bad)], max_turns=2, n=1)
+
+
+@pytest.mark.parametrize("max_turns,limit_extra,ends,model_turns", [
+    (3, 0, "max_total_tokens", 1),  # stopped before turn 2: the last segment is an observation
+    (3, 10 ** 6, "max_turns", 3),  # no stop: the last segment is the last model turn
+])
+def test_the_trajectory_text_is_the_last_model_turn_however_the_episode_ends(tiny, max_turns, limit_extra, ends,
+                                                                              model_turns):
+    """An episode stopped by ``max_total_tokens`` after an observation is rewarded on its last MODEL turn's text,
+    never on the observation's."""
+    proc, model = tiny
+    reqs = _requests(proc, n=2)[2:]  # the image prompt only
+    engine = build_engine("hf", model=model, processor=proc)
+    loop = build_agent_loop("multi_turn", processor=proc, max_turns=max_turns,
+                            env_factory=lambda: ScriptedEnv([Observation("OBSERVATION ONE"), Observation("OBSERVATION TWO")]),
+                            max_total_tokens=reqs[0].inputs.num_tokens + 4 + limit_extra)
+    torch.manual_seed(0)
+    trajs = loop.run(engine, reqs, SamplingParams(max_new_tokens=3))
+    for t in trajs:
+        model_segs = [s for s in t.segments if s.kind == "model"]
+        assert len(model_segs) == model_turns and t.turns[-1]["end"] == ends
+        assert t.text == model_segs[-1].text and "OBSERVATION" not in t.text
+        if ends == "max_total_tokens":
+            assert t.segments[-1].kind == "env"

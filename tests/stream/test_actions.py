@@ -1,7 +1,8 @@
 """The action grammar and the recall time rule (specs/algorithms.md section 5, unit test 5)."""
 import pytest
 
-from mmrl.stream.actions import REASONS, check_recall, parse_action, parse_memory, recall, response, silence
+from mmrl.stream.actions import (REASONS, Action, check_recall, fmt_time, parse_action, parse_memory, recall, response,
+                                 silence)
 from mmrl.stream.record import EpisodeRecord, MemoryLine, StreamQuestion, SubTurn, causal
 
 
@@ -70,3 +71,62 @@ def test_causality_and_record_round_trip():
                         subturns=[SubTurn(1.0, 0, 0.0, 0, "x", parse_action("x"), reason="no_action")])
     back = EpisodeRecord.from_dict(rec.to_dict())
     assert back == rec and back.invalid_counts() == {"no_action": 1}
+
+
+def _think(words, word="w"):
+    return f"<think>{' '.join([word] * words)}</think><action>silence</action>"
+
+
+@pytest.mark.parametrize("text,limit,valid", [
+    (_think(40), None, True),  # the default limit is 40 WORDS (79 characters here)
+    (_think(41), None, False),
+    (_think(5, "supercalifragilistic"), None, True),  # 104 characters, 5 words
+    (_think(3), 3, True),  # another limit
+    (_think(4), 3, False),
+    (_think(2, "abcdefghij"), 2, True),  # 21 characters, 2 words
+    ("<think>  a\n b\t c  </think><action>silence</action>", 3, True),  # words split on any white space
+])
+def test_the_think_limit_counts_words_not_characters(text, limit, valid):
+    a = parse_action(text) if limit is None else parse_action(text, max_think_words=limit)
+    assert a.valid == valid and (valid or a.reason == "think_too_long")
+
+
+@pytest.mark.parametrize("text,lines", [
+    ("<memory>\n[0-1] old note\n</memory>\nthen I rewrote it:\n<memory>\n[2-3] new note\n[3-4] another\n</memory>",
+     [(2.0, 3.0, "new note"), (3.0, 4.0, "another")]),
+    ("<memory>[0-1] a</memory><memory>[1-2] b</memory><memory>[5-6] c</memory>", [(5.0, 6.0, "c")]),
+    ("<memory>\n[0-1] only\n</memory>", [(0.0, 1.0, "only")]),
+])
+def test_the_last_memory_block_is_the_memory(text, lines):
+    assert parse_memory(text) == (lines, 0)
+
+
+@pytest.mark.parametrize("text,reason,kind", [
+    ("<think>a b</think> no action here", "no_action", None),
+    ("<think>a b</think><action>silence</action><action>silence</action>", "multiple_actions", None),
+    ("<think>a b</think><think>c</think><action>silence</action>", "multiple_thinks", None),
+    ("<think>a b</think><action>silence</action> and more", "extra_text", None),
+    ("<think>a b</think><action>dance</action>", "unknown_action", None),
+    ("<think>a b</think><action>123</action>", "unknown_action", None),
+    ("<think>a b</think><action>silence please</action>", "malformed_action", "silence"),
+    ("<think>a b</think><action>recall(1)</action>", "malformed_action", "recall"),
+])
+def test_an_invalid_decision_keeps_its_think_and_kind(text, reason, kind):
+    a = parse_action(text)
+    assert (a.reason, a.kind, a.think) == (reason, kind, "a b")
+
+
+def test_too_long_thinks_keep_the_text_and_helpers_carry_the_think():
+    a = parse_action("<think>a b c</think><action>silence</action>", max_think_words=2)
+    assert (a.reason, a.think) == ("think_too_long", "a b c")
+    assert parse_action("").reason == "no_action" and parse_action(None).think == ""
+    assert silence().think == "" and silence("s").think == "s" and response("q", "A").think == ""
+    assert response("q", "A", "r").think == "r" and recall(1, 2).think == "" and recall(1, 2, "t").think == "t"
+    assert silence("look").render() == "<think>look</think>\n<action>silence</action>"
+    assert fmt_time(None) == "?" and fmt_time(7.50) == "7.5" and Action("silence").valid
+
+
+def test_memory_lines_count_every_bad_line_and_go_on_after_one():
+    lines, bad = parse_memory("<memory>\n[inf-1] x\n[0-1] a\nno range\n[1-2] b\n</memory>")
+    assert lines == [(0.0, 1.0, "a"), (1.0, 2.0, "b")] and bad == 2
+    assert parse_memory("") == (None, 0) and parse_memory(None) == (None, 0)

@@ -2,8 +2,10 @@
 observations, question arrival (specs/algorithms.md section 5)."""
 import dataclasses
 
+import pytest
+
 from mmrl.stream.env import StreamEnvironment, word_count
-from mmrl.stream.record import render_memory
+from mmrl.stream.record import AnswerEvent, render_memory
 
 T = "<think>x</think>"
 
@@ -104,3 +106,73 @@ def test_questions_arrive_at_their_time(blocks, stream_world):
     for q, t in asked.items():
         hits = [i for i, x in enumerate(texts) if f"Question {q}:" in x]
         assert hits == ([int(t) - 1 if t >= 1 else 0] if t <= 4 else []), q
+
+
+# (question asked at, silent decisions before the response, accepted): the block starts at chunk 4 (now = 5 s,
+# 1-second chunks); a question can be answered from the decision at or after the time it is asked, never one
+# chunk before it is shown
+ANSWERS = [
+    (4.2, 0, True), (5.0, 0, True), (0.5, 0, True),  # asked before or at the decision's time
+    (5.5, 0, False), (6.0, 0, False), (6.9, 0, False),  # shown at the next decision (6 s) or later: not yet
+    (5.5, 1, True), (6.0, 1, True), (6.5, 1, False), (7.0, 2, True), (7.5, 2, False),
+]
+
+
+@pytest.mark.parametrize("asked,wait,accepted", ANSWERS, ids=[f"{a}-{w}" for a, w, _ in ANSWERS])
+def test_an_answer_counts_only_for_a_question_already_asked(blocks, asked, wait, accepted):
+    from mmrl.stream.record import StreamQuestion
+
+    cfg, bl = blocks
+    q = StreamQuestion(qid="qx", task="EPM", mode="backward", text="Which colour?", asked=asked, alpha=0.0, gold=["B"])
+    env = StreamEnvironment(cfg, block=dataclasses.replace(bl[1], questions=[q], answers_before=[]))
+    env.reset(None, None)
+    assert env.now == 5.0
+    for _ in range(wait):
+        env.step(act("silence"))
+    now = env.now
+    env.step(act("response(qx, B)"))
+    turn = env.record.subturns[-1]
+    assert (turn.reason is None) == accepted and ("qx" in turn.active) == accepted
+    assert env.record.answers == ([AnswerEvent("qx", "B", now, 4 + wait)] if accepted else [])
+    if not accepted:
+        assert turn.reason == "question_not_active"
+
+
+def test_observation_texts_name_times_memory_and_recalls(blocks):
+    from mmrl.stream.record import MemoryLine
+
+    cfg, bl = blocks
+    env = StreamEnvironment(cfg, block=dataclasses.replace(bl[1], questions=[], memory_initial=[]))
+    first = env.reset(None, None)
+    lo = max(0, 4 - cfg.carry_chunks)
+    assert first.prefix.endswith(f"Memory:\n(empty)\nTime 5 s. Chunks {lo}-5 s:") and first.text == "Decide."
+    nxt = env.step(act("silence"))
+    assert nxt.prefix == "Time 6 s:"
+    rec = env.step(act("recall(0.5, 2.5)"))
+    assert rec.prefix == "Recalled 0-1 s, 1-2 s, 2-3 s:" and rec.text == "Decide again at 6 s."
+    kept = StreamEnvironment(cfg, block=dataclasses.replace(bl[1], questions=[], memory_initial=[MemoryLine("red", 0, 2)]))
+    assert "Memory:\n[0-2] red\nTime 5 s." in kept.reset(None, None).prefix
+    # the block's own think limit
+    short = StreamEnvironment(dataclasses.replace(cfg, max_think_words=2), block=bl[1])
+    short.reset(None, None)
+    short.step("<think>a b c</think><action>silence</action>")
+    assert short.record.subturns[-1].reason == "think_too_long"
+
+
+def test_compaction_records_token_counts_and_an_exact_budget_fits(blocks):
+    from mmrl.stream.env import fit_budget
+    from mmrl.stream.record import MemoryLine
+
+    lines = [MemoryLine("a b", 0, 1), MemoryLine("c d", 1, 2)]
+    exact = word_count(render_memory(lines))
+    assert fit_budget(lines, exact, word_count) == lines and fit_budget(lines, exact - 1, word_count) == lines[1:]
+    cfg, bl = blocks
+    env = StreamEnvironment(dataclasses.replace(cfg, memory_budget=50), block=bl[0])
+    obs = env.reset(None, None)
+    for _ in range(4):
+        obs = env.step(act("silence"))
+    assert "Memory before compaction:\n[0-1] x\n" in obs.text
+    env.step("<memory>\n[0-2] red square\n</memory>")
+    c = env.record.compactions[-1]
+    assert c.tokens_pre == word_count(render_memory(c.pre)) and c.tokens_post == word_count("[0-2] red square")
+    assert c.budget == 50 and c.reason is None

@@ -1,6 +1,7 @@
 """Rewards that see tool use, on hand-computed values."""
 import math
 
+import pytest
 import torch
 
 from mmrl.data.schema import Evidence, Sample, Trajectory, VideoRef
@@ -41,3 +42,28 @@ def test_seek_iou_and_tool_format():
     assert fmt(ctx) == [1.0, 1.0, 0.0, 0.0, 1.0, 1.0] and fmt(ctx, no_call=1.0)[3] == 1.0
     half = [_ctx([_seek(0, 1), {"tool": "x", "valid": False}])]
     assert math.isclose(fmt(half)[0], 0.5)
+
+
+MERGES = [
+    ([(0, 1), (1, 2)], [(0, 2)]),  # touching intervals join
+    ([(0, 1), (2, 3), (4, 5), (4.5, 6)], [(0, 1), (2, 3), (4, 6)]),  # the last kept interval grows, not another
+    ([(4, 5), (0, 1), (2, 3), (2.5, 2.8)], [(0, 1), (2, 3), (4, 5)]),  # inside the last one: it keeps its end
+    ([(0, 3), (1, 2), (2.5, 4)], [(0, 4)]),
+    ([(5, 4), (1, 1), (0, 0.5)], [(0, 0.5)]),  # reversed and empty dropped
+]
+
+
+@pytest.mark.parametrize("intervals,want", MERGES, ids=[str(i) for i in range(len(MERGES))])
+def test_merge_by_hand(intervals, want):
+    assert merge(intervals) == want
+
+
+@pytest.mark.parametrize("a,b,want", [
+    ([(0, 1)], [(2, 3)], 0.0),  # disjoint: nothing shared
+    ([(0, 0.5)], [(0, 0.5)], 1.0),  # short intervals: a union under 1 s still counts
+    ([(0, 0.2)], [(0.1, 0.3)], 1 / 3),
+    ([(0, 1), (1, 2)], [(0, 2)], 1.0),
+    ([(0, 4)], [(1, 2), (3, 5)], 2 / 5),
+])
+def test_interval_iou_short_and_disjoint(a, b, want):
+    assert interval_iou(a, b) == pytest.approx(want)
