@@ -179,7 +179,9 @@ def installed_rope_index(rule: RopeRule, vision_start_token_id: int):
     from transformers import Qwen2_5_VLModel, Qwen2VLModel, Qwen3VLModel
 
     cls = {"qwen2_vl": Qwen2VLModel, "qwen2_5_vl": Qwen2_5_VLModel, "qwen3_vl": Qwen3VLModel}[rule.family]
-    vision = types.SimpleNamespace(spatial_merge_size=rule.merge, tokens_per_second=rule.tokens_per_second)
+    tps = rule.tokens_per_second  # an int in the checkpoints' config.json (5.16-5.17 multiply it into an arange)
+    tps = int(tps) if float(tps).is_integer() else tps
+    vision = types.SimpleNamespace(spatial_merge_size=rule.merge, tokens_per_second=tps)
     stub = types.SimpleNamespace(config=types.SimpleNamespace(
         vision_config=vision, image_token_id=rule.image_token_id, video_token_id=rule.video_token_id,
         vision_start_token_id=vision_start_token_id))
