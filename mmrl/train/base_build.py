@@ -28,6 +28,8 @@ from mmrl.models.base_recipe import (
     recipe_hash,
 )
 
+SAVE_EVERY = 20  # checkpoint period of the build's SFT (not part of the recipe: it changes no weight)
+
 
 def sft_config(recipe: BaseRecipe, work: Path, steps: int):
     """The SFT run config of a recipe (``steps`` = the end of the current stage)."""
@@ -46,6 +48,7 @@ def sft_config(recipe: BaseRecipe, work: Path, steps: int):
     cfg.train.micro_batch = recipe.batch_size
     cfg.train.out_dir = str(work / "sft")
     cfg.train.keep_checkpoints = 1
+    cfg.train.save_every = SAVE_EVERY  # an interrupted build resumes from here (exact resume: same weights)
     return cfg
 
 

@@ -77,3 +77,15 @@ def test_model_path_base_resolves_only_to_a_built_base(tmp_path, monkeypatch):
     (folder / "mmrl_base_recipe.json").write_text("{}")
     assert resolve_model_path("base:0123456789ab") == str(folder) == resolve_base("base:0123456789ab")
     check_model_path("base:0123456789ab")
+
+
+def test_cli_hash_and_a_bad_recipe_key(tmp_path, monkeypatch, capsys):
+    from mmrl.cli import main
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path))
+    assert main(["base", "hash", "steps=10"]) == 0
+    digest = recipe_hash(BaseRecipe(steps=10))
+    assert capsys.readouterr().out.strip() == f"{digest}  {tmp_path / f'base-{digest}'}  (not built; model.path: base:{digest})"
+    assert main(["base", "build", "stepz=10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mmrl: error: base recipe: unknown key(s) ['stepz']") and "\n" not in err
