@@ -161,3 +161,41 @@ def test_all_zero_spread_groups_cannot_act_and_a_good_preflight_goes_on(tmp_path
     res = P.Results(_proto(), "B")
     assert not F.stop_if_cannot_act([ok], res, tmp_path / "r.md") and not (tmp_path / "r.md").exists()
     assert "Pre-flight" in res.render()
+
+
+def test_sample_groups_on_the_real_trainer_restores_the_rng_and_feeds_the_preflight(tiny_model_path, image_world,
+                                                                                     tmp_path):
+    from mmrl.config import load_config
+    from mmrl.train.checkpoint import rng_state
+    from mmrl.train.rl_trainer import RLTrainer
+    from tests.support import small_overrides
+
+    cfg = load_config([], small_overrides(image_world, tmp_path / "rl", tiny_model_path))
+    trainer = RLTrainer(P.coin_flip_config(cfg), quiet=True)
+    before = rng_state()
+    groups = F.sample_groups(trainer, trainer.samples[:3])
+    after = rng_state()
+    assert all(torch_equal(before[k], after[k]) for k in before)  # the arm's own stream is untouched
+    assert len(groups.rewards) == 3 and all(len(g) == 4 for g in groups.rewards)
+    assert all(x in (0.0, 1.0) for g in groups.correct for x in g)  # the true accuracy, logged by coin_flip
+    pf = F.build_preflight(0, {s.qtype: 0.0 for s in trainer.samples[:3]}, trainer.samples[:3], groups, ks=(1, 4))
+    assert pf.n_groups == 3 and pf.group_size == 4 and set(pf.pass_at) == {1, 4}
+
+
+def torch_equal(a, b):
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(torch_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)
+    try:
+        import numpy as np
+
+        if isinstance(a, np.ndarray):
+            return np.array_equal(a, b)
+    except ImportError:
+        pass
+    return a == b
