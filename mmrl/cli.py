@@ -252,8 +252,11 @@ def cmd_base(args) -> None:
         built = "built" if is_built(base_path(digest)) else "not built"
         print(f"{digest}  {base_path(digest)}  ({built}; model.path: base:{digest})")
         return
-    from mmrl.train.base_build import build_base
+    from mmrl.train.base_build import build_base, build_progress
 
+    if args.base_cmd == "progress":
+        build_progress(recipe, per_type=args.per_type)
+        return
     build_base(recipe, force=args.force, quiet=args.quiet)
 
 
@@ -377,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("base", help="the tiny base that can see (docs/base_model.md)").add_subparsers(
         dest="base_cmd", required=True, metavar="COMMAND")
     for name, helptext in (("build", "pre-train the tiny base on the perception corpus (cached by recipe hash)"),
-                           ("hash", "print a recipe's hash, cache folder and whether it is built")):
+                           ("hash", "print a recipe's hash, cache folder and whether it is built"),
+                           ("progress", "evaluate an unfinished build's latest checkpoint on a held-out subset")):
         s = _sub(b, name, helptext, common)
         s.add_argument("--recipe", help="recipe YAML (fields of mmrl.models.base_recipe.BaseRecipe; default recipe "
                                         "when omitted)")
@@ -385,6 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "build":
             s.add_argument("--force", action="store_true", help="rebuild even when the cache holds this recipe")
             s.add_argument("--quiet", action="store_true", help="no progress bar")
+        if name == "progress":
+            s.add_argument("--per-type", type=int, default=10, help="held-out items per attribute")
         s.set_defaults(fn=cmd_base)
 
     s = _sub(sub, "demo", "tiny model -> synthetic video world -> SFT -> GRPO -> eval", common)

@@ -57,7 +57,7 @@ def stage_ends(recipe: BaseRecipe) -> List[int]:
     return list(range(every, recipe.steps, every)) + [recipe.steps]
 
 
-def _eval(path: Path, recipe: BaseRecipe, work: Path, data_cfg) -> Dict[str, Dict]:
+def _eval(path: Path, work: Path, data_cfg) -> Dict[str, Dict]:
     from mmrl.eval.perception import evaluate_perception
     from mmrl.models.loading import load_model, load_processor
 
@@ -103,7 +103,7 @@ def build_base(recipe: BaseRecipe, force: bool = False, quiet: bool = False,
     for end in stage_ends(recipe):
         cfg = sft_config(recipe, work, end)
         run_sft(cfg, quiet=quiet, resume="auto")  # continues the previous stage (or an interrupted build)
-        rows = _eval(Path(cfg.train.out_dir) / "final", recipe, work, cfg.data)
+        rows = _eval(Path(cfg.train.out_dir) / "final", work, cfg.data)
         history.append({"step": end, "rows": rows, "seconds": time.perf_counter() - t0})
         log(perception_table(rows, title=f"base {digest}: held-out perception after step {end}/{recipe.steps} "
                                          f"({(time.perf_counter() - t0) / 60:.1f} min)"))
@@ -124,6 +124,42 @@ def build_base(recipe: BaseRecipe, force: bool = False, quiet: bool = False,
     os.replace(tmp, final)
     log(f"base {digest}: built in {last['seconds'] / 60:.1f} min -> {final}")
     return final
+
+
+def build_progress(recipe: BaseRecipe, per_type: int = 10, log: Callable[[str], None] = print) -> Optional[Dict]:
+    """An unfinished build's latest SFT checkpoint (saved every ``SAVE_EVERY`` steps) evaluated on the first
+    ``per_type`` held-out items of each attribute, without touching the build; None when there is no checkpoint."""
+    import torch
+
+    from mmrl.eval.perception import evaluate_perception, perception_table
+    from mmrl.models.loading import load_model, load_processor
+    from mmrl.train.checkpoint import latest_checkpoint
+    from mmrl.train.run_dir import checkpoint_step
+
+    digest = recipe_hash(recipe)
+    work = base_path(digest).with_name(f"base-{digest}.build")
+    ckpt = latest_checkpoint(str(work / "sft")) if (work / "sft").is_dir() else None
+    if ckpt is None:
+        log(f"base {digest}: no SFT checkpoint yet in {work / 'sft'}")
+        return None
+    torch.set_num_threads(recipe.num_threads)
+    items = json.loads((work / "corpus" / "test.json").read_text())
+    subset, seen = [], {}
+    for it in items:
+        if seen.get(it["qtype"], 0) < per_type:
+            subset.append(it)
+            seen[it["qtype"]] = seen.get(it["qtype"], 0) + 1
+    sub_path = work / "corpus" / f"test_first{per_type}.json"
+    sub_path.write_text(json.dumps(subset, indent=1))
+    model, processor = load_model(str(work / "init")), load_processor(str(work / "init"))
+    model.load_state_dict(torch.load(ckpt / "model.pt", weights_only=False))
+    model.eval()
+    cfg = sft_config(recipe, work, recipe.steps)
+    rows = evaluate_perception(model, processor, str(sub_path), cfg.data)
+    step = checkpoint_step(ckpt)
+    log(perception_table(rows, title=f"base {digest}: progress, checkpoint of step {step}/{recipe.steps}, first "
+                                     f"{per_type} held-out items per attribute"))
+    return {"step": step, "rows": rows}
 
 
 def load_table(path: Path) -> Optional[Dict]:

@@ -38,6 +38,12 @@ def test_micro_build_is_bit_identical_cached_and_tabled(tmp_path, monkeypatch, c
     assert (first / "model.safetensors").stat().st_mtime_ns == mtime
     assert "cached at" in capsys.readouterr().out
 
+    from mmrl.train.base_build import build_progress
+
+    prog = build_progress(recipe, per_type=1)  # the build folder's latest checkpoint, evaluated on a subset
+    assert prog["step"] == 4 and set(prog["rows"]) == set(PERCEPTION_ATTRS) | {"macro"}
+    assert "progress, checkpoint of step 4/4" in capsys.readouterr().out
+
     monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "b"))
     second = build_base(recipe, quiet=True)  # a fresh cache: rebuilt from the seed alone
     a, b = _weights(first), _weights(second)
