@@ -140,6 +140,28 @@ def apply_setting(cfg, sel: Selection):
     return cfg
 
 
+def arm_val_score(cfgs: Dict[int, object], steps: int, val_paths: Dict[int, str]) -> Callable[[float, float], float]:
+    """``val_score`` for ``select_setting``: per seed, a true-reward arm (``bench/_arms.Arm``) at ``(lr, kl)`` for
+    ``steps`` RL steps, then its greedy accuracy on that seed's VALIDATION file (``data.test`` swapped for it, so the
+    test split is never seen); the mean over seeds. Each run writes under ``<out_dir>/select_lr<lr>_kl<kl>``."""
+    from _arms import Arm
+
+    def score(lr: float, kl: float) -> float:
+        accs = []
+        for seed, cfg in cfgs.items():
+            c = apply_setting(cfg, Selection(lr, kl))
+            c.data.test = val_paths[seed]
+            c.train.out_dir = str(Path(cfg.train.out_dir) / f"select_lr{lr:g}_kl{kl:g}")
+            arm = Arm(f"select lr {lr:g} kl {kl:g} seed {seed}", c)
+            for _ in range(steps):
+                arm.step()
+            accs.append(float(arm.on_own_stream(arm.trainer.evaluate)["eval/accuracy"]))
+            arm.trainer = None  # free the model before the next run
+        return sum(accs) / len(accs)
+
+    return score
+
+
 def setting_lines(sel: Selection) -> List[str]:
     kls = sorted({k for _, k in sel.scores})
     lines = ["## RL setting, chosen on the validation split (the same for every arm)", "",

@@ -1,7 +1,9 @@
 """The miniature protocol's harness (bench/_protocol.py, bench/_preflight.py): the rules it refuses to break, the
 RL setting chosen on validation, the coin-flip arm, the pre-flight statistics and the stop, the results file."""
+import json
 import math
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +201,18 @@ def torch_equal(a, b):
     except ImportError:
         pass
     return a == b
+
+
+def test_arm_val_score_runs_the_grid_on_the_validation_file(tiny_model_path, image_world, tmp_path):
+    from mmrl.config import load_config
+    from tests.support import small_overrides
+
+    cfg = load_config([], small_overrides(image_world, tmp_path / "rl", tiny_model_path) + ["train.eval_limit=4"])
+    val = str(image_world / "train.json")  # a file other than data.test
+    score = P.arm_val_score({0: cfg}, steps=1, val_paths={0: val})
+    sel = P.select_setting(_proto(lr_grid=[1e-5, 1e-3], kl_grid=[0.0]), score)
+    assert set(sel.scores) == {(1e-5, 0.0), (1e-3, 0.0)} and all(0.0 <= v <= 1.0 for v in sel.scores.values())
+    for lr in ("1e-05", "0.001"):
+        preds = list((tmp_path / "rl" / f"select_lr{lr}_kl0" / "predictions").glob("*.jsonl"))
+        ids = {json.loads(x)["id"] for p in preds for x in p.read_text().splitlines()}
+        assert ids and ids <= {s["id"] for s in json.loads(Path(val).read_text())}  # scored on validation only
