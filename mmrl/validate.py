@@ -52,10 +52,10 @@ def check_model_path(path: str, key: str = "model.path") -> None:
         return
     from mmrl.models.base_recipe import is_base_ref, resolve_base
 
-    if is_base_ref(path):
-        resolve_base(path)  # an unbuilt base: a one-line error naming the command that builds it
-        return
     where = key if key.startswith("--") else f"config key '{key}'"
+    if is_base_ref(path):
+        resolve_base(path, where)  # an unbuilt base: a one-line error naming the command that builds it
+        return
     if not os.path.exists(path):
         raise ConfigError(f"{where}: checkpoint folder not found: {path} (no hub downloads at run time)")
     if not os.path.isfile(os.path.join(path, "config.json")):

@@ -165,12 +165,12 @@ def is_base_ref(path: str) -> bool:
     return path == "base" or path.startswith("base:")
 
 
-def resolve_base(path: str) -> str:
+def resolve_base(path: str, where: str = "config key 'model.path'") -> str:
     """``base`` (the default recipe's build) or ``base:<hash>`` to the cached checkpoint folder; unbuilt: an error."""
     digest = recipe_hash(BaseRecipe()) if path == "base" else path.split(":", 1)[1]
     folder = base_path(digest)
     if not is_built(folder):
         how = "mmrl base build" if path == "base" else "mmrl base build --recipe <the recipe of that hash>"
-        raise ConfigError(f"config key 'model.path' = {path!r}: the base model {digest} is not built in {folder}; "
+        raise ConfigError(f"{where} = {path!r}: the base model {digest} is not built in {folder}; "
                           f"run `{how}` (or `make base`) first")
     return str(folder)

@@ -71,6 +71,8 @@ def test_model_path_base_resolves_only_to_a_built_base(tmp_path, monkeypatch):
         resolve_model_path("base")
     with pytest.raises(ConfigError, match="not built"):
         check_model_path("base:0123456789ab")
+    with pytest.raises(ConfigError, match=r"^--model = 'base:0123456789ab': the base model 0123456789ab is not built"):
+        check_model_path("base:0123456789ab", "--model")
     folder = base_path("0123456789ab")
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
