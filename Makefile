@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.mmrl-installed
 PIP     := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test test-fast test-lowest mutation bench-demo clean
+.PHONY: setup demo base test test-fast test-lowest mutation bench-demo clean
 
 setup: $(STAMP)
 
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(PY) -m mmrl demo --out runs/demo
+
+# The tiny base that can see (docs/base_model.md): built once per recipe, cached under its hash in $MMRL_CACHE
+# (~/.cache/mmrl); RECIPE= a recipe YAML, BASE_ARGS= recipe overrides (e.g. BASE_ARGS="steps=10 n_train=16").
+base: setup
+	OMP_NUM_THREADS=2 $(PY) -m mmrl base build $(if $(RECIPE),--recipe $(RECIPE)) $(BASE_ARGS)
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider

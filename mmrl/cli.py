@@ -1,4 +1,4 @@
-"""mmrl command line: make-tiny-model, data synth, sft, train, eval, views preview, demo.
+"""mmrl command line: make-tiny-model, base build, data synth, sft, train, eval, views preview, demo.
 
 Run configs are YAML plus dotted overrides: mmrl train --config configs/demo.yaml rollout.n=8.
 User-facing errors (bad config key, bad sample, missing file) print one line and exit with status 2;
@@ -252,6 +252,23 @@ def cmd_rectify(args) -> None:
     rectify_main(args, lambda: _cfg(args, "train"))
 
 
+def cmd_base(args) -> None:
+    from mmrl.models.base_recipe import base_path, is_built, load_recipe, recipe_hash
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    if args.base_cmd == "hash":
+        digest = recipe_hash(recipe)
+        built = "built" if is_built(base_path(digest)) else "not built"
+        print(f"{digest}  {base_path(digest)}  ({built}; model.path: base:{digest})")
+        return
+    from mmrl.train.base_build import build_base, build_progress
+
+    if args.base_cmd == "progress":
+        build_progress(recipe, per_type=args.per_type)
+        return
+    build_base(recipe, force=args.force, quiet=args.quiet)
+
+
 def cmd_demo(args) -> None:
     from mmrl.demo import run_demo
 
@@ -439,6 +456,22 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     s.add_argument("--out", help="output folder (default: the run itself; with several runs, required)")
     s.add_argument("--title", help="report title")
     s.set_defaults(fn=cmd_report)
+
+    b = sub.add_parser("base", help="the tiny base that can see (docs/base_model.md)").add_subparsers(
+        dest="base_cmd", required=True, metavar="COMMAND")
+    for name, helptext in (("build", "pre-train the tiny base on the perception corpus (cached by recipe hash)"),
+                           ("hash", "print a recipe's hash, cache folder and whether it is built"),
+                           ("progress", "evaluate an unfinished build's latest checkpoint on a held-out subset")):
+        s = _sub(b, name, helptext, common)
+        s.add_argument("--recipe", help="recipe YAML (fields of mmrl.models.base_recipe.BaseRecipe; default recipe "
+                                        "when omitted)")
+        s.add_argument("overrides", nargs="*", help="recipe overrides key=value (e.g. steps=10, mix.null=2)")
+        if name == "build":
+            s.add_argument("--force", action="store_true", help="rebuild even when the cache holds this recipe")
+            s.add_argument("--quiet", action="store_true", help="no progress bar")
+        if name == "progress":
+            s.add_argument("--per-type", type=int, default=10, help="held-out items per attribute")
+        s.set_defaults(fn=cmd_base)
 
     s = _sub(sub, "demo", "tiny model -> synthetic video world -> SFT -> GRPO -> eval", common)
     s.add_argument("--out", default="runs/demo", help="output folder (replaced on every run)")

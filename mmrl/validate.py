@@ -47,10 +47,16 @@ def check_yaml(files: Sequence[str]) -> None:
 
 
 def check_model_path(path: str, key: str = "model.path") -> None:
-    """'tiny' or a local Qwen2-VL / Qwen2.5-VL checkpoint folder (holding config.json)."""
+    """'tiny', 'base' / 'base:<hash>' (built by `mmrl base build`) or a local Qwen2-VL / Qwen2.5-VL checkpoint
+    folder (holding config.json)."""
     if path == "tiny":
         return
+    from mmrl.models.base_recipe import is_base_ref, resolve_base
+
     where = key if key.startswith("--") else f"config key '{key}'"
+    if is_base_ref(path):
+        resolve_base(path, where)  # an unbuilt base: a one-line error naming the command that builds it
+        return
     if not os.path.exists(path):
         raise ConfigError(f"{where}: checkpoint folder not found: {path} (no hub downloads at run time)")
     if not os.path.isfile(os.path.join(path, "config.json")):

@@ -22,6 +22,10 @@ def resolve_model_path(path: str) -> str:
         from mmrl.models.tiny import ensure_tiny_model
 
         return str(ensure_tiny_model(TINY_NAMES[path]))
+    from mmrl.models.base_recipe import is_base_ref, resolve_base
+
+    if is_base_ref(path):  # "base" / "base:<hash>": a build of `mmrl base build` (never built at load time)
+        return resolve_base(path)
     if not Path(path).exists():
         raise ConfigError(f"config key 'model.path': checkpoint folder not found: {path} (no hub downloads at run time)")
     return path

@@ -1,0 +1,246 @@
+"""The miniature protocol (``docs/miniatures.md``), enforced for every RL bench: seeds, test size, the RL setting
+chosen on a validation split, the coin-flip control, the pre-flight and the results file.
+
+- ``Protocol`` refuses fewer than ``MIN_SEEDS`` seeds (``MIN_SEEDS_SMALL`` for a small effect) and test sets under
+  ``MIN_TEST`` items (binomial standard error ``100 sqrt(p (1 - p) / n)`` <= 2.5 points at p = 0.5) unless
+  ``smoke`` is set; a smoke run's results file says so at the top.
+- ``seed_plan``: a protocol seed is an independent world AND an independent SFT checkpoint AND an RL seed.
+- ``select_setting``: the RL learning rate and KL coefficient from a small grid, by validation accuracy (ties to the
+  smaller lr, then the larger KL), the same for every arm; ``setting_lines`` reports the grid.
+- ``coin_flip_config``: the control arm, ``accuracy`` replaced by ``coin_flip`` (``mmrl.rewards.coin_flip``).
+- ``bench/_preflight.py``: the statistics printed before any RL is spent, and the stop when the method cannot act.
+- ``Results``: the results file written by the bench in one run, its command at the top, every arm with mean
+  [95% t-interval] and per-seed values, the SFT start and the coin-flip arm required, paired differences.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from bpo_table import ci95, fmt_ci
+
+from mmrl.errors import ConfigError
+
+MIN_SEEDS, MIN_SEEDS_SMALL = 3, 5
+MIN_TEST = 400
+MAX_SE_POINTS = 2.5
+DEFAULT_LR_GRID = (1e-6, 3e-6, 1e-5, 3e-5)
+DEFAULT_KL_GRID = (0.0, 0.01)
+SFT_ARM, COIN_ARM = "sft", "coin_flip"
+
+
+class ProtocolError(ConfigError):
+    """A bench asked for less than the protocol requires (and did not say ``--smoke``)."""
+
+
+def standard_error_points(n: int, p: float = 0.5) -> float:
+    """Binomial standard error of an accuracy over ``n`` items, in points: 100 sqrt(p (1 - p) / n)."""
+    return 100.0 * math.sqrt(p * (1 - p) / n) if n > 0 else float("inf")
+
+
+@dataclass
+class Protocol:
+    command: str  # the bench's named command, printed at the top of its results file
+    seeds: List[int]
+    n_test: int
+    n_val: int = 0
+    small_effect: bool = False
+    smoke: bool = False
+    lr_grid: Sequence[float] = DEFAULT_LR_GRID
+    kl_grid: Sequence[float] = DEFAULT_KL_GRID
+
+    def check(self) -> "Protocol":
+        """Raise ``ProtocolError`` naming the rule a full run breaks; a smoke run passes and is labelled."""
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ProtocolError(f"protocol: repeated seeds {self.seeds}")
+        if not self.lr_grid or not self.kl_grid:
+            raise ProtocolError("protocol: the lr and KL grids need at least one value each")
+        if self.smoke:
+            return self
+        need = MIN_SEEDS_SMALL if self.small_effect else MIN_SEEDS
+        if len(self.seeds) < need:
+            raise ProtocolError(f"protocol: {len(self.seeds)} seed(s) {self.seeds}; a miniature needs >= {need} "
+                                f"independent seeds{' (small effect)' if self.small_effect else ''} (--smoke to try)")
+        if self.n_test < MIN_TEST:
+            raise ProtocolError(f"protocol: a test set of {self.n_test} items has a standard error of "
+                                f"{standard_error_points(self.n_test):.1f} points; a miniature needs >= {MIN_TEST} "
+                                f"(<= {MAX_SE_POINTS} points) (--smoke to try)")
+        if self.n_val < 1:
+            raise ProtocolError("protocol: the RL setting is chosen on a validation split; give n_val >= 1")
+        return self
+
+    def header(self, title: str) -> List[str]:
+        lines = [f"# {title}", "", f"Command: `{self.command}`", ""]
+        if self.smoke:
+            lines += ["**SMOKE RUN: below the protocol's minimums (seeds, test size); no claim can be read from it.**",
+                      ""]
+        lines += [f"Protocol (docs/miniatures.md): seeds {self.seeds} (each an independent world, SFT checkpoint and "
+                  f"RL seed), {self.n_test} test items per seed (standard error <= "
+                  f"{standard_error_points(self.n_test):.1f} points), {self.n_val} validation items.", ""]
+        return lines
+
+
+def add_protocol_args(p: argparse.ArgumentParser, seeds: Sequence[int] = (0, 1, 2), n_test: int = MIN_TEST,
+                      n_val: int = 128) -> None:
+    p.add_argument("--seeds", type=int, nargs="+", default=list(seeds), help="protocol seeds (world + SFT + RL)")
+    p.add_argument("--n-test", type=int, default=n_test, help=f"test items per seed (>= {MIN_TEST})")
+    p.add_argument("--n-val", type=int, default=n_val, help="validation items per seed (the RL setting's choice)")
+    p.add_argument("--lr-grid", type=float, nargs="+", default=list(DEFAULT_LR_GRID), help="RL learning rates tried")
+    p.add_argument("--kl-grid", type=float, nargs="+", default=list(DEFAULT_KL_GRID), help="KL coefficients tried")
+    p.add_argument("--smoke", action="store_true", help="allow fewer seeds / test items (labelled SMOKE RUN)")
+
+
+def protocol_from_args(args, script: str, argv: Optional[Sequence[str]] = None,
+                       small_effect: bool = False) -> Protocol:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return Protocol(command=shlex.join(["python", script, *argv]), seeds=list(args.seeds), n_test=args.n_test,
+                    n_val=args.n_val, small_effect=small_effect, smoke=args.smoke, lr_grid=list(args.lr_grid),
+                    kl_grid=list(args.kl_grid)).check()
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    seed: int
+    world_seed: int
+    sft_seed: int
+    rl_seed: int
+
+
+def seed_plan(seed: int) -> SeedPlan:
+    """World, SFT and RL seeds of one protocol seed: distinct streams, so seeds differ in all three."""
+    return SeedPlan(seed, world_seed=10_000 + seed, sft_seed=20_000 + seed, rl_seed=30_000 + seed)
+
+
+# ---------------------------------------------------------------- the RL setting, chosen on validation
+@dataclass
+class Selection:
+    lr: float
+    kl: float
+    scores: Dict[Tuple[float, float], float] = field(default_factory=dict)  # mean validation accuracy per setting
+
+
+def select_setting(protocol: Protocol, val_score: Callable[[float, float], float]) -> Selection:
+    """Run ``val_score(lr, kl)`` (the bench's true-reward arm, validation accuracy) over the grid; the best mean
+    wins, ties to the smaller lr and then the larger KL. The winner is used by every arm."""
+    scores = {(float(lr), float(kl)): float(val_score(lr, kl)) for lr in protocol.lr_grid for kl in protocol.kl_grid}
+    best = max(scores, key=lambda s: (round(scores[s], 12), -s[0], s[1]))
+    return Selection(lr=best[0], kl=best[1], scores=scores)
+
+
+def apply_setting(cfg, sel: Selection):
+    """A copy of ``cfg`` with the selected ``train.lr`` and ``algorithm.kl_coef``."""
+    cfg = copy.deepcopy(cfg)
+    cfg.train.lr, cfg.algorithm.kl_coef = sel.lr, sel.kl
+    return cfg
+
+
+def arm_val_score(cfgs: Dict[int, object], steps: int, val_paths: Dict[int, str]) -> Callable[[float, float], float]:
+    """``val_score`` for ``select_setting``: per seed, a true-reward arm (``bench/_arms.Arm``) at ``(lr, kl)`` for
+    ``steps`` RL steps, then its greedy accuracy on that seed's VALIDATION file (``data.test`` swapped for it, so the
+    test split is never seen); the mean over seeds. Each run writes under ``<out_dir>/select_lr<lr>_kl<kl>``."""
+    from _arms import Arm
+
+    def score(lr: float, kl: float) -> float:
+        accs = []
+        for seed, cfg in cfgs.items():
+            c = apply_setting(cfg, Selection(lr, kl))
+            c.data.test = val_paths[seed]
+            c.train.out_dir = str(Path(cfg.train.out_dir) / f"select_lr{lr:g}_kl{kl:g}")
+            arm = Arm(f"select lr {lr:g} kl {kl:g} seed {seed}", c)
+            for _ in range(steps):
+                arm.step()
+            accs.append(float(arm.on_own_stream(arm.trainer.evaluate)["eval/accuracy"]))
+            arm.trainer = None  # free the model before the next run
+        return sum(accs) / len(accs)
+
+    return score
+
+
+def setting_lines(sel: Selection) -> List[str]:
+    kls = sorted({k for _, k in sel.scores})
+    lines = ["## RL setting, chosen on the validation split (the same for every arm)", "",
+             "| lr | " + " | ".join(f"KL {k:g}" for k in kls) + " |", "|---|" + "---:|" * len(kls)]
+    for lr in sorted({lr for lr, _ in sel.scores}):
+        cells = [f"{100 * sel.scores[(lr, k)]:.1f}" + (" **(chosen)**" if (lr, k) == (sel.lr, sel.kl) else "")
+                 for k in kls]
+        lines.append(f"| {lr:g} | " + " | ".join(cells) + " |")
+    return lines + ["", f"Chosen: lr {sel.lr:g}, KL {sel.kl:g} (validation accuracy %, true-reward arm).", ""]
+
+
+# ---------------------------------------------------------------- the coin-flip control
+def coin_flip_config(cfg):
+    """A copy of ``cfg`` whose ``accuracy`` reward is ``coin_flip`` (same weight and parameters): the control arm."""
+    cfg = copy.deepcopy(cfg)
+    hits = [r for r in cfg.rewards if r.name == "accuracy"]
+    if not hits:
+        raise ProtocolError(f"protocol: the coin-flip arm replaces the 'accuracy' reward, and this config has none "
+                            f"(rewards: {[r.name for r in cfg.rewards]})")
+    for r in hits:
+        r.name = "coin_flip"
+    return cfg
+
+
+# ---------------------------------------------------------------- the results file
+class Results:
+    """Per-seed values ``{arm: {seed: value}}`` of named metrics, rendered with CIs; written once, whole."""
+
+    def __init__(self, protocol: Protocol, title: str):
+        self.protocol, self.title = protocol, title
+        self.sections: List[List[str]] = []
+
+    def add(self, lines: Sequence[str]) -> None:
+        self.sections.append(list(lines))
+
+    def arms_table(self, metric: str, values: Dict[str, Dict[int, float]], scale: float = 100.0,
+                   missing: Optional[Dict[str, str]] = None) -> List[str]:
+        """One row per arm: mean [95% CI] over seeds, then each seed's value. The SFT start and the coin-flip arm
+        must be present unless ``missing`` gives the reason for leaving one out (printed under the table)."""
+        missing = missing or {}
+        for need in (SFT_ARM, COIN_ARM):
+            if need not in values and need not in missing:
+                raise ProtocolError(f"protocol: table '{metric}' has no '{need}' arm and gives no reason why")
+        seeds = self.protocol.seeds
+        lines = [f"## {metric}", "", "| arm | mean [95% CI] | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+                 "|---|---:|" + "---:|" * len(seeds)]
+        for arm, per in values.items():
+            xs = [per.get(s, float("nan")) for s in seeds]
+            cells = ["—" if math.isnan(x) else f"{scale * x:.1f}" for x in xs]
+            lines.append(f"| {arm} | {fmt_ci(xs, scale)} | " + " | ".join(cells) + " |")
+        lines += [f"\n{arm}: not run ({why})" for arm, why in missing.items()]
+        return lines + [""]
+
+    def paired_table(self, metric: str, values: Dict[str, Dict[int, float]], pairs: Sequence[Tuple[str, str]],
+                     scale: float = 100.0) -> List[str]:
+        """a − b within each seed (both arms share the seed's world and SFT start): mean [95% CI], per seed, and
+        the count of seeds where a > b."""
+        seeds = self.protocol.seeds
+        lines = [f"## {metric}: paired differences", "",
+                 "| a − b | mean [95% CI] | " + " | ".join(f"seed {s}" for s in seeds) + " | seeds a > b |",
+                 "|---|---:|" + "---:|" * len(seeds) + "---:|"]
+        for a, b in pairs:
+            d = [values[a].get(s, float("nan")) - values[b].get(s, float("nan")) for s in seeds]
+            cells = ["—" if math.isnan(x) else f"{scale * x:+.1f}" for x in d]
+            wins = sum(1 for x in d if not math.isnan(x) and x > 0)
+            m, lo, hi = ci95([scale * x for x in d])
+            verdict = "" if math.isnan(lo) else (" (CI above 0)" if lo > 0 else " (CI below 0)" if hi < 0 else "")
+            lines.append(f"| {a} − {b} | {fmt_ci(d, scale, signed=True)}{verdict} | " + " | ".join(cells)
+                         + f" | {wins}/{len([x for x in d if not math.isnan(x)])} |")
+        return lines + [""]
+
+    def render(self) -> str:
+        out = self.protocol.header(self.title)
+        for sec in self.sections:
+            out += sec
+        return "\n".join(out).rstrip() + "\n"
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.render())
+        return path

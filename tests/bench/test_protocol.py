@@ -1,0 +1,218 @@
+"""The miniature protocol's harness (bench/_protocol.py, bench/_preflight.py): the rules it refuses to break, the
+RL setting chosen on validation, the coin-flip arm, the pre-flight statistics and the stop, the results file."""
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from mmrl.config import Config
+from tests.support import BENCH
+
+if str(BENCH) not in sys.path:  # the bench modules import their siblings by name (as the bench scripts do)
+    sys.path.insert(0, str(BENCH))
+import _preflight as F  # noqa: E402
+import _protocol as P  # noqa: E402
+
+
+def _proto(**kw):
+    base = dict(command="python bench/x.py --seeds 0 1 2", seeds=[0, 1, 2], n_test=400, n_val=64)
+    return P.Protocol(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(seeds=[0, 1]), ">= 3 independent seeds"),
+    (dict(seeds=[0, 1, 2, 3], small_effect=True), ">= 5 independent seeds"),
+    (dict(n_test=399), "standard error of 2.5 points; a miniature needs >= 400"),
+    (dict(n_val=0), "validation split"),
+    (dict(seeds=[0, 0, 1]), "repeated seeds"),
+    (dict(lr_grid=[]), "grids"),
+])
+def test_the_protocol_refuses_less_than_it_requires(kw, msg):
+    with pytest.raises(P.ProtocolError, match=msg):
+        _proto(**kw).check()
+
+
+def test_smoke_is_allowed_and_labelled():
+    p = _proto(seeds=[0], n_test=24, smoke=True).check()
+    head = "\n".join(p.header("t"))
+    assert head.startswith("# t\n\nCommand: `python bench/x.py --seeds 0 1 2`") and "SMOKE RUN" in head
+    assert "SMOKE" not in "\n".join(_proto().check().header("t"))
+
+
+def test_400_items_give_a_standard_error_of_2_5_points():
+    assert P.standard_error_points(400) == pytest.approx(2.5)
+    assert P.standard_error_points(100, 0.9) == pytest.approx(3.0)
+
+
+def test_protocol_from_args_puts_the_command_line_first():
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    P.add_protocol_args(ap)
+    argv = ["--seeds", "3", "4", "5", "--n-test", "480"]
+    p = P.protocol_from_args(ap.parse_args(argv), "bench/demo.py", argv)
+    assert p.command == "python bench/demo.py --seeds 3 4 5 --n-test 480" and p.seeds == [3, 4, 5]
+    with pytest.raises(P.ProtocolError):
+        P.protocol_from_args(ap.parse_args(["--n-test", "64"]), "bench/demo.py", [])
+
+
+def test_seeds_are_independent_worlds_sft_checkpoints_and_rl_runs():
+    plans = [P.seed_plan(s) for s in range(5)]
+    for attr in ("world_seed", "sft_seed", "rl_seed"):
+        assert len({getattr(p, attr) for p in plans}) == 5
+    streams = {p.world_seed for p in plans} | {p.sft_seed for p in plans} | {p.rl_seed for p in plans}
+    assert len(streams) == 15
+
+
+def test_the_rl_setting_is_the_best_on_validation_ties_to_the_smaller_lr():
+    proto = _proto(lr_grid=[1e-6, 1e-5, 1e-4], kl_grid=[0.0, 0.01])
+    table = {(1e-6, 0.0): 0.50, (1e-6, 0.01): 0.52, (1e-5, 0.0): 0.60, (1e-5, 0.01): 0.58, (1e-4, 0.0): 0.60,
+             (1e-4, 0.01): 0.30}
+    calls = []
+    sel = P.select_setting(proto, lambda lr, kl: calls.append((lr, kl)) or table[(lr, kl)])
+    assert (sel.lr, sel.kl) == (1e-5, 0.0) and len(calls) == 6  # 1e-4 ties at 0.60: the smaller lr wins
+    cfg = P.apply_setting(Config(), sel)
+    assert (cfg.train.lr, cfg.algorithm.kl_coef) == (1e-5, 0.0)
+    text = "\n".join(P.setting_lines(sel))
+    assert "| 1e-05 | 60.0 **(chosen)** | 58.0 |" in text
+
+
+def test_the_coin_flip_arm_replaces_accuracy_only():
+    cfg = Config()
+    coin = P.coin_flip_config(cfg)
+    assert [(r.name, r.weight) for r in coin.rewards] == [("coin_flip", 1.0), ("format", 0.1)]
+    assert [r.name for r in cfg.rewards] == ["accuracy", "format"]  # the original is untouched
+    cfg.rewards = cfg.rewards[1:]
+    with pytest.raises(P.ProtocolError, match="has none"):
+        P.coin_flip_config(cfg)
+
+
+def test_results_need_the_sft_start_and_the_coin_flip_arm_and_give_cis_and_pairs(tmp_path):
+    r = P.Results(_proto(), "Bench")
+    vals = {"sft": {0: 0.5, 1: 0.6, 2: 0.7}, "coin_flip": {0: 0.5, 1: 0.55, 2: 0.6}, "grpo": {0: 0.6, 1: 0.7, 2: 0.8}}
+    with pytest.raises(P.ProtocolError, match="'coin_flip'"):
+        r.arms_table("acc", {"sft": vals["sft"], "grpo": vals["grpo"]})
+    lines = r.arms_table("acc", {"sft": vals["sft"], "grpo": vals["grpo"]}, missing={"coin_flip": "no accuracy"})
+    assert "coin_flip: not run (no accuracy)" in "\n".join(lines)
+    r.add(r.arms_table("acc", vals))
+    r.add(r.paired_table("acc", vals, [("grpo", "sft"), ("coin_flip", "sft")]))
+    text = r.write(tmp_path / "res.md").read_text()
+    assert text.startswith("# Bench\n\nCommand: `python bench/x.py --seeds 0 1 2`")
+    # mean 60.0, s = 10, t(0.975, 2) = 4.303: half-width 24.8
+    assert "| sft | 60.0 [35.2, 84.8] | 50.0 | 60.0 | 70.0 |" in text
+    assert "| grpo − sft | +10.0 [10.0, 10.0] (CI above 0) | +10.0 | +10.0 | +10.0 | 3/3 |" in text
+    assert "| coin_flip − sft | -5.0 [-17.4, 7.4] | +0.0 | -5.0 | -10.0 | 0/3 |" in text
+
+
+@pytest.mark.parametrize("n,c,k,want", [(4, 1, 1, 0.25), (4, 1, 4, 1.0), (4, 0, 2, 0.0), (8, 2, 4, 1 - 15 / 70),
+                                        (8, 8, 1, 1.0), (5, 3, 3, 1.0)])
+def test_pass_at_k_hand_values(n, c, k, want):
+    assert F.pass_at_k(n, c, k) == pytest.approx(want)
+
+
+def test_pass_at_k_rejects_k_beyond_n():
+    with pytest.raises(ValueError):
+        F.pass_at_k(4, 1, 5)
+
+
+def test_zero_spread_share():
+    assert F.zero_spread_share([[1, 1, 1], [0, 1, 0], [0, 0], [0.5, 0.5]]) == 0.75
+    assert math.isnan(F.zero_spread_share([]))
+
+
+class _S:
+    def __init__(self, q, k):
+        self.qtype, self.candidates, self.is_choice = q, ["x"] * k, True
+
+
+def _groups(rewards):
+    return F.Groups(rewards=rewards, correct=[[float(x >= 1) for x in g] for g in rewards], qtypes=["a"] * len(rewards))
+
+
+def test_preflight_start_vs_chance_pass_at_k_and_a_mechanism_that_can_act():
+    samples = [_S("color", 4)] * 100 + [_S("order", 2)] * 100
+    mech = F.Mechanism("bonus", lambda ctx: {"bonus_differs": 0.4, "groups": len(ctx["groups"].rewards)},
+                       lambda st: (st["bonus_differs"] > 0.1, "the bonus never differs within a group"))
+    pf = F.build_preflight(0, {"color": 0.9, "order": 0.55}, samples, _groups([[1, 0, 0, 0], [1, 1, 1, 1]]),
+                           ks=(1, 4), mechanism=mech)
+    assert pf.per_type["color"] == {"acc": 0.9, "chance": 0.25, "n": 100, "above_chance": 1.0}
+    assert pf.per_type["order"]["above_chance"] == 0.0  # 0.55 < 0.5 + 2 * 0.05
+    assert pf.pass_at == {1: pytest.approx(0.625), 4: 1.0} and pf.zero_spread == 0.5
+    assert pf.can_act and pf.mechanism == {"bonus_differs": 0.4, "groups": 2}
+    text = "\n".join(F.preflight_lines([pf], "T-GRPO"))
+    assert "| 0 | 90.0 vs 25.0 | 55.0 vs 50.0 (<= chance) |" in text and "| 0 | 2 x 4 | 62.5 | 100.0 | 50.0% |" in text
+
+
+def test_a_method_that_cannot_act_stops_and_writes_why(tmp_path):
+    mech = F.Mechanism("sim", lambda ctx: {"theta_max": 0.46}, lambda st: (st["theta_max"] >= 0.8, "θ <= 0.46 < τ 0.8"))
+    pfs = [F.build_preflight(s, {"a": 0.5}, [_S("a", 2)] * 10, _groups([[1, 0]]), ks=(1,), mechanism=mech)
+           for s in (0, 1, 2)]
+    res = P.Results(_proto(), "MDAP")
+    assert F.stop_if_cannot_act(pfs, res, tmp_path / "r.md", "MDAP")
+    text = (tmp_path / "r.md").read_text()
+    assert text.startswith("# MDAP\n\nCommand:") and "## Stopped before RL" in text
+    assert "- seed 1: θ <= 0.46 < τ 0.8" in text and "no RL was spent" in text
+
+
+def test_all_zero_spread_groups_cannot_act_and_a_good_preflight_goes_on(tmp_path):
+    pf = F.build_preflight(0, {"a": 0.9}, [_S("a", 2)] * 10, _groups([[1, 1], [0, 0]]), ks=(1,))
+    assert not pf.can_act and "zero reward spread" in pf.reason
+    ok = F.build_preflight(0, {"a": 0.9}, [_S("a", 2)] * 10, _groups([[1, 0], [0, 0]]), ks=(1,))
+    res = P.Results(_proto(), "B")
+    assert not F.stop_if_cannot_act([ok], res, tmp_path / "r.md") and not (tmp_path / "r.md").exists()
+    assert "Pre-flight" in res.render()
+
+
+def test_sample_groups_on_the_real_trainer_restores_the_rng_and_feeds_the_preflight(tiny_model_path, image_world,
+                                                                                     tmp_path):
+    from mmrl.config import load_config
+    from mmrl.train.checkpoint import rng_state
+    from mmrl.train.rl_trainer import RLTrainer
+    from tests.support import small_overrides
+
+    cfg = load_config([], small_overrides(image_world, tmp_path / "rl", tiny_model_path))
+    trainer = RLTrainer(P.coin_flip_config(cfg), quiet=True)
+    before = rng_state()
+    groups = F.sample_groups(trainer, trainer.samples[:3])
+    after = rng_state()
+    assert all(torch_equal(before[k], after[k]) for k in before)  # the arm's own stream is untouched
+    assert len(groups.rewards) == 3 and all(len(g) == 4 for g in groups.rewards)
+    assert all(x in (0.0, 1.0) for g in groups.correct for x in g)  # the true accuracy, logged by coin_flip
+    pf = F.build_preflight(0, {s.qtype: 0.0 for s in trainer.samples[:3]}, trainer.samples[:3], groups, ks=(1, 4))
+    assert pf.n_groups == 3 and pf.group_size == 4 and set(pf.pass_at) == {1, 4}
+
+
+def torch_equal(a, b):
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(torch_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)
+    try:
+        import numpy as np
+
+        if isinstance(a, np.ndarray):
+            return np.array_equal(a, b)
+    except ImportError:
+        pass
+    return a == b
+
+
+def test_arm_val_score_runs_the_grid_on_the_validation_file(tiny_model_path, image_world, tmp_path):
+    from mmrl.config import load_config
+    from tests.support import small_overrides
+
+    cfg = load_config([], small_overrides(image_world, tmp_path / "rl", tiny_model_path) + ["train.eval_limit=4"])
+    val = str(image_world / "train.json")  # a file other than data.test
+    score = P.arm_val_score({0: cfg}, steps=1, val_paths={0: val})
+    sel = P.select_setting(_proto(lr_grid=[1e-5, 1e-3], kl_grid=[0.0]), score)
+    assert set(sel.scores) == {(1e-5, 0.0), (1e-3, 0.0)} and all(0.0 <= v <= 1.0 for v in sel.scores.values())
+    for lr in ("1e-05", "0.001"):
+        preds = list((tmp_path / "rl" / f"select_lr{lr}_kl0" / "predictions").glob("*.jsonl"))
+        ids = {json.loads(x)["id"] for p in preds for x in p.read_text().splitlines()}
+        assert ids and ids <= {s["id"] for s in json.loads(Path(val).read_text())}  # scored on validation only

@@ -1,0 +1,52 @@
+"""``mmrl base build`` at micro scale: bit-identical rebuilds from the seed, the cache reused, the per-attribute
+table produced (the full build is the docs' command, not a test)."""
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mmrl.models.base_recipe import PERCEPTION_ATTRS, BaseRecipe, recipe_hash
+
+MICRO = dict(text_hidden=32, text_layers=1, text_heads=2, text_kv_heads=1, text_intermediate=64, vision_hidden=32,
+             vision_layers=1, vision_heads=2, vision_intermediate=64, size=56, n_frames=8, n_train=16, n_test=11,
+             steps=4, batch_size=4, lr=1e-3, warmup_steps=0, eval_every=2, num_threads=1)
+
+
+def _weights(path):
+    return load_file(str(path / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_micro_build_is_bit_identical_cached_and_tabled(tmp_path, monkeypatch, capsys):
+    from mmrl.train.base_build import build_base
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "a"))
+    recipe = BaseRecipe(**MICRO)
+    first = build_base(recipe, quiet=True)
+    assert first.name == f"base-{recipe_hash(recipe)}"
+    out = capsys.readouterr().out
+    assert "after step 2/4" in out and "after step 4/4" in out  # an eval after every stage
+    table = json.loads((first / "perception.json").read_text())
+    rows = table["evals"][-1]["rows"]
+    assert set(rows) == set(PERCEPTION_ATTRS) | {"macro"}
+    assert all(0.0 <= r["acc"] <= 1.0 and r["n"] == 1 for q, r in rows.items() if q != "macro")
+    assert "| time |" in (first / "perception.md").read_text()
+
+    mtime = (first / "model.safetensors").stat().st_mtime_ns
+    assert build_base(recipe, quiet=True) == first  # the cache is reused: nothing rebuilt
+    assert (first / "model.safetensors").stat().st_mtime_ns == mtime
+    assert "cached at" in capsys.readouterr().out
+
+    from mmrl.train.base_build import build_progress
+
+    prog = build_progress(recipe, per_type=1)  # the build folder's latest checkpoint, evaluated on a subset
+    assert prog["step"] == 4 and set(prog["rows"]) == set(PERCEPTION_ATTRS) | {"macro"}
+    assert "progress, checkpoint of step 4/4" in capsys.readouterr().out
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "b"))
+    second = build_base(recipe, quiet=True)  # a fresh cache: rebuilt from the seed alone
+    a, b = _weights(first), _weights(second)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    init = load_file(str(tmp_path / "b" / f"base-{recipe_hash(recipe)}.build" / "init" / "model.safetensors"))
+    assert any(not torch.equal(a[k], init[k]) for k in a if k in init)  # and it did train
