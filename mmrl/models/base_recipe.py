@@ -161,8 +161,9 @@ def is_built(path: Path) -> bool:
     return (path / RECIPE_FILE).is_file() and (path / "config.json").is_file()
 
 
-def is_base_ref(path: str) -> bool:
-    return path == "base" or path.startswith("base:")
+def is_base_ref(path) -> bool:
+    """``base`` or ``base:<hash>`` (a checkpoint folder given as a ``Path`` never is one)."""
+    return isinstance(path, str) and (path == "base" or path.startswith("base:"))
 
 
 def resolve_base(path: str, where: str = "config key 'model.path'") -> str:

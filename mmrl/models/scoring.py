@@ -284,7 +284,7 @@ def _score_onepass(core, head, chunk, temperature: float, pad_id: int, device) -
     owner, slot = owner.to(device), slot.to(device)
     pids, lengths, pmask = right_padded(uniq, pad_id, device)
     vision = {k: v.to(device) for k, v in collate_vision(uniq).items()}
-    ppos, start = prompt_positions(core, uniq, pids, pmask, vision)
+    ppos, start = prompt_positions(core, uniq, pids)
     resp = [r.to(device=device, dtype=torch.long) for _, r in chunk]
     rlen = torch.tensor([int(r.numel()) for r in resp], dtype=torch.long, device=device)
     R = int(rlen.max())

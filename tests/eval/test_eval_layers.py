@@ -6,7 +6,7 @@ from pathlib import Path
 EVAL = Path(__file__).resolve().parents[2] / "mmrl" / "eval"
 RANK = {"benchmark_def": 0, "parsers": 0, "report": 0, "synthetic": 0, "synth_bench": 0, "emotion": 0,
         "mvbench_data": 1, "mvbench_protocol": 1, "ovobench_protocol": 1, "ovobench_score": 1, "frame_rules": 1,
-        "hooks": 1, "driver": 1, "emotion_eval": 1, "benchmarks": 2, "protocol": 3, "runner": 3, "ovobench_stream": 3, "cli_bench": 4, "__init__": 0}
+        "hooks": 1, "driver": 1, "emotion_eval": 1, "benchmarks": 2, "protocol": 3, "runner": 3, "ovobench_stream": 3, "cli_bench": 4, "perception": 4, "__init__": 0}
 
 
 def _rank(module: str) -> int:

@@ -7,7 +7,7 @@ import torch
 from mmrl.media.inputs import SequenceInputs
 from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import response_logprobs
-from support import mixed_requests
+from support import mixed_requests, trained_position_ids
 
 
 @pytest.fixture(scope="module")
@@ -17,9 +17,10 @@ def tiny(tiny_model_path):
     return proc, model
 
 
-def _plain(model, ids, mm, vision, start, n, temperature):
-    """log_softmax(logits / T) of one ordinary forward at the ``n`` tokens after ``start``."""
-    logits = model(input_ids=ids[None], mm_token_type_ids=mm[None], **vision).logits[0]
+def _plain(model, ids, mm, vision, start, n, temperature, pos):
+    """log_softmax(logits / T) of one ordinary forward (at the trained M-RoPE positions ``pos``) at the ``n`` tokens
+    after ``start``."""
+    logits = model(input_ids=ids[None], mm_token_type_ids=mm[None], position_ids=pos, **vision).logits[0]
     lp = torch.log_softmax(logits[start - 1: start - 1 + n].float() / temperature, -1)
     return lp.gather(-1, ids[start: start + n, None]).squeeze(-1)
 
@@ -43,7 +44,8 @@ def test_logprobs_at_t_equal_log_softmax_of_logits_over_t(tiny, strategy, temper
         for (p, r), lp, lp1 in zip(items, ours, at_one):
             ids = torch.cat([p.input_ids, r])
             mm = torch.cat([p.mm_token_type_ids, torch.zeros_like(r)])
-            want = _plain(model, ids, mm, p.vision, p.num_tokens, r.numel(), temperature)
+            want = _plain(model, ids, mm, p.vision, p.num_tokens, r.numel(), temperature,
+                          trained_position_ids(model, p, r))
             assert torch.allclose(lp, want, atol=1e-5), (strategy, temperature, (lp - want).abs().max())
             assert not torch.allclose(lp, lp1, atol=1e-3)  # T matters: these are not the T = 1 log-probs
 
@@ -67,5 +69,6 @@ def test_multi_turn_sequences_score_at_t_too(tiny, temperature):
         ours = [lp for part in (seqs[:2], seqs[2:])
                 for lp in response_logprobs(model, part, temperature=temperature, pad_id=proc.tokenizer.pad_token_id)]
         for (s, tail), lp in zip(seqs, ours):
-            want = _plain(model, s.input_ids, s.mm_token_type_ids, s.vision, s.prompt_len, tail.numel(), temperature)
+            want = _plain(model, s.input_ids, s.mm_token_type_ids, s.vision, s.prompt_len, tail.numel(), temperature,
+                          trained_position_ids(model, s))
             assert torch.allclose(lp, want, atol=1e-5), (lp - want).abs().max()
