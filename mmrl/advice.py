@@ -16,7 +16,6 @@ class Advice:
     overrides: Tuple[str, ...]  # dotted key=value overrides, as the message prints them
     given: Tuple[str, ...] = ()  # overrides of a config the advice is given to (the test's starting point)
     example: Dict[str, object] = field(default_factory=dict)  # values of the {fields} in overrides, for the test
-    needs_key: str = ""  # the advice exists only where the config has this key (another module adds it)
 
 
 ADVICE: Dict[str, Advice] = {
@@ -28,7 +27,7 @@ ADVICE: Dict[str, Advice] = {
     "vllm_server": Advice(("rollout.vllm_mode=server",), given=("rollout.engine=vllm",)),
     "no_deepspeed": Advice(("train.backend=torch",), given=("train.backend=deepspeed",
                                                             "train.deepspeed_config=configs/deepspeed/zero2.json")),
-    "no_flash_attn": Advice(("model.attn_implementation=sdpa",), needs_key="model.attn_implementation"),
+    "no_flash_attn": Advice(("model.attn_implementation=sdpa",)),
     "no_cuda_device": Advice(("model.device=auto",), given=("model.device=cuda",)),
     "dapo_no_accuracy": Advice(("algorithm.params.dynamic_sampling=false",), given=("algorithm.name=dapo",)),
     "needs_viewset": Advice(("algorithm.viewset=views/bpo_video.yaml",), given=("algorithm.name=bpo",)),

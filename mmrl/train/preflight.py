@@ -50,14 +50,10 @@ def check_environment(cfg, kind: str = "train", cuda_count: Optional[int] = None
     if cfg.train.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise ConfigError("config key 'train.backend' = 'deepspeed' needs DeepSpeed (pip install deepspeed); "
                           f"use {advice('no_deepspeed')} for one process")
-    attn = getattr(cfg.model, "attn_implementation", None)
-    if attn == "flash_attention_2":
-        if importlib.util.find_spec("flash_attn") is None:
-            raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs flash-attn "
-                              f"(pip install flash-attn); use {advice('no_flash_attn')}")
-        if gpus == 0:
-            raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs a CUDA GPU "
-                              f"(none is visible); use {advice('no_flash_attn')}")
+    # flash_attn being installed is checked when the config loads (mmrl.config._check_attention)
+    if cfg.model.attn_implementation == "flash_attention_2" and gpus == 0:
+        raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs a CUDA GPU "
+                          f"(none is visible); use {advice('no_flash_attn')}")
     device = str(cfg.model.device)
     if device.startswith("cuda") and gpus == 0:
         raise ConfigError(f"config key 'model.device' = {device!r} needs a CUDA GPU (none is visible); "
