@@ -40,14 +40,9 @@ def _fmt(value) -> str:
     return repr(value).replace("|", "\\|")
 
 
-def builtin(registry, name: str, fn=lambda obj: obj) -> bool:
-    """Whether ``name`` is a built-in (defined in the ``mmrl`` package), not user code registered at run time."""
-    obj = fn(registry.get(name))
-    return (getattr(obj, "__module__", "") or "").startswith("mmrl.")
-
-
-def _names(registry, fn=lambda obj: obj) -> List[str]:
-    return [n for n in registry.names() if builtin(registry, n, fn)]
+def _names(registry) -> List[str]:
+    """The registry's built-in names (those it names a module for), not user code registered at run time."""
+    return registry.builtin_names()
 
 
 def _signature_params(fn, skip: int) -> List[str]:
@@ -128,14 +123,14 @@ def rewards_page() -> str:
 
 
 def tools_page() -> str:
-    from mmrl.tools import TOOLS
+    from mmrl.tools import TOOLS, resolve_tool
 
     lines = ["# Tools", "",
              "`tools:` entries of a tool suite (`tools/*.yaml`; schema: [schemas.md](schemas.md#tool-suite)). "
              "Arguments are what the model writes in its `<tool_call>`; `?` marks an optional one.", "",
              "| name | arguments | what it returns |", "|---|---|---|"]
-    for name in _names(TOOLS, lambda spec: spec.fn):
-        spec = TOOLS.get(name)
+    for name in _names(TOOLS):
+        spec = resolve_tool(name)
         props = spec.schema.get("properties", {})
         required = set(spec.schema.get("required", []))
         args = [f"{k}{'' if k in required else '?'}: {v.get('type', 'any')}" for k, v in props.items()]
@@ -162,11 +157,11 @@ def algorithms_page() -> str:
 
 
 def agent_loops_page() -> str:
-    from mmrl.rollout.agent_loop import AGENT_LOOPS, agent_loop_names
+    from mmrl.rollout.agent_loop import AGENT_LOOPS
 
     lines = ["# Agent loops", "", "`rollout.agent_loop` of a run config: what drives the engine during a step.", "",
              "| name | what it runs |", "|---|---|"]
-    for name in [n for n in agent_loop_names() if builtin(AGENT_LOOPS, n)]:
+    for name in _names(AGENT_LOOPS):
         lines.append(f"| `{name}` | {_doc(AGENT_LOOPS.get(name), f'agent loop {name!r}')} |")
     return "\n".join(lines) + "\n"
 
@@ -174,8 +169,8 @@ def agent_loops_page() -> str:
 def benchmarks_page() -> str:
     import yaml
 
-    from mmrl.eval.frame_rules import FRAME_RULES
-    from mmrl.eval.hooks import builtin_names
+    from mmrl.eval.frame_rules import FRAME_RULES, frame_rule_info
+    from mmrl.eval.hooks import BENCHMARKS
     from mmrl.eval.parsers import PARSERS
 
     lines = ["# Benchmarks, frame rules and answer parsers", "",
@@ -188,11 +183,11 @@ def benchmarks_page() -> str:
             if not d.get(key):
                 raise ConfigError(f"{path.relative_to(REPO)}: no '{key}' to document the benchmark with")
         lines.append(f"| `{path.stem}` | `{d['hooks']}` | {d['protocol']} | {d['description']} |")
-    lines += ["", f"Built-in hooks (`mmrl/eval/benchmarks/`): {', '.join(f'`{n}`' for n in builtin_names())}.", "",
+    lines += ["", f"Built-in hooks (`mmrl/eval/benchmarks/`): {', '.join(f'`{n}`' for n in BENCHMARKS.builtin_names())}.", "",
               "## Frame rules (`sampling.rule`)", "", "| name | reads | requires | source | what it picks |",
               "|---|---|---|---|---|"]
-    for name in _names(FRAME_RULES, lambda rule: rule.fn):
-        r = FRAME_RULES.get(name)
+    for name in _names(FRAME_RULES):
+        r = frame_rule_info(name)
         lines.append(f"| `{name}` | {_params_cell(list(r.uses))} | {_params_cell(list(r.needs))} | {r.source} | "
                      f"{_doc(r.fn, f'frame rule {name!r}')} |")
     lines += ["", "## Answer parsers (`parser`)", "",

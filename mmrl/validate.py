@@ -133,7 +133,6 @@ def validate(cfg, kind: str = "train", data_paths: bool = True) -> None:
         check_training_precision(cfg, backend="torch" if kind == "sft" else None)
     if kind == "sft":
         return
-    import mmrl.algos  # noqa: F401  (registers algorithm specs and losses)
     from mmrl.algos.base import POLICY_LOSSES
     from mmrl.algos.spec import ALGORITHMS
     from mmrl.rewards import REWARDS

@@ -20,7 +20,7 @@ import torch
 
 from mmrl.registry import Registry
 
-POLICY_LOSSES = Registry("policy loss")
+POLICY_LOSSES = Registry("policy loss", builtins={"mmrl.algos.losses": ("ppo", "gspo", "gspo_token")})
 
 
 @dataclass

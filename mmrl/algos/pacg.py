@@ -30,9 +30,7 @@ from mmrl.algos.pacg_gate import claim_scores, efs_tokens, gate_advantages, log_
 from mmrl.algos.spec import Intervention, Needs, StepBatch, WrapperParams, WrapperSpec, register_algorithm
 from mmrl.algos.vppo import default_intervention_params, intervention_key
 from mmrl.errors import ConfigError
-from mmrl.registry import Registry
-
-CLAIM_EXTRACTORS = Registry("claim extractor")
+from mmrl.registry import import_object
 
 
 @dataclass
@@ -74,7 +72,7 @@ class PACG(WrapperSpec):
         self.extractor = None
         if p.claim_extractor:
             try:
-                self.extractor = CLAIM_EXTRACTORS.get(p.claim_extractor)
+                self.extractor = import_object(p.claim_extractor, "claim extractor")
             except KeyError as e:
                 raise ConfigError(f"config key '{key}.claim_extractor': {e.args[0]}") from None
         iv = Intervention(p.intervention, dict(p.intervention_params))

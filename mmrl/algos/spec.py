@@ -28,18 +28,18 @@ from mmrl.algos.base import AdvantageOutput
 from mmrl.errors import ConfigError
 from mmrl.registry import Registry
 
-ALGORITHMS = Registry("algorithm")
+ALGORITHMS = Registry("algorithm", builtins={
+    "mmrl.algos.grpo": ("grpo", "gspo", "drgrpo"), "mmrl.algos.gdpo": ("gdpo",), "mmrl.algos.dapo": ("dapo",),
+    "mmrl.algos.tgrpo": ("tgrpo",), "mmrl.algos.bpo": ("bpo",), "mmrl.algos.vppo": ("vppo",),
+    "mmrl.algos.pacg": ("pacg",), "mmrl.algos.dspo": ("dspo",), "mmrl.algos.fastrl": ("fastrl",),
+    "mmrl.algos.stream_gdpo": ("stream_gdpo",),
+})
 
 
 def register_algorithm(name: str):
     """Class decorator: ``@register_algorithm("grpo") class GRPO(AlgorithmSpec): ...``."""
 
-    def deco(cls):
-        cls.name = name
-        ALGORITHMS.register(name)(cls)
-        return cls
-
-    return deco
+    return ALGORITHMS.register(name)
 
 
 @dataclass
@@ -139,11 +139,11 @@ def parse_params(cls: Type, values: Optional[Dict[str, Any]], key: str = "algori
 class AlgorithmSpec:
     """Base spec: GRPO-shaped defaults for every hook. ``advantages`` must be given by each method."""
 
-    name = "?"
     Params: Type = NoParams
     uses_view_weights = False  # True where the advantages read the view set's ``weight`` (BPO)
 
     def __init__(self, params: Any, loss: Any, key: str = "algorithm.params"):
+        self.name = ALGORITHMS.name_of(type(self)) or type(self).__name__  # the registered name
         self.params = parse_params(self.Params, params, key) if not isinstance(params, self.Params) else params
         self.loss = loss  # LossParams-like: clip, loss_agg, kl_coef, ppo_epochs...
 
@@ -247,8 +247,6 @@ class WrapperSpec(AlgorithmSpec):
 def build_spec(name: str, params: Any, loss: Any, key: str = "algorithm.params",
                name_key: str = "algorithm.name") -> AlgorithmSpec:
     """The registered spec ``name`` with its parsed params; unknown names are a ``ConfigError`` naming ``name_key``."""
-    import mmrl.algos  # noqa: F401  (registers the built-ins)
-
     try:
         cls = ALGORITHMS.get(name)
     except KeyError as e:
@@ -270,8 +268,6 @@ def derive_params(algo_cfg, run_cfg) -> List[str]:
     ``train.steps``). An explicit value is kept (the override). Returns ``"key = value (from source)"`` lines of
     the values derived; an unknown algorithm name is left to the later check that names it."""
     try:
-        import mmrl.algos  # noqa: F401  (registers the built-ins)
-
         cls = ALGORITHMS.get(algo_cfg.name)
     except (KeyError, ImportError):
         return []

@@ -43,7 +43,7 @@ def run_diagnose(args) -> dict:
     from mmrl.diagnose.core import diagnose_samples, summarize_all
     from mmrl.diagnose.report import write_outputs
     from mmrl.models.loading import load_model, load_processor
-    from mmrl.registry import Registry
+    from mmrl.registry import import_object
 
     cfg = load_config(args.config or [], args.overrides or [])
     data_path = args.data or cfg.data.test
@@ -54,8 +54,8 @@ def run_diagnose(args) -> dict:
     samples, skipped = load_samples(data_path, cfg.data.media_root, on_error=cfg.data.on_error)
     if args.limit:
         samples = samples[: args.limit]
-    labeler = Registry("claim labeler").get(args.labeler) if args.labeler else None
-    extractor = Registry("claim extractor").get(args.claim_extractor) if args.claim_extractor else None
+    labeler = import_object(args.labeler, "claim labeler") if args.labeler else None
+    extractor = import_object(args.claim_extractor, "claim extractor") if args.claim_extractor else None
     intervention = (args.intervention, _params(args.intervention_param))
     also = {t: (t, {}) for t in args.also_intervention or []}
     runs = []

@@ -19,7 +19,7 @@ from mmrl.media.sampling import (frame_range, get_index, lmms_subsample, prefix_
                                  qwen_video_max_pixels)
 from mmrl.registry import Registry
 
-FRAME_RULES = Registry("frame rule")
+FRAME_RULES = Registry("frame rule", builtins={__name__: ("get_index", "lmms_qwen2_5_vl", "ovo_qwen2_vl", "qwen_nframes")})
 Choice = Tuple[List[int], int, int]  # indices, min_pixels, max_pixels
 
 
@@ -35,10 +35,14 @@ class FrameRule:
 
 
 def frame_rule(name: str, uses: Tuple[str, ...], needs: Tuple[str, ...], source: str):
-    def deco(fn):
-        FRAME_RULES.register(name)(FrameRule(fn, uses, needs, source))
-        return fn
-    return deco
+    """Register ``fn(info, meta, sampling, pixels) -> (indices, min_pixels, max_pixels)`` with what it reads."""
+    return FRAME_RULES.register(name, uses=tuple(uses), needs=tuple(needs), source=source)
+
+
+def frame_rule_info(name: str) -> FrameRule:
+    """The rule ``name`` (registered, or ``module:function`` with no declarations) with its declarations."""
+    fn, meta = FRAME_RULES.get(name), FRAME_RULES.meta(name)
+    return FrameRule(fn, meta.get("uses", ()), meta.get("needs", ()), meta.get("source", ""))
 
 
 def _bounded(info: VideoInfo, meta: Mapping[str, Any]) -> Tuple[int, int]:
@@ -91,7 +95,7 @@ def _qwen_nframes(info, meta, s, px) -> Choice:
 def prepare_frames(query: EvalQuery, bdef: BenchmarkDef, cache: Dict[str, VideoInfo],
                    factor: int = 28) -> Tuple[Media, Dict[str, Any]]:
     """Decode the frames ``bdef.sampling.rule`` picks for ``query``; ``info`` records what was shown."""
-    rule: FrameRule = FRAME_RULES.get(bdef.sampling.rule)
+    rule = frame_rule_info(bdef.sampling.rule)
     path = query.video.path
     if path not in cache:
         cache[path] = probe(path, query.id, frame_fps=query.meta.get("frame_fps"))

@@ -1,7 +1,7 @@
 """The benchmark registry: a benchmark is a YAML (``eval/<name>.yaml``) plus one Python file of hooks.
 
-The YAML's ``hooks`` key names a ``BenchmarkHooks`` registered with ``register_benchmark`` (built-ins live in
-``mmrl/eval/benchmarks/<name>.py`` and are imported on first use) or a module path ``pkg.module`` /
+The YAML's ``hooks`` key names a ``BenchmarkHooks`` registered with ``register_benchmark`` (``BENCHMARKS`` names the
+module of each built-in, ``mmrl/eval/benchmarks/<name>``, and imports it on first lookup) or a module path ``pkg.module`` /
 ``pkg.module:ATTR`` of user code that registers or holds one. The generic runner (``mmrl.eval.runner``) calls:
 
 1. ``load(bdef, inputs, tasks, limit)`` -> ``(items, notes)``: items of the hooks' own type (each has a
@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mmrl.registry import Registry
 
-BENCHMARKS = Registry("benchmark hooks")
+BENCHMARKS = Registry("benchmark hooks", builtins={f"mmrl.eval.benchmarks.{n}": (n,)
+                                                   for n in ("emotion", "mvbench", "ovobench", "synthetic")})
 
 
 @dataclass
@@ -65,35 +66,24 @@ def register_benchmark(hooks: BenchmarkHooks) -> BenchmarkHooks:
 
 
 def get_hooks(name: str) -> BenchmarkHooks:
-    """The hooks named ``name``: registered, a built-in ``mmrl.eval.benchmarks.<name>``, or a module path."""
+    """The hooks named ``name``: registered (built-ins are imported on first lookup), or a module path."""
     if name in BENCHMARKS:
         return BENCHMARKS.get(name)
     module, _, attr = name.partition(":")
-    candidates = [module] if "." in module else [f"mmrl.eval.benchmarks.{module}"]
-    for mod in candidates:
+    if "." in module:
         try:
-            loaded = importlib.import_module(mod)
+            loaded = importlib.import_module(module)
         except ModuleNotFoundError as e:
-            if e.name != mod:
+            if e.name != module:
                 raise
-            continue
-        if attr:
-            obj = getattr(loaded, attr, None)
-            if not isinstance(obj, BenchmarkHooks):
-                raise KeyError(f"benchmark hooks '{name}': {mod} has no BenchmarkHooks '{attr}'")
-            return obj
-        if name in BENCHMARKS:
-            return BENCHMARKS.get(name)
-        found = [v for v in vars(loaded).values() if isinstance(v, BenchmarkHooks)]
-        if len(found) == 1:
-            return found[0]
-    known = ", ".join(BENCHMARKS.names() + builtin_names())
+        else:
+            if attr:
+                obj = getattr(loaded, attr, None)
+                if not isinstance(obj, BenchmarkHooks):
+                    raise KeyError(f"benchmark hooks '{name}': {module} has no BenchmarkHooks '{attr}'")
+                return obj
+            found = [v for v in vars(loaded).values() if isinstance(v, BenchmarkHooks)]
+            if len(found) == 1:
+                return found[0]
+    known = ", ".join(BENCHMARKS.names())
     raise KeyError(f"unknown benchmark hooks '{name}'; known: {known} (or give a module path)")
-
-
-def builtin_names() -> List[str]:
-    """Names of the built-in hook files ``mmrl/eval/benchmarks/*.py``."""
-    from pathlib import Path
-
-    folder = Path(__file__).with_name("benchmarks")
-    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))

@@ -20,7 +20,8 @@ from typing import Any, Optional
 from mmrl.errors import DataError
 from mmrl.registry import Registry
 
-PARSERS = Registry("answer parser")
+PARSERS = Registry("answer parser", builtins={__name__: ("lmms_mcq_acc", "mvbench_check_ans", "ovo_mcq", "ovo_rec",
+                                                        "ovo_yes_no", "strict_letter")})
 
 
 def check_ans(pred: str, gt: str) -> bool:
@@ -149,11 +150,6 @@ def strict_letter(response: Optional[str], gold: str) -> int:
         return 0
     match = _STRICT_RE.match(response.strip())
     return int(bool(match) and match.group(1) == gold)
-
-
-def get_parser(name: str):
-    """The registered parser ``name`` (or a ``module:function`` path); unknown names list the known ones."""
-    return PARSERS.get(name)
 
 
 def score_answer(parser: str, response: Any, gold: Any, post: Any = None, as_list: bool = False) -> int:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from mmrl.errors import ConfigError
 from mmrl.eval.benchmark_def import BenchmarkDef, TaskDef, load_benchmark
-from mmrl.eval.frame_rules import FRAME_RULES, FrameRule
+from mmrl.eval.frame_rules import FrameRule, frame_rule_info
 from mmrl.eval.hooks import BenchmarkHooks, get_hooks
 from mmrl.eval.parsers import PARSERS
 
@@ -33,7 +33,7 @@ def frame_rule(bdef: BenchmarkDef, hooks: BenchmarkHooks) -> Optional[FrameRule]
     if not _honoured("sampling.rule", hooks.fields):
         return None
     try:
-        return FRAME_RULES.get(bdef.sampling.rule)
+        return frame_rule_info(bdef.sampling.rule)
     except KeyError as e:
         raise ConfigError(f"{bdef.path}: key 'sampling.rule': {e.args[0]}") from None
 

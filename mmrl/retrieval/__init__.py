@@ -3,6 +3,5 @@ backends by name (``single_step`` here; the VHOP router registers ``router``). S
 from mmrl.retrieval.embedder import Embedder
 from mmrl.retrieval.index import CorpusIndex
 from mmrl.retrieval.retriever import RETRIEVERS, Retrieval, Retriever, SingleStepRetriever, build_retriever
-from mmrl.retrieval import router_backend  # noqa: E402,F401  (registers the "router" backend)
 
 __all__ = ["Embedder", "CorpusIndex", "RETRIEVERS", "Retrieval", "Retriever", "SingleStepRetriever", "build_retriever"]

@@ -22,7 +22,7 @@ from mmrl.registry import Registry
 from mmrl.retrieval.embedder import Embedder
 from mmrl.retrieval.index import CorpusIndex
 
-RETRIEVERS = Registry("retriever")
+RETRIEVERS = Registry("retriever", builtins={__name__: ("single_step",), "mmrl.retrieval.router_backend": ("router",)})
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from mmrl.registry import Registry
 from mmrl.rewards.parsing import parse_choice
 
-VERIFIERS = Registry("verifier")
+VERIFIERS = Registry("verifier", builtins={__name__: ("choice", "list_exact", "list_f1", "number", "text_exact")})
 DEFAULT_VERIFIER = {"choice": "choice", "text": "text_exact", "number": "number", "list": "list_f1"}
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)

@@ -7,20 +7,24 @@
   done; the engine generates each turn. A trajectory is then a list of segments (model tokens, trained;
   observation tokens, masked) with the inputs of its whole interleaved sequence for the scorer.
 
-A loop is a class registered here, built by ``build_agent_loop(name, **kwargs)``; an unknown name is an error
-that lists the known ones.
+A loop is a class registered here, built by ``build_agent_loop(name, **kwargs)`` (or, for a run,
+``loop_class(name).from_config(rollout_cfg, processor)``); an unknown name is an error that lists the known ones.
+A loop declares its ``capabilities`` (``LoopCapabilities``); the config check, the trainer, the step and SFT ask them
+and never test a loop's name.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mmrl.data.schema import Media, Sample, Trajectory
 from mmrl.registry import Registry
 from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
 
-AGENT_LOOPS = Registry("agent loop")
+AGENT_LOOPS = Registry("agent loop", builtins={
+    __name__: ("single_turn",), "mmrl.rollout.agent_loop_multi": ("multi_turn",), "mmrl.stream.loop": ("stream",),
+})
 
 
 @dataclass
@@ -50,7 +54,40 @@ class Environment(ABC):
         ...
 
 
+@dataclass(frozen=True)
+class LoopCapabilities:
+    """What a rollout loop supports and needs (``AgentLoop.capabilities``)."""
+
+    multi_turn: bool = False  # trajectories hold observation turns: no re-scoring under an intervened view
+    backends: Tuple[str, ...] = ("torch", "deepspeed")  # train.backend values it runs under
+    engines: Tuple[str, ...] = ("hf", "vllm")  # rollout.engine values it runs with
+    seed_per_group: bool = True  # rollout.seed_per_group may be on
+    tools: str = "none"  # what rollout.tools names: none (the key is refused) | suite (required) | stream (optional)
+    sft_turns: bool = False  # sft.turns (scripted tool calls) run in its rollout.tools suite
+    sft_teacher: bool = False  # SFT trains on the loop's teacher trajectories (mmrl.train.sft.teacher_items)
+    tool_eval: bool = False  # the held-out evaluation runs tool episodes of the rollout.tools suite
+    metrics: Tuple[Callable[[List[Trajectory]], Dict[str, float]], ...] = ()  # per-step metrics of its trajectories
+
+
+def _tool_metrics(trajs: List[Trajectory]) -> Dict[str, float]:
+    from mmrl.tools.metrics import tool_metrics
+
+    return tool_metrics(trajs)
+
+
+# the multi_turn loop's (mmrl.rollout.agent_loop_multi.MultiTurnLoop: tool episodes of a rollout.tools suite)
+MULTI_TURN = LoopCapabilities(multi_turn=True, backends=("torch",), seed_per_group=False, tools="suite",
+                              sft_turns=True, tool_eval=True, metrics=(_tool_metrics,))
+
+
 class AgentLoop(ABC):
+    capabilities = LoopCapabilities()
+
+    @classmethod
+    def from_config(cls, rollout_cfg, processor) -> "AgentLoop":
+        """The loop a run with ``rollout_cfg`` uses (a loop with needs of its own overrides this)."""
+        return cls()
+
     @abstractmethod
     def run(self, engine: RolloutEngine, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
         """``sum(r.n for r in requests)`` trajectories, ``n`` consecutive per request, in request order;
@@ -66,14 +103,13 @@ class SingleTurnLoop(AgentLoop):
 
 
 def build_agent_loop(name: str, **kwargs) -> AgentLoop:
-    from mmrl.rollout import agent_loop_multi  # noqa: F401  (registers multi_turn)
-    from mmrl.stream import loop  # noqa: F401  (registers stream)
-
     return AGENT_LOOPS.get(name)(**kwargs)
 
 
 def agent_loop_names() -> List[str]:
-    from mmrl.rollout import agent_loop_multi  # noqa: F401
-    from mmrl.stream import loop  # noqa: F401
-
     return AGENT_LOOPS.names()
+
+
+def loop_class(name: str) -> type:
+    """The registered (or ``module:Class``) loop class ``name``."""
+    return AGENT_LOOPS.get(name)

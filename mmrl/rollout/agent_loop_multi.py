@@ -34,7 +34,7 @@ import torch
 from mmrl.advice import advice
 from mmrl.data.schema import Media, Segment, Trajectory
 from mmrl.media.inputs import PromptInputs, SequenceInputs, chat_text, collate_vision, encode_texts
-from mmrl.rollout.agent_loop import AGENT_LOOPS, AgentLoop, Environment, Observation
+from mmrl.rollout.agent_loop import AGENT_LOOPS, MULTI_TURN, AgentLoop, Environment, Observation
 from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
 
 
@@ -150,6 +150,8 @@ class MultiTurnLoop(AgentLoop):
     appended to every prompt's system turn (a tool suite's descriptions); an episode stops before a turn whose
     prompt plus ``max_new_tokens`` would pass ``max_total_tokens``; ``reuse_cache`` keeps each episode's KV cache
     across turns when the engine can (``supports_kv_reuse``)."""
+
+    capabilities = MULTI_TURN
 
     def __init__(self, processor, env_factory: Callable[[], Environment], max_turns: int = 4, system_suffix: str = "",
                  max_total_tokens: Optional[int] = None, reuse_cache: bool = True):

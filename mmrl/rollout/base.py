@@ -19,7 +19,8 @@ from mmrl.data.schema import Sample, Trajectory
 from mmrl.media.inputs import PromptInputs
 from mmrl.registry import Registry
 
-ENGINES = Registry("rollout engine")
+ENGINES = Registry("rollout engine", builtins={"mmrl.rollout.hf_engine": ("hf",),
+                                               "mmrl.rollout.vllm_engine": ("vllm",)})  # vllm: raises without vLLM
 
 
 @dataclass
@@ -58,8 +59,4 @@ class RolloutEngine(ABC):
 
 
 def build_engine(name: str, **kwargs) -> RolloutEngine:
-    if name == "vllm":
-        from mmrl.rollout import vllm_engine  # noqa: F401  (lazy: registers itself, raises without vLLM)
-    else:
-        from mmrl.rollout import hf_engine  # noqa: F401
     return ENGINES.get(name)(**kwargs)

@@ -4,7 +4,6 @@ from mmrl.tools.registry import TOOLS, ToolError, ToolOutput, ToolSpec, resolve_
 from mmrl.tools.episode import EpisodeState, StreamMemory, ToolBudget, media_tokens
 from mmrl.tools.calls import CallRecord, run_call
 from mmrl.tools.suite import ToolSuite, load_suite
-from mmrl.tools import builtin, memory, retrieve  # noqa: F401  (registers video_seek, zoom, memory_recall, visual_retrieve)
 
 __all__ = ["TOOLS", "ToolError", "ToolOutput", "ToolSpec", "resolve_tool", "tool", "EpisodeState", "StreamMemory", "ToolBudget",
            "media_tokens", "CallRecord", "run_call", "ToolSuite", "load_suite"]

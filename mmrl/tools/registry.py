@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict, Optional
 from mmrl.data.schema import Media
 from mmrl.registry import Registry
 
-TOOLS = Registry("tool")
+TOOLS = Registry("tool", builtins={"mmrl.tools.builtin": ("video_seek", "zoom"), "mmrl.tools.memory": ("memory_recall",),
+                                  "mmrl.tools.retrieve": ("visual_retrieve",)})
 
 
 class ToolError(Exception):
@@ -55,26 +56,24 @@ def tool(name: str, schema: Dict[str, Any], description: str = ""):
     Draft202012Validator.check_schema(schema)
 
     def deco(fn):
-        spec = ToolSpec(name, fn, schema, description or (fn.__doc__ or "").strip().split("\n")[0])
-        TOOLS.register(name)(spec)
-        return spec
+        return TOOLS.register(name, schema=schema, description=description)(fn)
 
     return deco
 
 
 def resolve_tool(name: str, schema: Optional[Dict[str, Any]] = None, description: str = "") -> ToolSpec:
-    """A registered tool, or ``module:function`` (a ``ToolSpec`` from ``@tool``, or a function plus ``schema``)."""
+    """The ``ToolSpec`` of a registered tool or of ``module:function`` (a ``@tool`` function, or a plain function
+    plus ``schema``); a ``schema`` / ``description`` given here (in the suite) replaces the registered one."""
     from jsonschema import Draft202012Validator
 
     obj = TOOLS.get(name)
-    if isinstance(obj, ToolSpec):
-        if schema is not None:
-            Draft202012Validator.check_schema(schema)
-            return ToolSpec(obj.name, obj.fn, schema, description or obj.description)
-        return obj
     if not callable(obj):
         raise KeyError(f"tool '{name}' is neither a @tool nor a function")
-    if schema is None:
+    meta = TOOLS.meta(name)
+    if schema is None and "schema" not in meta:
         raise KeyError(f"tool '{name}' is a plain function: give its argument 'schema' in the suite")
-    Draft202012Validator.check_schema(schema)
-    return ToolSpec(name.rsplit(":", 1)[-1], obj, schema, description or (obj.__doc__ or "").strip().split("\n")[0])
+    if schema is not None:
+        Draft202012Validator.check_schema(schema)
+    doc = (obj.__doc__ or "").strip().split("\n")[0]
+    return ToolSpec((TOOLS.name_of(obj) or name).rsplit(":", 1)[-1], obj, schema if schema is not None else meta["schema"],
+                    description or meta.get("description") or doc)

@@ -78,8 +78,6 @@ class ToolSuite:
 
 
 def load_suite(path: str) -> ToolSuite:
-    import mmrl.tools  # noqa: F401  (registers the built-in tools)
-
     try:
         raw = OmegaConf.load(path)
     except FileNotFoundError:

@@ -10,8 +10,9 @@ declares, through ``@view_transform``:
 - ``needs``: evidence the sample must carry (``segments``, ``boxes``); a tuple, or ``fn(params) -> tuple``.
 - ``kinds``: the media it applies to (``video``, ``image``).
 
-Built-ins live in ``video_transforms.py`` (temporal) and ``image_transforms.py`` (spatial, for images and
-for every frame of a video). User code registers more with ``@view_transform("name")`` or names a function as
+Built-ins live in ``video_transforms.py`` (temporal), ``image_transforms.py`` (spatial, for images and
+for every frame of a video), ``patch_transforms.py`` and ``region_transforms.py``; ``VIEW_TRANSFORMS`` names them and
+imports one on the first lookup of its names. User code registers more with ``@view_transform("name")`` or names a function as
 ``module:function`` in the YAML (undecorated functions get effect ``unknown``, no needs, both kinds).
 """
 from __future__ import annotations
@@ -26,7 +27,14 @@ import torch.nn.functional as F
 from mmrl.data.schema import Media, Sample
 from mmrl.registry import Registry
 
-VIEW_TRANSFORMS = Registry("view transform")
+VIEW_TRANSFORMS = Registry("view transform", builtins={
+    "mmrl.views.video_transforms": ("drop_frames", "identity", "mask_evidence", "mask_outside", "mask_segment",
+                                    "reverse", "shuffle"),
+    "mmrl.views.image_transforms": ("blur", "canvas", "gray", "noise", "occlude_box", "occlude_region", "patch_mask"),
+    "mmrl.views.patch_transforms": ("full_mask",),
+    "mmrl.views.region_transforms": ("background_blur", "background_mask", "background_noise", "region_blur",
+                                     "region_mask", "region_noise"),
+})
 
 UNCHANGED, MAPPED, DESTROYED, UNKNOWN = "unchanged", "mapped", "destroyed", "unknown"
 EFFECTS = (UNCHANGED, MAPPED, DESTROYED, UNKNOWN)
@@ -45,9 +53,7 @@ def view_transform(name: Optional[str] = None, *, effect: str = UNKNOWN, needs: 
         raise ValueError(f"view transform needs must be among {NEEDS}, got {needs!r}")
 
     def deco(fn):
-        fn.view_effect, fn.view_needs, fn.view_kinds = effect, needs, tuple(kinds)
-        VIEW_TRANSFORMS.register(name or fn.__name__)(fn)
-        return fn
+        return VIEW_TRANSFORMS.register(name or fn.__name__, effect=effect, needs=needs, kinds=tuple(kinds))(fn)
 
     return deco
 
@@ -69,8 +75,8 @@ def transform_info(name: str) -> TransformInfo:
     fn = VIEW_TRANSFORMS.get(name)
     if not callable(fn):
         raise KeyError(f"view transform '{name}' is not callable")
-    return TransformInfo(name, fn, getattr(fn, "view_effect", UNKNOWN), getattr(fn, "view_needs", ()),
-                         tuple(getattr(fn, "view_kinds", KINDS)))
+    meta = VIEW_TRANSFORMS.meta(name)
+    return TransformInfo(name, fn, meta.get("effect", UNKNOWN), meta.get("needs", ()), tuple(meta.get("kinds", KINDS)))
 
 
 def apply_transform(name: str, media: Media, sample: Sample, rng: torch.Generator, **params) -> Media:
@@ -195,5 +201,3 @@ def fill_frames(x: torch.Tensor, mask: torch.Tensor, fill: Union[str, int] = "bl
         raise ValueError(f"unknown fill {fill!r}; use one of {FILLS} or an int 0..255")
     return out
 
-
-from mmrl.views import image_transforms, patch_transforms, region_transforms, video_transforms  # noqa: E402,F401  (register the built-ins)

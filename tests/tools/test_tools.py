@@ -8,7 +8,7 @@ import torch
 
 from mmrl.data.annotations import load_samples
 from mmrl.errors import ConfigError
-from mmrl.tools import EpisodeState, ToolBudget, load_suite, media_tokens, run_call, tool
+from mmrl.tools import EpisodeState, ToolBudget, load_suite, media_tokens, resolve_tool, run_call, tool
 from mmrl.tools.metrics import tool_metrics
 from mmrl.tools.registry import TOOLS, ToolOutput
 
@@ -139,7 +139,7 @@ def test_a_failing_tool_is_counted_not_raised(video_sample):
 
     if "test_boom" not in TOOLS:  # registered once per process (mutation testing runs the tests twice)
         tool("test_boom", {"type": "object", "properties": {}, "additionalProperties": False})(boom)
-    rec = run_call(_call("test_boom"), {"test_boom": TOOLS.get("test_boom")}, _state(video_sample))
+    rec = run_call(_call("test_boom"), {"test_boom": resolve_tool("test_boom")}, _state(video_sample))
     assert not rec.valid and rec.reason == "tool_failed" and "kaput" in rec.message
 
 
@@ -221,7 +221,7 @@ def test_memory_recall_on_a_scripted_stream(suite):
     from mmrl.data.schema import Media
     from mmrl.tools import StreamMemory, TOOLS
 
-    tools = {"memory_recall": TOOLS.get("memory_recall")}
+    tools = {"memory_recall": resolve_tool("memory_recall")}
 
     def chunk(i):  # chunk i covers [2i, 2i+2) s with 2 frames of value i
         return (2.0 * i, 2.0 * i + 2, Media("c", frames=torch.full((2, 3, 56, 56), i, dtype=torch.uint8),
@@ -255,9 +255,9 @@ def test_media_a_tool_returns_is_checked(video_sample):
         if name not in TOOLS:
             tool(name, {"type": "object"})(lambda state, _m=media: ToolOutput("x", media=_m))
         st = _state(video_sample)
-        rec = run_call(_call(name), {name: TOOLS.get(name)}, st)
+        rec = run_call(_call(name), {name: resolve_tool(name)}, st)
         assert not rec.valid and rec.reason == "bad_media" and st.media_tokens_used == 0, (name, rec.message)
     if "test_not_output" not in TOOLS:
         tool("test_not_output", {"type": "object"})(lambda state: "frames")
-    rec = run_call(_call("test_not_output"), {"test_not_output": TOOLS.get("test_not_output")}, _state(video_sample))
+    rec = run_call(_call("test_not_output"), {"test_not_output": resolve_tool("test_not_output")}, _state(video_sample))
     assert rec.reason == "tool_failed" and "ToolOutput" in rec.message

@@ -297,15 +297,16 @@ def test_short_segment_between_frames_masks_the_frame_nearest_its_middle():
 
 
 def test_view_transform_declarations_are_checked():
-    from mmrl.views import VIEW_TRANSFORMS, view_transform
+    from mmrl.views import VIEW_TRANSFORMS, transform_info, view_transform
 
     with pytest.raises(ValueError, match=r"^view transform effect must be one of .*got 'sideways'$"):
         view_transform("t_bad_effect", effect="sideways")
     with pytest.raises(ValueError, match=r"^view transform needs must be among \('segments', 'boxes'\), got \('frames',\)$"):
         view_transform("t_bad_needs", needs=("frames",))
     VIEW_TRANSFORMS._items.pop("t_callable_needs", None)
-    fn = view_transform("t_callable_needs", needs=lambda p: ("boxes",) if p.get("b") else ())(lambda m, s, r: m)
-    assert fn.view_needs({"b": 1}) == ("boxes",)
+    fn = lambda m, s, r: m  # noqa: E731
+    assert view_transform("t_callable_needs", needs=lambda p: ("boxes",) if p.get("b") else ())(fn) is fn
+    assert transform_info("t_callable_needs").needs_for({"b": 1}) == ("boxes",)
 
 
 def test_expand_checks_the_decoded_media_kind():
