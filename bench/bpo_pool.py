@@ -19,19 +19,10 @@ from types import SimpleNamespace
 from typing import Dict, List, Tuple
 
 from bpo_arms import budgets_text
+from bpo_cli import command_seeds
 from bpo_table import render
 
 PREFIX = ".venv/bin/python bench/bpo_vs_grpo.py "
-
-
-def command_seeds(command: str) -> Tuple[List[int], Dict]:
-    """The seeds a bench command names and its settings, read by the bench's own parser."""
-    from bpo_vs_grpo import SETTINGS, build_parser
-
-    argv = shlex.split(command)
-    argv = argv[next(i for i, a in enumerate(argv) if a.endswith("bpo_vs_grpo.py")) + 1:]
-    args = build_parser().parse_args(argv)
-    return list(args.seeds), {k: getattr(args, k) for k in SETTINGS}
 
 
 def write_seed_records(results: List[Dict], out: Path, run: Dict) -> List[Path]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from bpo_pool import command_seeds  # noqa: E402
+from bpo_cli import command_seeds  # noqa: E402
 from bpo_table import ARM_LABEL, BASE_COLUMNS, PAIRS, PRIOR_COLUMNS, short  # noqa: E402
 
 MISSING = ["eval.<arm>.stability", "eval.<arm>.sensitivity", "eval.<arm>.no_look", "eval.<arm>.macro_biased",

@@ -33,7 +33,9 @@ def one_seed(a) -> dict:
     from mmrl.data.synth_vhop import make_vhop_world
     from mmrl.retrieval.index import CorpusIndex
     from mmrl.retrieval.retriever import SingleStepRetriever
-    from mmrl.retrieval.train_common import load_data, load_stage_config, run_stage, success_by_level, build_router
+    from mmrl.retrieval.train_common import build_router, load_data, success_by_level
+    from mmrl.retrieval.train_loop import run_stage
+    from mmrl.retrieval.train_stages import load_stage_config
     from mmrl.retrieval.train_imitate import ImitateLoss
     from mmrl.retrieval.train_rl import RLLoss
     from mmrl.retrieval.train_sft import SFTLoss

@@ -114,7 +114,9 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(1)
     from mmrl.data.synth_vhop import make_vhop_world
-    from mmrl.retrieval.train_common import build_router, load_data, load_stage_config, run_stage
+    from mmrl.retrieval.train_common import build_router, load_data
+    from mmrl.retrieval.train_loop import run_stage
+    from mmrl.retrieval.train_stages import load_stage_config
     from mmrl.retrieval.train_sft import SFTLoss
 
     out = Path(a.out)

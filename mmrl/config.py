@@ -179,7 +179,8 @@ def _check(cfg: Config) -> None:
     from mmrl.algos.spec import build_algorithm
 
     spec = build_algorithm(cfg.algorithm, cfg)  # unknown algorithm names and params are ConfigErrors naming the key
-    if cfg.rollout.agent_loop in ("multi_turn", "stream") and spec.needs().rescore:
+    caps = _loop_capabilities(cfg)
+    if caps is not None and caps.multi_turn and spec.needs().rescore:
         raise ConfigError(f"config key 'algorithm.name' = {cfg.algorithm.name!r} re-scores responses under an "
                           f"intervened view, which multi-turn trajectories (rollout.agent_loop=multi_turn) do not "
                           f"support yet")
@@ -196,25 +197,38 @@ def parse_preflight(value: str) -> tuple:
     raise ConfigError(f"config key 'data.preflight' = {value!r}; expected all, none or 'sample N' (N >= 1)")
 
 
+def _loop_capabilities(cfg: Config):
+    """The ``LoopCapabilities`` of ``rollout.agent_loop`` (None for a name no registry knows: the run plan's
+    ``check_rollout_config`` names the known ones)."""
+    from mmrl.rollout.agent_loop import loop_class
+
+    try:
+        return loop_class(cfg.rollout.agent_loop).capabilities
+    except KeyError:
+        return None
+
+
 def _check_agent_loop(cfg: Config) -> None:
-    """What ``rollout.agent_loop`` and ``rollout.tools`` need of the rest of the config. The loop's name and the
-    suite file are checked against the registries by ``mmrl.rollout.agent_loop_tools.check_rollout_config`` (a
-    higher layer), which the trainer calls before it loads the model."""
-    r = cfg.rollout
-    multi = r.agent_loop in ("multi_turn", "stream")  # stream: mmrl.stream (rollout.tools: its stream config)
-    if r.agent_loop == "multi_turn" and not r.tools:
+    """What ``rollout.agent_loop`` (its declared ``capabilities``) and ``rollout.tools`` need of the rest of the
+    config. The suite file is loaded by ``mmrl.rollout.agent_loop_tools.check_rollout_config``, which the trainer
+    calls before it loads the model."""
+    r, caps = cfg.rollout, _loop_capabilities(cfg)
+    if caps is None:
+        return
+    if caps.tools == "suite" and not r.tools:
         raise ConfigError("config key 'rollout.tools' must name a tool suite (e.g. tools/video_seek.yaml) when "
-                          "rollout.agent_loop is 'multi_turn'")
-    if cfg.sft.turns and (not r.tools or r.agent_loop != "multi_turn"):
+                          f"rollout.agent_loop is {r.agent_loop!r}")
+    if cfg.sft.turns and (not r.tools or not caps.sft_turns):
         raise ConfigError("config key 'sft.turns' needs rollout.tools (the suite the scripts' calls run in) and "
                           "rollout.agent_loop=multi_turn")
-    if r.tools and not multi:
+    if r.tools and caps.tools == "none":
         raise ConfigError(f"config key 'rollout.tools' = {r.tools!r} needs rollout.agent_loop=multi_turn or stream")
-    if multi and (cfg.train.backend != "torch" or r.seed_per_group):
-        raise ConfigError(f"config key 'rollout.agent_loop' = {r.agent_loop!r} runs with train.backend=torch and "
-                          "rollout.seed_per_group off only (so far)")
-    if r.agent_loop == "stream" and r.engine != "hf":
-        raise ConfigError("config key 'rollout.engine' must be 'hf' with rollout.agent_loop=stream (so far)")
+    if cfg.train.backend not in caps.backends or (r.seed_per_group and not caps.seed_per_group):
+        raise ConfigError(f"config key 'rollout.agent_loop' = {r.agent_loop!r} runs with train.backend="
+                          f"{' or '.join(caps.backends)} and rollout.seed_per_group off only (so far)")
+    if r.engine not in caps.engines:
+        raise ConfigError(f"config key 'rollout.engine' must be {' or '.join(map(repr, caps.engines))} with "
+                          f"rollout.agent_loop={r.agent_loop} (so far)")
 
 
 def _check_attention(cfg: Config) -> None:
@@ -281,7 +295,8 @@ def _derive(cfg: Config) -> None:
     """Keys that follow from another one unless set: Dr.GRPO's normaliser L_max (``algorithm.max_response_len``,
     of ``seq-mean-token-sum-norm``) is the response budget ``rollout.max_new_tokens`` of a single-turn run."""
     a = cfg.algorithm
-    if (a.max_response_len is None and cfg.rollout.agent_loop == "single_turn"
+    caps = _loop_capabilities(cfg)
+    if (a.max_response_len is None and caps is not None and not caps.multi_turn
             and "seq-mean-token-sum-norm" in (a.loss_agg, a.gspo_loss_agg)):
         a.max_response_len = cfg.rollout.max_new_tokens
 

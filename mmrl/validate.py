@@ -4,7 +4,7 @@
 paths (``data.train``, ``data.test`` when set, ``data.media_root``, ``model.path``, ``algorithm.viewset``,
 ``train.deepspeed_config``), registry names (``algorithm.name``, ``algorithm.loss``, ``rewards[i].name``, checked
 against the registries with a "did you mean"; ``module:function`` names are imported), numeric ranges, and the
-view set an algorithm needs. ``mmrl train/sft`` run it in ``--dry-run`` and before every real run, so a bad key
+view set an algorithm needs (``AlgorithmSpec.needs_view_set``). ``mmrl train/sft`` run it in ``--dry-run`` and before every real run, so a bad key
 costs a second, not a model load. ``check_yaml(files)`` gives malformed YAML the same one-line treatment.
 """
 from __future__ import annotations
@@ -15,10 +15,6 @@ from typing import List, Sequence
 
 from mmrl.advice import advice
 from mmrl.errors import ConfigError
-
-# estimators that train on counterfactual views and cannot run without a view set (algorithm.viewset)
-VIEW_ALGORITHMS = ("bpo", "tgrpo")
-
 
 def check_name(registry, name: str, key: str) -> None:
     """``name`` is registered in ``registry`` or is an importable ``module:function``."""
@@ -145,9 +141,11 @@ def validate(cfg, kind: str = "train", data_paths: bool = True) -> None:
         check_name(REWARDS, rw.name, f"rewards[{i}].name")
         if not math.isfinite(rw.weight):
             raise ConfigError(f"config key 'rewards[{i}].weight' must be a finite number, got {rw.weight}")
+    from mmrl.algos.spec import build_algorithm
+
     if cfg.algorithm.viewset:
         _file(cfg.algorithm.viewset, "algorithm.viewset", "view set file")
-    elif cfg.algorithm.name in VIEW_ALGORITHMS:
+    elif build_algorithm(cfg.algorithm).needs_view_set:  # the spec says so (a wrapper: its base)
         raise ConfigError(f"config key 'algorithm.viewset': algorithm '{cfg.algorithm.name}' trains on counterfactual "
                           f"views and needs a view set (e.g. {advice('needs_viewset')})")
     from mmrl.train.plan import describe_plan

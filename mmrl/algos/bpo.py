@@ -265,6 +265,7 @@ class BPO(SequenceSpec):
 
     Params = BPOParams
     uses_view_weights = True
+    needs_view_set = True
 
     def plan(self, role: str, n: int, n_views: int = 1) -> int:
         if n % n_views:

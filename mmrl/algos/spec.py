@@ -141,6 +141,7 @@ class AlgorithmSpec:
 
     Params: Type = NoParams
     uses_view_weights = False  # True where the advantages read the view set's ``weight`` (BPO)
+    needs_view_set = False  # True where it trains on counterfactual views and cannot run without algorithm.viewset
 
     def __init__(self, params: Any, loss: Any, key: str = "algorithm.params"):
         self.name = ALGORITHMS.name_of(type(self)) or type(self).__name__  # the registered name
@@ -212,6 +213,10 @@ class WrapperSpec(AlgorithmSpec):
     @property
     def uses_view_weights(self) -> bool:
         return self.base.uses_view_weights
+
+    @property
+    def needs_view_set(self) -> bool:
+        return self.base.needs_view_set
 
     def plan(self, role: str, n: int, n_views: int = 1) -> int:
         return self.base.plan(role, n, n_views)

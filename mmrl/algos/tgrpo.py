@@ -171,6 +171,7 @@ class TGRPO(SequenceSpec):
     """T-GRPO (Video-R1): ``rollout.n`` responses on the ordered clip, ``n x shuffled_fraction`` on the shuffled one."""
 
     Params = TGRPOParams
+    needs_view_set = True  # the shuffled clip is a view of the set
 
     def plan(self, role: str, n: int, n_views: int = 1) -> int:
         return n if role == ORDERED_ROLE else max(1, int(n * self.params.shuffled_fraction))

@@ -9,6 +9,7 @@ from typing import Tuple
 import torch
 
 from mmrl.errors import ConfigError
+from mmrl.models.families import MODEL_CLASSES, model_class_for  # noqa: F401  (re-exported)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -37,20 +38,6 @@ def load_processor(path: str):
     proc = AutoProcessor.from_pretrained(resolve_model_path(path))
     proc.tokenizer.padding_side = "left"
     return proc
-
-
-# config.json model_type -> transformers class (all in transformers >= 5)
-MODEL_CLASSES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-                 "qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
-
-
-def model_class_for(model_type: str):
-    import transformers
-
-    if model_type not in MODEL_CLASSES:
-        raise ConfigError(f"config key 'model.path': a '{model_type}' checkpoint; mmrl supports "
-                          f"{', '.join(MODEL_CLASSES)}")
-    return getattr(transformers, MODEL_CLASSES[model_type])
 
 
 def model_type(path: str) -> str:

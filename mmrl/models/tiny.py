@@ -209,7 +209,7 @@ def build_model(spec: TinySpec, tokenizer=None):
     built, e.g. the real Qwen2 one, whose construction takes seconds)."""
     import torch
 
-    from mmrl.models.loading import model_class_for
+    from mmrl.models.families import model_class_for
 
     if tokenizer is None and spec.tokenizer == "qwen":
         from mmrl.models.qwen_tokenizer import build_qwen_tokenizer

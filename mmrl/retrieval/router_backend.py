@@ -63,7 +63,8 @@ def load_router(run_dir: str, device: Optional[str] = None, **overrides):
     from omegaconf import OmegaConf
 
     from mmrl.retrieval.router import Router
-    from mmrl.retrieval.train_common import load_embedder, load_router_weights, load_stage_config
+    from mmrl.retrieval.train_common import load_embedder, load_router_weights
+    from mmrl.retrieval.train_stages import load_stage_config
 
     cfg_file = Path(run_dir) / "config.yaml"
     if not cfg_file.is_file():

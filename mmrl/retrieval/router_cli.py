@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from mmrl.retrieval.train_common import STAGES
+from mmrl.retrieval.train_stages import STAGES
 
 HELP = {"sft": "router stage 1: InfoNCE on gold chains (in-batch + hard negatives)",
         "imitate": "router stage 2: DAgger on the chain oracle (next hop / BACKTRACK / STOP), beta 1 -> 0",
@@ -26,7 +26,8 @@ def _losses():
 
 def run_command(args) -> None:
     from mmrl.errors import ConfigError
-    from mmrl.retrieval.train_common import load_stage_config, run_stage
+    from mmrl.retrieval.train_loop import run_stage
+    from mmrl.retrieval.train_stages import load_stage_config
 
     cfg = load_stage_config(args.stage, args.config or [], args.overrides or [])
     if args.dry_run:

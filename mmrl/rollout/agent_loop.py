@@ -88,6 +88,11 @@ class AgentLoop(ABC):
         """The loop a run with ``rollout_cfg`` uses (a loop with needs of its own overrides this)."""
         return cls()
 
+    @classmethod
+    def describe(cls, rollout_cfg) -> str:
+        """One line of the run plan about the loop."""
+        return f"rollout loop: {rollout_cfg.agent_loop}"
+
     @abstractmethod
     def run(self, engine: RolloutEngine, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
         """``sum(r.n for r in requests)`` trajectories, ``n`` consecutive per request, in request order;

@@ -14,7 +14,7 @@ from typing import Optional
 from mmrl.data.schema import Media, Sample
 from mmrl.errors import ConfigError
 from mmrl.media.inputs import resize_factor
-from mmrl.rollout.agent_loop import AgentLoop, Environment, Observation, agent_loop_names, build_agent_loop
+from mmrl.rollout.agent_loop import AgentLoop, Environment, Observation, agent_loop_names, build_agent_loop, loop_class
 from mmrl.tools.calls import run_call
 from mmrl.tools.episode import EpisodeState
 from mmrl.tools.suite import ToolSuite, load_suite
@@ -63,15 +63,9 @@ def check_rollout_config(rollout_cfg) -> str:
     if name not in known and ":" not in name:
         raise ConfigError(f"config key 'rollout.agent_loop' = {name!r}; expected one of {', '.join(known)} "
                           f"(or module:Class)")
-    if name == "stream":
-        from mmrl.stream.config import DEFAULT_PATH, load_stream_config
-
-        c = load_stream_config(rollout_cfg.tools or DEFAULT_PATH)
-        return (f"rollout loop: stream with {rollout_cfg.tools or DEFAULT_PATH}: blocks of {c.block_chunks} x "
-                f"{c.chunk_seconds:g} s chunks at {c.fps:g} fps, window {c.window_chunks} chunks, memory <= "
-                f"{c.memory_budget} tokens, <= {c.max_turns} turns per episode")
-    if not rollout_cfg.tools:
-        return f"rollout loop: {name}"
+    cls = loop_class(name)
+    if cls.capabilities.tools != "suite" or not rollout_cfg.tools:
+        return cls.describe(rollout_cfg)
     suite = load_suite(rollout_cfg.tools)
     c, b = suite.config, suite.config.budget
     return (f"rollout loop: {name} with {rollout_cfg.tools} ({', '.join(suite.tools)}): <= {c.max_turns} turns, "
@@ -79,11 +73,9 @@ def check_rollout_config(rollout_cfg) -> str:
 
 
 def agent_loop_from_config(rollout_cfg, processor) -> AgentLoop:
-    """``rollout.agent_loop`` with what it needs: ``multi_turn`` runs tool episodes of the ``rollout.tools`` suite."""
-    if rollout_cfg.agent_loop == "multi_turn":
+    """``rollout.agent_loop`` with what it needs: a loop that runs a tool suite (``multi_turn``) runs tool episodes of
+    the ``rollout.tools`` suite; any other builds itself from the config (``AgentLoop.from_config``)."""
+    cls = loop_class(rollout_cfg.agent_loop)
+    if cls.capabilities.tools == "suite":
         return tool_loop(processor, load_suite(rollout_cfg.tools))
-    if rollout_cfg.agent_loop == "stream":
-        from mmrl.stream.loop import stream_loop_from_config
-
-        return stream_loop_from_config(rollout_cfg, processor)
-    return build_agent_loop(rollout_cfg.agent_loop)
+    return cls.from_config(rollout_cfg, processor)

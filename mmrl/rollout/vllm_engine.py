@@ -84,7 +84,7 @@ class VLLMEngine(RolloutEngine):
         if backend is not None:  # injected (tests, custom transports)
             self.backend = backend
         elif mode == "server":
-            from mmrl.rollout.vllm_server import ServerClient
+            from mmrl.rollout.vllm_client import ServerClient
 
             url = server_url or os.environ.get("MMRL_VLLM_SERVER", "http://127.0.0.1:8000")
             self.backend = ServerClient(url)

@@ -134,7 +134,7 @@ class StreamEnvironment(Environment):
         # memory_recall takes [start, end) overlaps; a point recall asks for the chunk holding it
         end = a.end if a.end > a.start else a.start + 1e-6
         try:
-            out = memory_recall.fn(self.state, start=a.start, end=end)
+            out = memory_recall(self.state, start=a.start, end=end)
         except ToolError:
             turn.reason = "recall_nothing_new"
             return None

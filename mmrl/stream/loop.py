@@ -15,15 +15,16 @@ import torch
 
 from mmrl.data.schema import Sample, Trajectory
 from mmrl.media.inputs import PromptInputs, resize_factor
-from mmrl.rollout.agent_loop import AGENT_LOOPS
+from mmrl.rollout.agent_loop import AGENT_LOOPS, LoopCapabilities
 from mmrl.rollout.agent_loop_multi import MultiTurnLoop
 from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.stream.config import DEFAULT_PATH, StreamConfig, load_stream_config
 from mmrl.stream.env import StreamEnvironment
-from mmrl.stream.record import EpisodeRecord
+from mmrl.stream.metrics import stream_metrics
+from mmrl.stream.record import RECORD_KEY, EpisodeRecord, record_of  # noqa: F401  (RECORD_KEY, record_of: re-exported)
 from mmrl.stream.teacher import teacher_episode, teacher_texts
+from mmrl.tools.metrics import tool_metrics
 
-RECORD_KEY = "stream_record"
 
 
 def token_counter(processor):
@@ -32,18 +33,25 @@ def token_counter(processor):
     return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
 
 
-def record_of(trajectory: Trajectory) -> EpisodeRecord:
-    """The ``EpisodeRecord`` of a ``stream`` trajectory (kept on its last turn)."""
-    for turn in reversed(trajectory.turns):
-        if RECORD_KEY in turn:
-            return turn[RECORD_KEY]
-    raise KeyError(f"trajectory of {trajectory.sample_id} holds no stream record (not from the 'stream' loop)")
-
-
 @AGENT_LOOPS.register("stream")
 class StreamLoop(MultiTurnLoop):
     """Streaming episodes: one stream block each, the model acting after every chunk (silence, response, recall),
     its memory rewritten at the block's end (``StreamEnvironment``, ``tools/streaming.yaml``)."""
+
+    capabilities = LoopCapabilities(multi_turn=True, backends=("torch",), engines=("hf",), seed_per_group=False,
+                                    tools="stream", sft_teacher=True, metrics=(tool_metrics, stream_metrics))
+
+    @classmethod
+    def from_config(cls, rollout_cfg, processor) -> "StreamLoop":
+        return stream_loop_from_config(rollout_cfg, processor)
+
+    @classmethod
+    def describe(cls, rollout_cfg) -> str:
+        path = rollout_cfg.tools or DEFAULT_PATH
+        c = load_stream_config(path)
+        return (f"rollout loop: stream with {path}: blocks of {c.block_chunks} x {c.chunk_seconds:g} s chunks at "
+                f"{c.fps:g} fps, window {c.window_chunks} chunks, memory <= {c.memory_budget} tokens, <= "
+                f"{c.max_turns} turns per episode")
 
     def __init__(self, processor, config: Optional[StreamConfig] = None, with_teacher: bool = True):
         self.cfg = config or load_stream_config(DEFAULT_PATH)

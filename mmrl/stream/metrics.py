@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from mmrl.stream.actions import RECALL, REASONS
-from mmrl.stream.loop import RECORD_KEY, record_of
+from mmrl.stream.record import RECORD_KEY, record_of
 
 
 def stream_metrics(trajs: List) -> Dict[str, float]:

@@ -218,3 +218,13 @@ def first_causal_answer(record: EpisodeRecord, qid: str) -> Optional[AnswerEvent
     q = record.question(qid)
     return next((a for a in record.answers_for(qid) if causal(a.time, q.alpha)), None)
 
+
+RECORD_KEY = "stream_record"  # the trajectory turn key under which the stream loop keeps its EpisodeRecord
+
+
+def record_of(trajectory) -> EpisodeRecord:
+    """The ``EpisodeRecord`` of a ``stream`` trajectory (kept on its last turn)."""
+    for turn in reversed(trajectory.turns):
+        if RECORD_KEY in turn:
+            return turn[RECORD_KEY]
+    raise KeyError(f"trajectory of {trajectory.sample_id} holds no stream record (not from the 'stream' loop)")

@@ -26,23 +26,31 @@ def set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(out_dir: str, step: int, model, optimizer, scheduler, extra: Dict[str, Any], keep: int = 2) -> Path:
-    """Write ``out_dir/checkpoints/step_{step:06d}`` through a temporary folder and an atomic rename."""
+def write_checkpoint(out_dir: str, step: int, files: Dict[str, Any], keep: int = 2) -> Path:
+    """Write ``files`` (file name -> object for ``torch.save``) as ``out_dir/checkpoints/step_{step:06d}`` through a
+    temporary folder and an atomic rename, marked as the current run's; then prune this run's older ones."""
     root = Path(out_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}_{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    trainable = {k: v for k, v in model.state_dict().items()}
-    torch.save(trainable, tmp / "model.pt")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
-                "rng": rng_state(), "step": step, **extra}, tmp / "trainer_state.pt")
+    for name, obj in files.items():
+        torch.save(obj, tmp / name)
     mark_owner(tmp, out_dir)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     prune(out_dir, keep, final)  # only this run's older checkpoints, never for a foreign one (mmrl.train.run_dir)
     return final
+
+
+def save_checkpoint(out_dir: str, step: int, model, optimizer, scheduler, extra: Dict[str, Any], keep: int = 2) -> Path:
+    """The trainer's checkpoint: ``model.pt`` (the state dict) and ``trainer_state.pt`` (optimizer, scheduler, RNG
+    states, step and ``extra``)."""
+    trainable = {k: v for k, v in model.state_dict().items()}
+    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
+             "rng": rng_state(), "step": step, **extra}
+    return write_checkpoint(out_dir, step, {"model.pt": trainable, "trainer_state.pt": state}, keep)
 
 
 def latest_checkpoint(out_dir: str) -> Optional[Path]:

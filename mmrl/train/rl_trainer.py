@@ -181,7 +181,7 @@ class RLTrainer:
             if self.cfg.train.eval_limit:
                 self.test_samples = self.test_samples[: self.cfg.train.eval_limit]
         preds = str(Path(self.cfg.train.out_dir) / "predictions" / f"step_{self.step:06d}.jsonl")
-        if self.cfg.rollout.agent_loop == "multi_turn":  # tool episodes, greedy, with the run's suite (mmrl.tools.evaluate)
+        if self.agent_loop.capabilities.tool_eval:  # tool episodes, greedy, with the run's suite (mmrl.tools.evaluate)
             from mmrl.tools.evaluate import evaluate_tool_episodes
 
             with self.backend.rollout_context():

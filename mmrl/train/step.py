@@ -21,8 +21,6 @@ from mmrl.rollout.view_metrics import view_metrics
 from mmrl.train.metrics import entropy_sums
 from mmrl.train.skips import record_step_skips
 from mmrl.train.update import policy_update
-from mmrl.stream.metrics import stream_metrics
-from mmrl.tools.metrics import tool_metrics
 from mmrl.tools.trajectory_log import log_trajectories
 
 
@@ -163,8 +161,8 @@ def train_step(tr) -> Dict[str, float]:
          *entropy_sums(trajs)])
     shaped = out.rewards if out.rewards is not None else batch.rewards
     metrics.update({f"reward/{k}": float(v.float().mean()) for k, v in batch.components.items()})
-    metrics.update(tool_metrics(trajs))  # multi-turn runs on one rank (config check)
-    metrics.update(stream_metrics(trajs))  # stream episodes (rollout.agent_loop: stream)
+    for loop_metrics in tr.agent_loop.capabilities.metrics:  # the loop's own (tools, stream); multi-turn: one rank
+        metrics.update(loop_metrics(trajs))
     metrics.update(_mean_over_ranks(be, view_metrics(trajs, si, cfg.data.prompt.abstain_text if tr.viewset is not None else None)))
     metrics.update({
         "reward/total": float(shaped.float().mean()), **_adv_stats(adv, batch.lengths), "resample_rounds": float(rounds),

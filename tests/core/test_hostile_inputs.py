@@ -37,6 +37,7 @@ CONFIG_CASES = [
     (["model.path=/nope"], ["'model.path'", "/nope"]),
     (["algorithm.viewset=/nope.yaml"], ["'algorithm.viewset'", "/nope.yaml"]),
     (["algorithm.name=bpo"], ["'algorithm.viewset'", "'bpo'"]),
+    (["algorithm.name=fastrl", "algorithm.params.base=bpo"], ["'algorithm.viewset'", "'fastrl'"]),  # a wrapper over BPO
     (["train.steps=-5"], ["'train.steps'", "-5"]),
     (["train.lr=-1"], ["'train.lr'"]),
     (["rollout.temperature=0"], ["'rollout.temperature'"]),

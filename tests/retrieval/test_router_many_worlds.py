@@ -7,7 +7,9 @@ import torch
 
 from mmrl.data.vhop_union import CorpusUnion
 from mmrl.errors import ConfigError
-from mmrl.retrieval.train_common import build_router, load_data, load_stage_config, run_stage
+from mmrl.retrieval.train_common import build_router, load_data
+from mmrl.retrieval.train_loop import run_stage
+from mmrl.retrieval.train_stages import load_stage_config
 from mmrl.retrieval.train_sft import SFTLoss
 
 from tests.retrieval.router_support import make_router_world

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from mmrl.errors import ConfigError
-from mmrl.retrieval.train_common import load_stage_config, run_stage
+from mmrl.retrieval.train_loop import run_stage
+from mmrl.retrieval.train_stages import load_stage_config
 from mmrl.retrieval.train_imitate import ImitateLoss, beta_at
 from mmrl.retrieval.train_rl import RLLoss
 from mmrl.retrieval.train_sft import SFTLoss
@@ -77,3 +78,25 @@ def test_cli_registers_the_three_stages(capsys):
     assert "group_size: 8" in capsys.readouterr().out
     assert main(["vhop", "imitate", "--dry-run", "data.train=q.json", "train.out_dir=o", "imitate.beta=2"]) == 2
     assert "imitate.beta" in capsys.readouterr().err
+
+
+def test_a_stage_keeps_the_run_directory_rules(tmp_path):
+    """Router training opens its folder with mmrl.train.run_dir: a second run is refused, --overwrite deletes only
+    the previous run's artifacts (a file of the user's stays), checkpoints are owned by their run."""
+    import json
+
+    q = make_router_world(tmp_path / "w", n_images=4)
+    out = tmp_path / "o"
+    run_stage(_cfg("sft", q, out, "train.steps=1"), SFTLoss(), quiet=True)
+    first = json.loads((out / "run.json").read_text())
+    assert first["kind"] == "router_sft"
+    assert json.loads((out / "checkpoints" / "step_000001" / "owner.json").read_text())["run_id"] == first["run_id"]
+    with pytest.raises(ConfigError, match="already holds a run"):
+        run_stage(_cfg("sft", q, out, "train.steps=1"), SFTLoss(), quiet=True)
+    (out / "notes.txt").write_text("mine")
+    run_stage(_cfg("sft", q, out, "train.steps=1"), SFTLoss(), overwrite=True, quiet=True)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "run.json").read_text())["run_id"] != first["run_id"]
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1  # the old run's lines went with it
+    with pytest.raises(ConfigError, match="holds an 'router_sft' run, not a 'router_rl' run"):
+        run_stage(_cfg("rl", q, out, "train.steps=1", f"rl.ref_from={out}"), RLLoss(), resume=True, quiet=True)

@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 from mmrl.data.vhop_format import load_queries, query_samples
 from mmrl.errors import ConfigError
 from mmrl.retrieval.router_backend import load_router
-from mmrl.retrieval.train_common import load_stage_config, run_stage
+from mmrl.retrieval.train_loop import run_stage
+from mmrl.retrieval.train_stages import load_stage_config
 from mmrl.retrieval.train_sft import SFTLoss
 from mmrl.tools import EpisodeState, load_suite, run_call
 from support import REPO
