@@ -65,7 +65,7 @@ class LoopCapabilities:
     tools: str = "none"  # what rollout.tools names: none (the key is refused) | suite (required) | stream (optional)
     sft_turns: bool = False  # sft.turns (scripted tool calls) run in its rollout.tools suite
     sft_teacher: bool = False  # SFT trains on the loop's teacher trajectories (mmrl.train.sft.teacher_items)
-    tool_eval: bool = False  # the held-out evaluation runs tool episodes of the rollout.tools suite
+    tool_episodes: bool = False  # tool episodes of the rollout.tools suite: held-out eval runs them, the step logs them
     metrics: Tuple[Callable[[List[Trajectory]], Dict[str, float]], ...] = ()  # per-step metrics of its trajectories
 
 
@@ -77,7 +77,7 @@ def _tool_metrics(trajs: List[Trajectory]) -> Dict[str, float]:
 
 # the multi_turn loop's (mmrl.rollout.agent_loop_multi.MultiTurnLoop: tool episodes of a rollout.tools suite)
 MULTI_TURN = LoopCapabilities(multi_turn=True, backends=("torch",), seed_per_group=False, tools="suite",
-                              sft_turns=True, tool_eval=True, metrics=(_tool_metrics,))
+                              sft_turns=True, tool_episodes=True, metrics=(_tool_metrics,))
 
 
 class AgentLoop(ABC):

@@ -29,8 +29,9 @@ def trajectory_record(traj, sample, candidates, step: int) -> Dict:
 
 
 def log_trajectories(tr, si, trajs) -> None:
-    """Append the step's episodes to ``<out_dir>/trajectories.jsonl`` (multi-turn runs, main rank)."""
-    if tr.cfg.rollout.agent_loop != "multi_turn" or not tr.backend.is_main():
+    """Append the step's episodes to ``<out_dir>/trajectories.jsonl`` (runs of tool episodes, main rank); ``tr`` is
+    the step's context (``mmrl.train.step.StepContext``)."""
+    if not tr.loop.tool_episodes or not tr.backend.is_main():
         return
     path = Path(tr.cfg.train.out_dir) / FILE
     path.parent.mkdir(parents=True, exist_ok=True)  # a bare train_step() runs before run() made the directory

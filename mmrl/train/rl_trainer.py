@@ -147,10 +147,21 @@ class RLTrainer:
             t.rewards = {k: v[i] for k, v in comps.items()}
         return {k: torch.tensor(v) for k, v in comps.items()}, torch.tensor(total)
 
+    def step_context(self):
+        """The context ``mmrl.train.step.train_step`` runs on: what the step reads and calls, not the trainer."""
+        from mmrl.train.step import StepContext
+
+        return StepContext(cfg=self.cfg, backend=self.backend, spec=self.spec, stream=self.stream,
+                           processor=self.processor, engine=self.engine, rollout=self.rollout, rewards=self.rewards,
+                           loop=self.agent_loop.capabilities, step=self.step, skips=self.skips,
+                           abstain_text=self.cfg.data.prompt.abstain_text if self.viewset is not None else None)
+
     def train_step(self) -> Dict[str, float]:
         from mmrl.train.step import train_step
 
-        return train_step(self)
+        metrics = train_step(self.step_context())
+        self.step += 1
+        return metrics
 
     # ---- state --------------------------------------------------------------------------------------------------
     def save(self) -> Path:
@@ -181,7 +192,7 @@ class RLTrainer:
             if self.cfg.train.eval_limit:
                 self.test_samples = self.test_samples[: self.cfg.train.eval_limit]
         preds = str(Path(self.cfg.train.out_dir) / "predictions" / f"step_{self.step:06d}.jsonl")
-        if self.agent_loop.capabilities.tool_eval:  # tool episodes, greedy, with the run's suite (mmrl.tools.evaluate)
+        if self.agent_loop.capabilities.tool_episodes:  # tool episodes, greedy, with the run's suite (mmrl.tools.evaluate)
             from mmrl.tools.evaluate import evaluate_tool_episodes
 
             with self.backend.rollout_context():

@@ -5,12 +5,15 @@ spec.select (resample while it asks) -> old / reference passes on the selected r
 scheduler, weight sync -> spec.after_step -> metrics.
 
 The step never tests an algorithm's name: what differs between methods is the spec's hooks
-(``mmrl.algos.spec``); what differs between torch and DeepSpeed is the backend (``mmrl.train.backend``).
+(``mmrl.algos.spec``); what differs between torch and DeepSpeed is the backend (``mmrl.train.backend``); what
+differs between rollout loops is their capabilities (``mmrl.rollout.agent_loop.LoopCapabilities``). It receives a
+``StepContext`` (``RLTrainer.step_context()``), not the trainer, and leaves the step count to its caller.
 """
 from __future__ import annotations
 
 import time
-from typing import Dict, List
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -22,6 +25,24 @@ from mmrl.train.metrics import entropy_sums
 from mmrl.train.skips import record_step_skips
 from mmrl.train.update import policy_update
 from mmrl.tools.trajectory_log import log_trajectories
+
+
+@dataclass
+class StepContext:
+    """What one RL step reads and calls."""
+
+    cfg: Any  # the run's Config
+    backend: Any  # mmrl.train.backend.Backend (rank helpers, score, update, weight sync)
+    spec: Any  # the AlgorithmSpec
+    stream: Any  # the DataStream: next(n) prompts, epoch
+    processor: Any
+    engine: Any  # the rollout engine (weights synced after the update)
+    rollout: Callable  # (samples, group_offset=0) -> (StepInputs, trajectories) of this rank
+    rewards: Callable  # (StepInputs, trajectories) -> (components, total)
+    loop: Any  # the rollout loop's LoopCapabilities (its metrics; tool episodes are logged)
+    step: int  # steps done before this one
+    abstain_text: Optional[str] = None  # the view set's abstention answer (view metrics), None without a view set
+    skips: Any = None  # the run's SkipLog (mmrl.train.skips); None outside RLTrainer.run
 
 
 def merge_step_inputs(si, trajs, si2, trajs2):
@@ -97,8 +118,8 @@ def _adv_stats(adv: torch.Tensor, lengths: torch.Tensor) -> Dict[str, float]:
             "adv/zero_frac": float((adv.abs() < 1e-8).float().mean()) if adv.numel() else 0.0}
 
 
-def train_step(tr) -> Dict[str, float]:
-    """One step of trainer ``tr`` (``mmrl.train.rl_trainer.RLTrainer``); returns the step's (global) metrics."""
+def train_step(tr: StepContext) -> Dict[str, float]:
+    """One step on context ``tr``; returns the step's (global) metrics. The caller counts the step."""
     cfg, be, spec = tr.cfg, tr.backend, tr.spec
     t0, epoch0 = time.perf_counter(), tr.stream.epoch
     si, trajs = tr.rollout(tr.stream.next(cfg.train.prompts_per_step))
@@ -107,7 +128,6 @@ def train_step(tr) -> Dict[str, float]:
     metrics: Dict[str, float] = {"skipped_samples": skipped, "resample_rounds": 0.0, "ranks": float(be.world_size)}
     metrics.update(record_step_skips(tr, si.skipped))  # skipped.jsonl; never drawn again
     if n_global == 0:
-        tr.step += 1
         return {**metrics, "time/step": time.perf_counter() - t0}
     if not trajs:
         from mmrl.errors import MMRLError
@@ -152,7 +172,6 @@ def train_step(tr) -> Dict[str, float]:
     be.scheduler_step()
     be.sync_rollout_weights(tr.engine)
     t3 = time.perf_counter()
-    tr.step += 1
     after = spec.after_step(batch, sel, tr.stream.epoch != epoch0)
     n = len(batch)
     gen_tokens = float(batch.lengths.sum())
@@ -161,9 +180,9 @@ def train_step(tr) -> Dict[str, float]:
          *entropy_sums(trajs)])
     shaped = out.rewards if out.rewards is not None else batch.rewards
     metrics.update({f"reward/{k}": float(v.float().mean()) for k, v in batch.components.items()})
-    for loop_metrics in tr.agent_loop.capabilities.metrics:  # the loop's own (tools, stream); multi-turn: one rank
+    for loop_metrics in tr.loop.metrics:  # the loop's own (tools, stream); multi-turn: one rank
         metrics.update(loop_metrics(trajs))
-    metrics.update(_mean_over_ranks(be, view_metrics(trajs, si, cfg.data.prompt.abstain_text if tr.viewset is not None else None)))
+    metrics.update(_mean_over_ranks(be, view_metrics(trajs, si, tr.abstain_text)))
     metrics.update({
         "reward/total": float(shaped.float().mean()), **_adv_stats(adv, batch.lengths), "resample_rounds": float(rounds),
         "train_frac": float(sel.train_mask.float().mean()), "entropy": ent_sum / max(ent_tokens, 1.0),
