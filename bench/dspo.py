@@ -12,7 +12,7 @@ checkpoint with ``configs/dspo_mood.yaml``'s settings:
 - ``no_cvig``: ``algorithm.params.cvig=false`` (R_div with uniform w, no R_cf);
 - ``no_dedr``: the ``dspo_div`` weight 0 (``div_weight`` follows it: CVIG's R_cf only).
 
-Eval: ``mmrl eval emotion``'s scoring (``mmrl.eval.emotion_eval``): greedy responses on the held-out test split,
+Eval: ``mmrl eval emotion``'s scoring (``mmrl.eval.benchmarks.emotion.evaluate``): greedy responses on the held-out test split,
 top-1, KL to the annotator distribution, top-k overlap (k = 5), candidate diversity in VAD, box IoU with the cue and
 the well-formed rate; R_cf is the training mean of ``algo/cvig/r_cf`` over the run (CVIG arms only; the eval does
 not re-score). The table gives each arm's mean ± 95% CI over seeds with the per-seed values, then DSPO minus each
@@ -57,8 +57,8 @@ def sft_world(world: dict, out: Path) -> str:
 
 
 def evaluate(model, processor, cfg, test_path: str, max_new_tokens: int, preds: Path) -> dict:
-    """``mmrl eval emotion``'s scoring (``mmrl.eval.emotion_eval``) on the held-out test split."""
-    from mmrl.eval.emotion_eval import evaluate_emotion, k_of_instruction, load_emotion_samples
+    """``mmrl eval emotion``'s scoring (``mmrl.eval.benchmarks.emotion.evaluate``) on the held-out test split."""
+    from mmrl.eval.benchmarks.emotion.evaluate import evaluate_emotion, k_of_instruction, load_emotion_samples
     from mmrl.rewards.dspo_rewards import get_lexicon
     from mmrl.rollout.base import build_engine
 

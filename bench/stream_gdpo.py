@@ -52,7 +52,7 @@ def offline_samples(items, video_root: str, nframes: int, max_pixels: int):
     appended, no extra instruction), the query's prefix as the video, the gold as a text answer."""
     from mmrl.data.schema import Sample, VideoRef
     from mmrl.eval.benchmark_def import load_benchmark
-    from mmrl.eval.ovobench_protocol import build_queries
+    from mmrl.eval.benchmarks.ovobench.protocol import build_queries
 
     out = []
     for q in build_queries(items, load_benchmark("ovobench"), video_root):
@@ -175,8 +175,8 @@ def no_tracking_row(ovo_test: Path) -> Dict[str, float]:
     first probe (what "not yet" is: CRR "No", REC's first count ...) and never updates or answers a choice question;
     official scorer, the held-out streams' own items."""
     from mmrl.eval.benchmark_def import load_benchmark
-    from mmrl.eval.ovobench_protocol import assemble_results
-    from mmrl.eval.ovobench_score import score_results
+    from mmrl.eval.benchmarks.ovobench.protocol import assemble_results
+    from mmrl.eval.benchmarks.ovobench.score import score_results
     from mmrl.stream.ovo import group_by_video, stream_questions, stream_responses
     from mmrl.stream.record import AnswerEvent
 
@@ -195,7 +195,7 @@ def no_tracking_row(ovo_test: Path) -> Dict[str, float]:
 
 
 def offline_cost_of(ev: Path) -> Dict[str, float]:
-    from mmrl.eval.ovobench_stream import offline_cost
+    from mmrl.eval.benchmarks.ovobench.stream import offline_cost
     from mmrl.eval.report import read_jsonl
 
     return offline_cost(read_jsonl(ev / "offline" / "predictions.jsonl"))

@@ -2,7 +2,7 @@
 (a) GRPO without tools on the overview, (b) GRPO with ``tools/video_seek.yaml``, (c) rectified bootstrapping
 (``mmrl rectify``: (b)'s run, then rectify -> multi-turn SFT -> RL, the SFT setting (lr x steps x teacher mix)
 chosen by accuracy on a validation split of training clips no stage trains on, ``rectify.val``,
-``mmrl.train.rectify_select``), each from an SFT warm-up of the same budget
+``mmrl.tools.rectify_select``), each from an SFT warm-up of the same budget
 (teacher episodes for the tool arms, the overview's answers for (a)), with tool-call validity, calls per
 episode, seek IoU and tokens per episode, per seed and mean ± 95% CI. The overview alone is checked against
 chance (mean 1 / number of options of the test questions).
@@ -124,7 +124,7 @@ def teacher_tokens(world: Path, model: str, limit: int = 32) -> dict:
 def run_seed(args, seed: int) -> dict:
     from mmrl.config import load_config
     from mmrl.data.synth_seek import make_seek_world
-    from mmrl.train.rectify_pipeline import run_pipeline
+    from mmrl.tools.rectify_pipeline import run_pipeline
     from mmrl.train.rl_trainer import RLTrainer
     from mmrl.train.sft import run_sft
 

@@ -246,7 +246,7 @@ def cmd_views_preview(args) -> None:
 
 
 def cmd_rectify(args) -> None:
-    from mmrl.train.rectify_pipeline import rectify_main
+    from mmrl.tools.rectify_pipeline import rectify_main
 
     args.no_data_check = False
     rectify_main(args, lambda: _cfg(args, "train"))
@@ -428,7 +428,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 
         add_tools(sub, common)
     if _builds("rectify", only, sub):
-        from mmrl.train.rectify_pipeline import add_arguments as add_rectify
+        from mmrl.tools.rectify_pipeline import add_arguments as add_rectify
 
         s = _sub(sub, "rectify", LAZY_HELP["rectify"], common)
         add_rectify(s)

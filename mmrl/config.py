@@ -126,7 +126,7 @@ class SFTConfig:
 @dataclass
 class RectifyConfig:
     """``mmrl rectify``'s pipeline: the rectify-SFT setting chosen by accuracy on a validation split
-    (``mmrl.train.rectify_select``); every list empty = ``sft.lr`` and ``sft.steps`` on the rectified set alone."""
+    (``mmrl.tools.rectify_select``); every list empty = ``sft.lr`` and ``sft.steps`` on the rectified set alone."""
     val: Optional[str] = None  # validation annotations: clips no stage trains on, never data.test
     lr: List[float] = field(default_factory=list)  # candidate sft.lr values
     steps: List[int] = field(default_factory=list)  # candidate sft.steps values

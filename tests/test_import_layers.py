@@ -4,7 +4,7 @@ Layers (a module may import, at module level or inside a function, only modules 
 
     0  errors, registry, dist, data, media, models, advice
     1  views, rewards, algos, retrieval (embedder, index, router, retriever backends' interface)
-    2  tools (registry, suite, calls, the built-in tools, metrics)
+    2  tools (registry, suite, calls, the built-in tools, metrics); rectified bootstrapping's pipeline sits at 5
     3  rollout (engines, loops), config (asks the loops' capabilities)
     4  stream
     5  train, eval, diagnose; router training and loading a trained router (retrieval.train_*, router_*)
@@ -33,6 +33,7 @@ LAYERS = {
 MODULE_LAYERS = {
     "tools.evaluate": 3, "tools.turn_sft": 3, "tools.preview_cli": 3,  # they drive the rollout loop
     "tools.trajectory_log": 3,  # the step's log of tool trajectories, scored as tools.evaluate scores them
+    "tools.rectify_pipeline": 5, "tools.rectify_select": 5,  # rectified bootstrapping: RL, rectify, SFT, RL
     "retrieval.train_common": 5, "retrieval.train_data": 5, "retrieval.train_stages": 5, "retrieval.train_sft": 5,
     "retrieval.train_imitate": 5, "retrieval.train_rl": 5, "retrieval.train_loop": 5, "retrieval.router_cli": 5,
     "retrieval.router_backend": 5,  # loads a trained router (its stage config): reached through RETRIEVERS by name

@@ -123,7 +123,7 @@ class ChunkDef:
 @dataclass
 class BenchmarkDef:
     name: str
-    hooks: str  # registered hooks name (mmrl/eval/benchmarks/<name>.py) or a module path
+    hooks: str  # registered hooks name (mmrl/eval/benchmarks/<name>/hooks.py) or a module path
     protocol: str = ""
     description: str = ""
     tasks: List[TaskDef] = field(default_factory=list)

@@ -159,7 +159,7 @@ def eval_main(args) -> Dict[str, Any]:
         raise ConfigError(f"--streaming is for ovobench; '{bdef.name}' has no streaming protocol")
     _, processor, engine = load_for_eval(args.model, args.device, args.dtype)
     if args.streaming:
-        from mmrl.eval.ovobench_stream import run_side_by_side
+        from mmrl.eval.benchmarks.ovobench.stream import run_side_by_side
 
         both = run_side_by_side(bdef, hooks, inputs, settings, processor, engine, args.stream_config)
         print(both["table"], end="")

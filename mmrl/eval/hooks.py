@@ -1,7 +1,7 @@
 """The benchmark registry: a benchmark is a YAML (``eval/<name>.yaml``) plus one Python file of hooks.
 
 The YAML's ``hooks`` key names a ``BenchmarkHooks`` registered with ``register_benchmark`` (``BENCHMARKS`` names the
-module of each built-in, ``mmrl/eval/benchmarks/<name>``, and imports it on first lookup) or a module path ``pkg.module`` /
+module of each built-in, ``mmrl/eval/benchmarks/<name>/hooks.py``, and imports it on first lookup) or a module path ``pkg.module`` /
 ``pkg.module:ATTR`` of user code that registers or holds one. The generic runner (``mmrl.eval.runner``) calls:
 
 1. ``load(bdef, inputs, tasks, limit)`` -> ``(items, notes)``: items of the hooks' own type (each has a
@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mmrl.registry import Registry
 
-BENCHMARKS = Registry("benchmark hooks", builtins={f"mmrl.eval.benchmarks.{n}": (n,)
+BENCHMARKS = Registry("benchmark hooks", builtins={f"mmrl.eval.benchmarks.{n}.hooks": (n,)
                                                    for n in ("emotion", "mvbench", "ovobench", "synthetic")})
 
 

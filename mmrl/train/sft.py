@@ -52,12 +52,12 @@ def target_mask(item) -> torch.Tensor:
 def teacher_items(cfg: Config, processor):
     """``sample -> (SequenceInputs, response_ids, loss_mask)`` of the oracle's stream when the run is a streaming run
     (``rollout.agent_loop: stream``): masked SFT on the teacher's actions, recalls and memory lines
-    (``mmrl.train.sft_stream``); ``None`` otherwise (the loop's ``capabilities.sft_teacher``)."""
+    (``mmrl.stream.sft``); ``None`` otherwise (the loop's ``capabilities.sft_teacher``)."""
     from mmrl.rollout.agent_loop import loop_class
 
     if not loop_class(cfg.rollout.agent_loop).capabilities.sft_teacher:
         return None
-    from mmrl.train.sft_stream import teacher_item_builder
+    from mmrl.stream.sft import teacher_item_builder
 
     return teacher_item_builder(cfg, processor)
 

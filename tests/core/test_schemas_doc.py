@@ -54,7 +54,7 @@ def test_annotation_example(tmp_path):
 
 def test_mvbench_item_example(tmp_path):
     from mmrl.eval.benchmark_def import load_benchmark
-    from mmrl.eval.benchmarks.mvbench import load
+    from mmrl.eval.benchmarks.mvbench.hooks import load
     from mmrl.eval.hooks import EvalInputs
 
     (tmp_path / "json").mkdir()
@@ -65,7 +65,7 @@ def test_mvbench_item_example(tmp_path):
 
 def test_ovobench_item_example(tmp_path):
     from mmrl.eval.benchmark_def import load_benchmark
-    from mmrl.eval.ovobench_protocol import load_annotations
+    from mmrl.eval.benchmarks.ovobench.protocol import load_annotations
 
     path = tmp_path / "ovo_bench_new.json"
     path.write_text(examples()["ovobench"])

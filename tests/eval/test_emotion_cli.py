@@ -12,7 +12,7 @@ from mmrl.config import load_config
 from mmrl.data.affect import EMOTION6
 from mmrl.data.synth_mood import make_mood_world
 from mmrl.errors import ConfigError
-from mmrl.eval.emotion_eval import k_of_instruction, load_emotion_samples, score
+from mmrl.eval.benchmarks.emotion.evaluate import k_of_instruction, load_emotion_samples, score
 from mmrl.eval.protocol import load_protocol
 from mmrl.rewards.dspo_format import dspo_prompt
 from mmrl.rewards.dspo_rewards import get_lexicon

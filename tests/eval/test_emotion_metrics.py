@@ -4,7 +4,7 @@ import math
 import pytest
 
 from mmrl.data.affect import BUILTIN_VAD, builtin_lexicon
-from mmrl.eval.emotion import (box_iou, candidate_distribution, candidate_diversity, emotion_metrics, kl_to_annotators,
+from mmrl.eval.benchmarks.emotion.metrics import (box_iou, candidate_distribution, candidate_diversity, emotion_metrics, kl_to_annotators,
                                top1, topk_overlap)
 from mmrl.rewards.dspo_format import parse_dspo
 

@@ -7,10 +7,10 @@ import pytest
 
 from mmrl.errors import ConfigError, DataError
 from mmrl.eval.benchmark_def import load_benchmark
-from mmrl.eval.benchmarks.mvbench import load
+from mmrl.eval.benchmarks.mvbench.hooks import load
 from mmrl.eval.hooks import EvalInputs
-from mmrl.eval.mvbench_data import task_counts, task_key
-from mmrl.eval.mvbench_protocol import (build_prompt, build_queries, gold_for, gold_string, random_chance,
+from mmrl.eval.benchmarks.mvbench.data import task_counts, task_key
+from mmrl.eval.benchmarks.mvbench.protocol import (build_prompt, build_queries, gold_for, gold_string, random_chance,
                                         score_records, score_responses)
 
 SYSTEM = ("Carefully watch the video and pay attention to the cause and sequence of events, the detail and movement "

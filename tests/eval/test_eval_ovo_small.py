@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mmrl.cli import main
-from mmrl.eval.ovobench_score import score_result_files
+from mmrl.eval.benchmarks.ovobench.score import score_result_files
 
 RESULTS = str(Path(__file__).with_name("data") / "ovo_small_results.json")
 
@@ -42,7 +42,7 @@ def test_small_results_cli(capsys):
 
 def test_response_section_reaches_the_final_score(tmp_path):
     """ovobench.yaml's ``response`` keys post-process before the official layout is assembled and scored."""
-    from mmrl.eval.benchmarks.ovobench import score
+    from mmrl.eval.benchmarks.ovobench.hooks import score
     from mmrl.eval.protocol import load_protocol
 
     items = [{"id": 1, "task": "EPM", "video": "v.mp4", "question": "q", "options": ["a", "b"], "gt": 0,
@@ -86,7 +86,7 @@ def test_partial_run_has_no_official_total(tmp_path):
     part.write_text(json.dumps(data))
     s = score_result_files(str(part))
     assert s["total"] is None and s["partial_mean"] == pytest.approx((BT + RT) / 2)
-    from mmrl.eval.ovobench_score import format_table, summary_line
+    from mmrl.eval.benchmarks.ovobench.score import format_table, summary_line
 
     line = summary_line(s)
     assert line.endswith(f"partial mean {(BT + RT) / 2:.2f} (not the official total)") and "FT" not in line

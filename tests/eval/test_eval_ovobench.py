@@ -6,9 +6,9 @@ import pytest
 
 from mmrl.errors import DataError
 from mmrl.eval.benchmark_def import load_benchmark
-from mmrl.eval.ovobench_protocol import (assemble_results, build_queries, count_queries, load_annotations, pending,
+from mmrl.eval.benchmarks.ovobench.protocol import (assemble_results, build_queries, count_queries, load_annotations, pending,
                                          prefix_end, query_id)
-from mmrl.eval.ovobench_score import format_table, score_result_files, score_results, summary_line
+from mmrl.eval.benchmarks.ovobench.score import format_table, score_result_files, score_results, summary_line
 
 EXPECTED = {"ASI": "76.35", "EPM": "58.59", "HLD": "52.69", "ATR": "79.31", "ACR": "66.97", "OCR": "85.91",
             "STU": "58.43", "OJR": "61.96", "FPD": "63.37", "REC": "35.53", "SSR": "74.24", "CRR": "61.67"}

@@ -5,9 +5,9 @@ import pytest
 
 from mmrl.errors import DataError
 from mmrl.eval.benchmark_def import load_benchmark
-from mmrl.eval.mvbench_protocol import score_records
-from mmrl.eval.benchmarks.mvbench import table
-from mmrl.eval.ovobench_score import format_table, score_result_files
+from mmrl.eval.benchmarks.mvbench.protocol import score_records
+from mmrl.eval.benchmarks.mvbench.hooks import table
+from mmrl.eval.benchmarks.ovobench.score import format_table, score_result_files
 from mmrl.eval.report import append_jsonl, build_summary, markdown, read_jsonl, responses_by_id, write_report
 
 

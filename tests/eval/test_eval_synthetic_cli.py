@@ -21,7 +21,7 @@ def test_synthetic_through_the_runner(tmp_path, video_world, capsys):
 
 
 def test_yaml_budgets_map_to_the_data_config():
-    from mmrl.eval.benchmarks.synthetic import data_config
+    from mmrl.eval.benchmarks.synthetic.hooks import data_config
     from mmrl.eval.protocol import load_protocol
 
     bdef, _ = load_protocol("synthetic", {"sampling.max_frames": 6, "pixels.max_pixels": 3136, "data.on_error": "raise"})

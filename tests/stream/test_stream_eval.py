@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from mmrl.eval.benchmark_def import load_benchmark
-from mmrl.eval.ovobench_protocol import assemble_results, load_annotations
-from mmrl.eval.ovobench_score import score_results
-from mmrl.eval.ovobench_stream import read_jsonl, streaming_eval
+from mmrl.eval.benchmarks.ovobench.protocol import assemble_results, load_annotations
+from mmrl.eval.benchmarks.ovobench.score import score_results
+from mmrl.eval.benchmarks.ovobench.stream import read_jsonl, streaming_eval
 from mmrl.media.decode import probe
 from mmrl.stream.config import load_stream_config
 from mmrl.stream.loop import ReplayEngine

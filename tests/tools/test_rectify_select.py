@@ -1,4 +1,4 @@
-"""Choosing the rectify-SFT setting on a validation split (mmrl.train.rectify_select, the ``rectify.*`` config):
+"""Choosing the rectify-SFT setting on a validation split (mmrl.tools.rectify_select, the ``rectify.*`` config):
 the seek world's val clips continue the train stream without changing train or test, the candidate grid and its
 order, teacher scripts mixed into the rectified set, and the config and data errors (a grid without a validation
 split, the test split or a training clip as validation). The selection end to end: tests/bench/test_tools_bench_smoke.py."""
@@ -9,7 +9,7 @@ import pytest
 from mmrl.config import load_config
 from mmrl.data.synth_seek import make_seek_world
 from mmrl.errors import ConfigError
-from mmrl.train.rectify_select import candidates, load_val, mix_scripts
+from mmrl.tools.rectify_select import candidates, load_val, mix_scripts
 
 from support import REPO
 

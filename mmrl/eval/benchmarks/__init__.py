@@ -1,1 +1,2 @@
-"""Built-in benchmark hooks, one file per benchmark (named by the ``hooks`` key of ``eval/<name>.yaml``)."""
+"""The built-in benchmarks, one package each (``<name>/``): its reading, prompts and scoring beside ``hooks.py``, the
+hooks the ``hooks`` key of ``eval/<name>.yaml`` names."""

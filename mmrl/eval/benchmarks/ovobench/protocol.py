@@ -4,7 +4,7 @@ Sources: JoeLeelyf/OVO-Bench ``inference.py`` (task -> mode split, ``--video_dir
 (``OVOBenchOffline.eval``: one query per multiple-choice item, one per forward ``test_info`` probe, results layout),
 ``constant.py`` (templates, in ``eval/ovobench.yaml``), ``utils/chunk_videos.py`` (prefix ``[0, ceil(t)]``,
 chunks ``{id}.mp4`` / ``{id}_{i}.mp4``). Offline: every query is independent and sees only its prefix.
-A driver does: ``build_queries`` -> generate -> ``assemble_results`` -> ``ovobench_score.score_results``;
+A driver does: ``build_queries`` -> generate -> ``assemble_results`` -> ``score.score_results``;
 query ids (``"<id>"`` or ``"<id>_<probe>"``) are stable, so responses can be appended and resumed by id.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@
   ``train.out_dir``: ``rl1/`` (the config as given: a multi-turn tool run), ``rectified.jsonl`` and
   ``rectify.json`` (counts), ``sft/`` (multi-turn SFT of ``rl1/final`` on the rectified scripts, ``sft.steps``,
   ``sft.batch_size``, ``sft.lr``) and ``rl2/`` (the same RL config from ``sft/final``). With ``rectify.val`` the
-  SFT stage is a set of candidates ``sft/<tag>/`` chosen by validation accuracy (``mmrl.train.rectify_select``,
+  SFT stage is a set of candidates ``sft/<tag>/`` chosen by validation accuracy (``mmrl.tools.rectify_select``,
   ``select.json``) and ``rl2/`` starts from the winner. A stage whose ``final/`` exists is not run again, so an
   interrupted pipeline continues where it stopped.
 """
@@ -82,7 +82,7 @@ def run_pipeline(cfg: Config, quiet: bool = False, nframes: int = 4, say=print, 
             raise DataError(f"mmrl rectify: no episode of {rl1} needed rectifying; nothing to fine-tune on")
     chosen = None
     if selecting:  # rectify.val: every candidate setting fine-tuned and scored on the validation split
-        from mmrl.train.rectify_select import select
+        from mmrl.tools.rectify_select import select
 
         say(f"mmrl rectify: stage 2/3, SFT candidates on the rectified episodes in {sft}, chosen on {cfg.rectify.val}")
         chosen = select(cfg, root, str(rl1 / "final"), str(scripts), _stage, quiet, say)

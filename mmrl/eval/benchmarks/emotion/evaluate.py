@@ -1,5 +1,5 @@
 """Evaluate a checkpoint on an emotion test set (issue 17): greedy four-step responses, parsed, scored by
-``mmrl.eval.emotion`` (top-1, KL to the annotators, top-k overlap, candidate diversity, box IoU, well-formed rate).
+``mmrl.eval.benchmarks.emotion.metrics`` (top-1, KL to the annotators, top-k overlap, candidate diversity, box IoU, well-formed rate).
 
 ``load_emotion_samples(path)`` reads the three layouts: an mmrl annotation file (the mood world's ``test.json``,
 ``mmrl data synth --kind mood``), an Emotion6 folder (``ground_truth.txt``) or an EmoSet folder (``<split>.json``)
@@ -59,7 +59,7 @@ def generate(samples, processor, data_cfg, engine, max_new_tokens: int, batch_pr
 
 def score(samples, rows: List[Dict[str, Any]], lexicon, k: Optional[int]) -> Dict[str, Any]:
     """``emotion_metrics`` over every sample (one without a row scores as malformed) plus the malformed reasons."""
-    from mmrl.eval.emotion import emotion_metrics
+    from mmrl.eval.benchmarks.emotion.metrics import emotion_metrics
     from mmrl.rewards.dspo_format import DSPOParse, count_reasons, parse_dspo
     from mmrl.rewards.dspo_rewards import evidence_box
 

@@ -35,7 +35,7 @@ def test_teacher_items_train_only_the_teachers_turns(stream_train, tiny_model_pa
     from mmrl.models.loading import load_model_and_processor
     from mmrl.stream.loop import record_of, teacher_trajectory
     from mmrl.stream.teacher import teacher_texts
-    from mmrl.train.sft_stream import teacher_item_builder
+    from mmrl.stream.sft import teacher_item_builder
 
     cfg = _cfg(stream_train, tiny_model_path, "/tmp/unused", 1)
     _, proc = load_model_and_processor(cfg.model)
@@ -54,7 +54,7 @@ def test_sft_minimises_the_masked_teacher_loss(stream_train, tiny_model_path, tm
     from mmrl.models.loading import load_model_and_processor
     from mmrl.models.scoring import response_logprobs
     from mmrl.train.sft import run_sft
-    from mmrl.train.sft_stream import teacher_item_builder
+    from mmrl.stream.sft import teacher_item_builder
 
     cfg = _cfg(stream_train, tiny_model_path, tmp_path / "sft", 6)
     model, proc = load_model_and_processor(cfg.model)

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from mmrl.errors import ConfigError, DataError
 from mmrl.eval.benchmark_def import BenchmarkDef, TaskDef
 from mmrl.eval.hooks import BenchmarkHooks, EvalInputs, register_benchmark
-from mmrl.eval.mvbench_data import MVBenchItem, load_hf_video, load_official, task_key
-from mmrl.eval.mvbench_protocol import build_queries, random_chance, score_records
+from mmrl.eval.benchmarks.mvbench.data import MVBenchItem, load_hf_video, load_official, task_key
+from mmrl.eval.benchmarks.mvbench.protocol import build_queries, random_chance, score_records
 
 FIELDS = ("data.layout", "data.json_dir", "data.test_json", "data.video_dir", "tasks.json", "tasks.prefix", "tasks.source_prefix", "tasks.reader", "tasks.bound",
           "tasks.frame_fps", "prompt.system", "prompt.system_placement", "prompt.user_template",

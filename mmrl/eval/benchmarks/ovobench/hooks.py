@@ -4,7 +4,7 @@ Every query sees only its prefix ``[0, ceil(realtime))``: multiple-choice items 
 once per ``test_info`` probe on that probe's own prefix. By default the prefix is cut from the source video
 ``<video_root>/<item video>`` (the frame rule never decodes a frame past it); with ``chunking.chunked`` the
 released chunks ``{id}.mp4`` / ``{id}_{i}.mp4`` are read whole. Responses are assembled in the official
-results layout (``results.json``) and scored by ``mmrl.eval.ovobench_score``.
+results layout (``results.json``) and scored by ``mmrl.eval.benchmarks.ovobench.score``.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from mmrl.errors import ConfigError, DataError
 from mmrl.eval.benchmark_def import BenchmarkDef
 from mmrl.eval.hooks import BenchmarkHooks, EvalInputs, register_benchmark
-from mmrl.eval.ovobench_protocol import assemble_results, build_queries, count_queries, load_annotations
-from mmrl.eval.ovobench_score import format_table, score_result_files, score_results, summary_line
+from mmrl.eval.benchmarks.ovobench.protocol import assemble_results, build_queries, count_queries, load_annotations
+from mmrl.eval.benchmarks.ovobench.score import format_table, score_result_files, score_results, summary_line
 from mmrl.eval.parsers import postprocess
 
 RESULTS = "results.json"

@@ -1,7 +1,7 @@
 """Emotion benchmark hooks (``eval/emotion.yaml``; issue 17): ``mmrl eval emotion --model CKPT --data PATH``.
 
 ``--data`` is a mood-world annotation file, an Emotion6 folder or an EmoSet folder (``data.test_json`` names the
-EmoSet split file); ``mmrl.eval.emotion_eval`` generates greedy four-step responses with the training prompt
+EmoSet split file); ``mmrl.eval.benchmarks.emotion.evaluate`` generates greedy four-step responses with the training prompt
 (``prompt.post_prompt`` is the data config's ``prompt.instruction``, ``prompt.system`` its system turn) and scores
 them: top-1, KL to the annotator distribution, top-k overlap (k = the K the instruction asks for), candidate
 diversity in VAD (the shipped lexicon), box IoU with the evidence box, well-formed rate, malformed reasons.
@@ -32,7 +32,7 @@ def data_config(bdef: BenchmarkDef):
 
 
 def load(bdef: BenchmarkDef, inputs: EvalInputs, tasks: Sequence[str], limit: int):
-    from mmrl.eval.emotion_eval import load_emotion_samples
+    from mmrl.eval.benchmarks.emotion.evaluate import load_emotion_samples
 
     if tasks:
         raise ConfigError("mmrl eval emotion has no tasks")
@@ -43,7 +43,7 @@ def load(bdef: BenchmarkDef, inputs: EvalInputs, tasks: Sequence[str], limit: in
 
 def evaluate(items: List[Any], bdef: BenchmarkDef, inputs: EvalInputs, processor, engine, out_dir: Path,
              notes: Dict[str, Any]):
-    from mmrl.eval.emotion_eval import evaluate_emotion, k_of_instruction
+    from mmrl.eval.benchmarks.emotion.evaluate import evaluate_emotion, k_of_instruction
     from mmrl.rewards.dspo_rewards import get_lexicon
 
     preds = Path(out_dir) / "predictions.jsonl"
@@ -77,7 +77,7 @@ def line(scores: Dict[str, Any]) -> str:
 
 
 def describe(bdef: BenchmarkDef) -> Dict[str, str]:
-    from mmrl.eval.emotion_eval import k_of_instruction
+    from mmrl.eval.benchmarks.emotion.evaluate import k_of_instruction
 
     return {"prompt": "the training prompt (mmrl.media.prompts.build_messages) with prompt.post_prompt as the "
                       "instruction", "parser": f"mmrl.rewards.dspo_format.parse_dspo (k = "

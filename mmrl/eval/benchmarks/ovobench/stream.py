@@ -6,7 +6,7 @@ the previous block's compacted memory, with every question shown when its time c
 answers (to stream-local question ids ``q0, q1, ...``) become responses by OVO query id
 (``mmrl.stream.ovo.stream_responses``, per video: a local id maps back to its item; a multiple-choice item reads the
 first answer to it, a forward probe the latest answer at or before its ``realtime``, none -> ``None``), assembled in the
-official results layout and scored by the official scorer (``mmrl.eval.ovobench_score``), exactly as the offline
+official results layout and scored by the official scorer (``mmrl.eval.benchmarks.ovobench.score``), exactly as the offline
 run's responses are.
 
 Cost per query (an OVO query: a multiple-choice item or a forward probe), for both protocols:
@@ -30,8 +30,8 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 from mmrl.data.schema import Trajectory
 from mmrl.eval.benchmark_def import BenchmarkDef
 from mmrl.eval.driver import check_run, repair_jsonl
-from mmrl.eval.ovobench_protocol import assemble_results
-from mmrl.eval.ovobench_score import score_results
+from mmrl.eval.benchmarks.ovobench.protocol import assemble_results
+from mmrl.eval.benchmarks.ovobench.score import score_results
 from mmrl.eval.report import append_jsonl, read_jsonl  # noqa: F401  (read_jsonl: for callers reading the records)
 from mmrl.media.decode import probe
 from mmrl.rollout.base import SamplingParams

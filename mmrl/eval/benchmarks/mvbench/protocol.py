@@ -3,7 +3,7 @@
 Sources: OpenGVLab/Ask-Anything ``video_chat2/mvbench.ipynb`` (``MVBench_dataset.get_index``, ``qa_template``,
 ``infer_mvbench``, the final ``acc_dict`` loop); VLMEvalKit ``vlmeval/dataset/mvbench.py`` (system role and the
 ``Best option:(`` assistant segment); lmms-eval ``lmms_eval/tasks/mvbench/utils.py`` (``mvbench_doc_to_text``,
-``mvbench_aggregate_results``). The hooks (``mmrl/eval/benchmarks/mvbench.py``) do: ``build_queries`` -> the
+``mvbench_aggregate_results``). The hooks (``mmrl/eval/benchmarks/mvbench/hooks.py``) do: ``build_queries`` -> the
 runner generates (frames by the YAML's ``sampling.rule``) -> ``score_records`` -> ``mmrl.eval.report``.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def item_bound(sample: Sample, task: TaskDef, use_bound: bool) -> Optional[Tuple
 
 def build_queries(items: Iterable[Any], bdef: BenchmarkDef, tasks: Optional[Mapping[str, TaskDef]] = None
                   ) -> List[EvalQuery]:
-    """One ``EvalQuery`` per ``MVBenchItem`` (see ``mmrl.eval.mvbench_data``), id ``"<task>/<index>"``.
+    """One ``EvalQuery`` per ``MVBenchItem`` (see ``mmrl.eval.benchmarks.mvbench.data``), id ``"<task>/<index>"``.
 
     ``tasks`` (name -> the ``TaskDef`` the items were read with) defaults to the definition's own; ``meta``
     carries what the frame rule needs: ``bound`` and ``frame_fps`` (a frame folder's rate).
