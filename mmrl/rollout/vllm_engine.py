@@ -35,6 +35,7 @@ import torch
 from mmrl.advice import advice
 from mmrl.data.schema import Trajectory
 from mmrl.errors import ConfigError, MMRLError
+from mmrl.rollout.agent_loop import loop_class
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.rollout.vllm_inputs import PLACEHOLDERS, VideoLayout, vllm_prompt
 from mmrl.rollout.weight_sync import rollout_weights
@@ -47,7 +48,7 @@ def engine_options(cfg) -> Dict[str, Any]:
     opts = {"mode": cfg.rollout.vllm_mode, "gpu_memory_utilization": cfg.rollout.vllm_gpu_memory_utilization,
             "dtype": cfg.model.dtype, "seed": cfg.train.seed,
             "max_model_len": cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens}
-    if cfg.rollout.agent_loop == "multi_turn" and cfg.rollout.tools:
+    if cfg.rollout.tools and loop_class(cfg.rollout.agent_loop).capabilities.tools == "suite":
         from mmrl.tools.suite import load_suite
 
         suite = load_suite(cfg.rollout.tools).config

@@ -62,7 +62,9 @@ def run_pipeline(cfg: Config, quiet: bool = False, nframes: int = 4, say=print, 
     from mmrl.train.rl_trainer import RLTrainer
     from mmrl.train.sft import run_sft
 
-    if cfg.rollout.agent_loop != "multi_turn" or not cfg.rollout.tools:
+    from mmrl.rollout.agent_loop import loop_class
+
+    if not cfg.rollout.tools or not loop_class(cfg.rollout.agent_loop).capabilities.tool_episodes:
         raise ConfigError("mmrl rectify: the pipeline needs a tool run (rollout.agent_loop=multi_turn and rollout.tools)")
     if cfg.sft.turns:
         raise ConfigError("config key 'sft.turns': mmrl rectify sets it to the rectified scripts; leave it unset")
