@@ -16,7 +16,6 @@ import torch
 
 from mmrl.data.schema import Media, Sample, VideoRef
 from mmrl.errors import DataError
-from mmrl.media.decode import decode_indices, probe
 from mmrl.stream.config import StreamConfig
 from mmrl.stream.record import AnswerEvent, MemoryLine, Probe, StreamQuestion
 
@@ -96,6 +95,8 @@ def block_sample(block: StreamBlock, sample_id: str) -> Sample:
 def decode_chunks(video: str, cfg: StreamConfig, last_chunk: int, sample_id: str, factor: int = 28) -> List[Chunk]:
     """Chunks ``0 .. last_chunk`` of ``video``: frames at ``k * chunk_s + j / fps`` (nearest source frame), resized
     within the config's pixel budget; ``DataError`` naming the sample when the video is shorter."""
+    from mmrl.media.decode import decode_indices, probe  # lazy: a config naming the stream loop loads no decoder
+
     info = probe(video, sample_id)
     per = cfg.frames_per_chunk
     times = [k * cfg.chunk_seconds + j / cfg.fps for k in range(last_chunk + 1) for j in range(per)]
