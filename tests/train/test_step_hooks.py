@@ -113,6 +113,13 @@ def test_per_token_advantages_reach_the_loss(video_world, tiny_model_path, tmp_p
     expected = -float(len(batch)) / float(batch.lengths.sum())
     assert m["loss"] == pytest.approx(expected, rel=1e-5)
     assert m["algo/calls"] == 1.0 and m["grad_norm"] > 0
+    # the step runs on a context, not the trainer, and leaves the count to its caller
+    from mmrl.train.step import StepContext, train_step
+
+    ctx = tr.step_context()
+    assert isinstance(ctx, StepContext) and ctx.step == tr.step == 1 and ctx.loop.metrics == ()
+    train_step(ctx)
+    assert _Probe.seen[-1].step == 1 and tr.step == 1 and ctx.step == 1
 
 
 def test_pruned_rows_enter_no_pass_and_state_is_checkpointed(video_world, tiny_model_path, tmp_path):
