@@ -142,7 +142,7 @@ def _run_mode(args) -> tuple:
 
 def _prepare_run(args, kind: str):
     """Config, resume mode, run-directory rules and pre-flight of ``mmrl sft`` / ``mmrl train``:
-    ``(cfg, resume, overwrite, (samples, left out))``; ``None`` after a dry run's plan.
+    ``(cfg, resume, overwrite, (samples, left out))``; ``None`` after a dry run's plan or with ``--preflight-only``.
 
     A real run checks what needs no torch first (the config's keys, types, ranges and paths, the run directory, the
     machine's packages and the data pre-flight), then imports the registries for the rest of the config: a bad input
@@ -158,6 +158,8 @@ def _prepare_run(args, kind: str):
     from mmrl.train.preflight import preflight, preflight_log
 
     checked = preflight(cfg, kind, log=None if args.quiet else preflight_log())
+    if args.preflight_only:
+        return None
     from mmrl.config import complete_config
     from mmrl.validate import validate_registries
 
@@ -408,6 +410,9 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                        help="skip the media decode probe of the data pre-flight (data.preflight=none; huge sets); "
                             "with --dry-run, planning for another machine: do not require model.path and the data "
                             "files to exist here")
+        s.add_argument("--preflight-only", action="store_true",
+                       help="run the checks that need no torch (config keys and paths, run directory, packages, data "
+                            "pre-flight) and exit; the scripts/ launchers run it once before starting the ranks")
         s.add_argument("--quiet", action="store_true", help="no progress bar")
         s.add_argument("--resume", action="store_true",
                        help="continue from the latest checkpoint in train.out_dir (an error when there is none)")

@@ -68,11 +68,12 @@ def test_the_light_layer_imports_nothing_heavy():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
-def test_a_good_config_still_gets_every_check(video_world, tmp_path, capsys, monkeypatch, mmrl_cache):
+def test_a_good_config_still_gets_every_check(video_world, tmp_path, capsys, monkeypatch, tiny_model_path):
     """The checks that need the registries run after the pre-flight, still before any weight: a bad algorithm
     parameter, and LoRA targets that name no module of the checkpoint (a meta-device model from its config)."""
     import mmrl.train.rl_trainer as rl
 
+    del tiny_model_path  # built first (its progress lines are not the error line); model.path=tiny resolves to it
     monkeypatch.setattr(rl, "load_model_and_processor", lambda *a, **k: pytest.fail("weights loaded"))
     base = ["train", "--config", "configs/demo.yaml", f"data.train={video_world / 'train.json'}",
             f"train.out_dir={tmp_path / 'run'}"]
@@ -82,3 +83,33 @@ def test_a_good_config_still_gets_every_check(video_world, tmp_path, capsys, mon
         assert main(base + extra) == 2
         err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
         assert len(err) == 1 and all(c in err[0] for c in culprits), err
+
+
+def test_the_launcher_stops_bad_data_before_the_deepspeed_launcher(video_world, tmp_path):
+    """scripts/train_*.sh run ``mmrl train --preflight-only`` before ``deepspeed`` (which imports torch and DeepSpeed
+    before any rank starts): bad data stops there; good data reaches the launcher (a stand-in that records it)."""
+    import os
+    import stat
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    marker = tmp_path / "launched"
+    for name, body in (("python", f'exec {sys.executable} "$@"'), ("deepspeed", f'echo "$@" > {marker}; exit 99')):
+        (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_ / name).chmod((bin_ / name).stat().st_mode | stat.S_IEXEC)
+    bad = _bad_files(video_world, tmp_path)["missing-field"][0]
+
+    def launch(data):
+        env = dict(os.environ, PY=str(bin_ / "python"), MODEL_PATH="tiny", DATA_PATH=str(data),
+                   OUT_DIR=str(tmp_path / "out"), PYTHONPATH=str(ROOT))
+        return subprocess.run(["bash", "scripts/train_grpo_qwen2_5_vl_3b.sh", "rollout.engine=hf", "model.device=cpu",
+                               "data.preflight=sample 2", "data.on_error=raise"], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    p = launch(bad)
+    errors = [x for x in p.stderr.splitlines() if x.strip()]
+    assert p.returncode == 2 and len(errors) == 1 and "'train-00005'" in errors[0], p.stderr
+    assert not marker.exists()
+    p = launch(video_world / "train.json")
+    assert p.returncode == 99 and "--module mmrl train" in marker.read_text(), p.stdout + p.stderr
+    assert "mmrl: data pre-flight: 24 usable items" in p.stdout
