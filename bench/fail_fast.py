@@ -3,7 +3,9 @@
 Each run is a fresh ``python -m mmrl train`` (or, for (b), the same entry path up to the loaded weights) in its own
 subprocess, timed in wall seconds and in CPU seconds (user + system of the child, ``resource.getrusage``):
 
-- (a) a config error: an unknown key (``train.stepz=2``), refused while the config is read;
+- (a) a config error: an unknown key (``train.stepz=2``), refused while the config is read; and, shown apart (not in
+  the ratios), (a2) one only the algorithm registry can find (``algorithm.params.nope=1``), which costs the torch
+  import the registry needs (``mmrl train`` runs those checks after the data pre-flight);
 - (b) a config check that passes, then the weight load the way a run loads (``mmrl.cli._prepare_run`` -- config,
   run directory, data pre-flight, the registry checks -- then ``load_model_and_processor``): what an error found
   only once the weights are in costs;
@@ -96,6 +98,7 @@ def main(argv=None) -> None:
             base.append("train.precision=bf16" if args.dtype == "bfloat16" else "train.precision=fp16")
         mmrl = [sys.executable, "-m", "mmrl", "train"]
         cases = {"(a) config error": mmrl + base + [f"data.train={files['good']}", "train.stepz=2"],
+                 "(a2) registry config error": mmrl + base + [f"data.train={files['good']}", "algorithm.params.nope=1"],
                  "(b) config check + weight load": [sys.executable, "-c", _LOAD] + base
                  + [f"data.train={files['good']}"]}
         cases.update({f"(c) {k}": mmrl + base + [f"data.train={v}"] for k, v in files.items() if k != "good"})
