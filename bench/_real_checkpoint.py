@@ -39,6 +39,7 @@ def write_real_checkpoint(out: str, spec: TinySpec = QWEN2_5_VL_3B) -> None:
     with torch.device("meta"):
         model = model_class_for(spec.family)(config)
     model = model.to_empty(device="cpu").to(torch.bfloat16)
+    model.tie_weights()  # to_empty gives every module its own tensor: tie lm_head to the embedding again
     g = torch.Generator().manual_seed(spec.seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -4,8 +4,10 @@
 paths (``data.train``, ``data.test`` when set, ``data.media_root``, ``model.path``, ``algorithm.viewset``,
 ``train.deepspeed_config``), registry names (``algorithm.name``, ``algorithm.loss``, ``rewards[i].name``, checked
 against the registries with a "did you mean"; ``module:function`` names are imported), numeric ranges, and the
-view set an algorithm needs. ``mmrl train/sft`` run it in ``--dry-run`` and before every real run, so a bad key
-costs a second, not a model load. ``check_yaml(files)`` gives malformed YAML the same one-line treatment.
+view set an algorithm needs, and ``model.lora.target_modules`` against the checkpoint's module names. ``mmrl
+train/sft`` run it in ``--dry-run`` and before every real run, so a bad key costs a second, not a model load; a real
+run runs the torch-free part (``registries=False``) and the data pre-flight before ``validate_registries``.
+``check_yaml(files)`` gives malformed YAML the same one-line treatment.
 """
 from __future__ import annotations
 
@@ -146,8 +148,8 @@ def _check_lora(model_cfg) -> None:
 
 
 def validate_registries(cfg, kind: str = "train") -> None:
-    """The checks that need torch's side of the package: precision, the algorithm, loss and reward registries, the
-    view set an algorithm needs and the algorithm's plan."""
+    """The checks that need torch's side of the package: precision, LoRA target modules (``_check_lora``), the
+    algorithm, loss and reward registries, the view set an algorithm needs and the algorithm's plan."""
     if kind in ("train", "sft"):  # bf16 weights train with fp32 master weights (mmrl.train.precision)
         from mmrl.train.precision import check_training_precision
 
