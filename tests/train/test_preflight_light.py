@@ -113,3 +113,23 @@ def test_the_launcher_stops_bad_data_before_the_deepspeed_launcher(video_world, 
     p = launch(video_world / "train.json")
     assert p.returncode == 99 and "--module mmrl train" in marker.read_text(), p.stdout + p.stderr
     assert "mmrl: data pre-flight: 24 usable items" in p.stdout
+
+
+def test_gpus_are_counted_only_where_the_config_needs_them(monkeypatch):
+    """torch is imported for its GPU count only when the config places work on a GPU (after the data check)."""
+    import mmrl.train.preflight as pf
+    from mmrl.config import load_config
+    from mmrl.errors import ConfigError
+
+    calls = []
+    monkeypatch.setattr(pf, "_cuda_count", lambda: calls.append(1) or 0)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    cfg = load_config(["configs/demo.yaml"], registries=False)
+    pf.check_gpus(cfg)  # CPU demo, device auto, one rank: nothing to count
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    pf.check_gpus(cfg)  # two ranks on auto: counted (none here, so they run on CPU)
+    assert calls == [1]
+    cfg.model.device = "cuda"
+    with pytest.raises(ConfigError, match="'model.device'"):
+        pf.check_gpus(cfg)
+    assert calls == [1, 1]
