@@ -18,13 +18,14 @@ from mmrl.data.seek_script import SEEK_STYLES  # a tuple of names (no torch)
 from mmrl.errors import ConfigError, MMRLError
 
 
-def _cfg(args, kind: str):
+def _cfg(args, kind: str, registries: bool = True):
+    """The validated config of ``--config`` and the overrides; ``registries=False``: the torch-free checks only."""
     from mmrl.config import load_config
     from mmrl.validate import check_yaml, validate
 
     check_yaml(args.config or [])
-    cfg = load_config(args.config or [], args.overrides)
-    validate(cfg, kind, data_paths=not (args.no_data_check and getattr(args, "dry_run", False)))
+    cfg = load_config(args.config or [], args.overrides, registries=registries)
+    validate(cfg, kind, data_paths=not (args.no_data_check and getattr(args, "dry_run", False)), registries=registries)
     return cfg
 
 
@@ -140,8 +141,13 @@ def _run_mode(args) -> tuple:
 
 
 def _prepare_run(args, kind: str):
-    """Config, resume mode and run-directory rules of ``mmrl sft`` / ``mmrl train``; ``None`` after a dry run's plan."""
-    cfg = _cfg(args, kind)
+    """Config, resume mode, run-directory rules and pre-flight of ``mmrl sft`` / ``mmrl train``:
+    ``(cfg, resume, overwrite, (samples, left out))``; ``None`` after a dry run's plan or with ``--preflight-only``.
+
+    A real run checks what needs no torch first (the config's keys, types, ranges and paths, the run directory, the
+    machine's packages and the data pre-flight), then imports the registries for the rest of the config: a bad input
+    costs neither a torch import nor a weight load (tests/train/test_preflight_light.py)."""
+    cfg = _cfg(args, kind, registries=args.dry_run)
     resume, overwrite = _run_mode(args)
     run_note = _run_dir_note(cfg, kind, resume, overwrite, args.dry_run)
     if args.dry_run:
@@ -149,17 +155,27 @@ def _prepare_run(args, kind: str):
         return None
     if args.no_data_check:  # a real run: fields and files are still checked, the media probe is off
         cfg.data.preflight = "none"
-    return cfg, resume, overwrite
+    from mmrl.train.preflight import preflight, preflight_log
+
+    checked = preflight(cfg, kind, log=None if args.quiet else preflight_log())
+    if args.preflight_only:
+        return None
+    from mmrl.config import complete_config
+    from mmrl.validate import validate_registries
+
+    complete_config(cfg)
+    validate_registries(cfg, kind)
+    return cfg, resume, overwrite, checked
 
 
 def cmd_sft(args) -> None:
     prepared = _prepare_run(args, "sft")
     if prepared is None:
         return
-    cfg, resume, overwrite = prepared
+    cfg, resume, overwrite, checked = prepared
     from mmrl.train.sft import run_sft
 
-    run_sft(cfg, quiet=args.quiet, resume=resume, overwrite=overwrite)
+    run_sft(cfg, quiet=args.quiet, resume=resume, overwrite=overwrite, checked=checked)
     _summary(cfg.train.out_dir)
 
 
@@ -222,10 +238,10 @@ def cmd_train(args) -> None:
     prepared = _prepare_run(args, "train")
     if prepared is None:
         return
-    cfg, resume, overwrite = prepared
+    cfg, resume, overwrite, checked = prepared
     from mmrl.train.rl_trainer import RLTrainer
 
-    RLTrainer(cfg, quiet=args.quiet).run(resume=resume, overwrite=overwrite)
+    RLTrainer(cfg, quiet=args.quiet, checked=checked).run(resume=resume, overwrite=overwrite)
     _summary(cfg.train.out_dir)
 
 
@@ -394,6 +410,9 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                        help="skip the media decode probe of the data pre-flight (data.preflight=none; huge sets); "
                             "with --dry-run, planning for another machine: do not require model.path and the data "
                             "files to exist here")
+        s.add_argument("--preflight-only", action="store_true",
+                       help="run the checks that need no torch (config keys and paths, run directory, packages, data "
+                            "pre-flight) and exit; the scripts/ launchers run it once before starting the ranks")
         s.add_argument("--quiet", action="store_true", help="no progress bar")
         s.add_argument("--resume", action="store_true",
                        help="continue from the latest checkpoint in train.out_dir (an error when there is none)")

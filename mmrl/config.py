@@ -11,7 +11,6 @@ from typing import Any, Dict, List, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mmrl.algos.base import LossParams
 from mmrl.errors import ConfigError
 
 
@@ -79,6 +78,25 @@ class RewardConfig:
     name: str = "accuracy"
     weight: float = 1.0
     params: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LossParams:
+    """Constants of the policy loss and KL, shared by every algorithm (``algorithm.*`` in the config).
+
+    A method's own constants live in its spec's ``Params`` (``algorithm.params``; ``mmrl.algos.spec``).
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip_c: Optional[float] = None  # dual-clip PPO (Ye et al. 2020; verl clip_ratio_c): cap -A*c for A < 0; off = None
+    gspo_clip_low: float = 3e-4
+    gspo_clip_high: float = 4e-4
+    gspo_log_ratio_clamp: float = 20.0  # |mean_t log rho| clamp of GSPO's sequence ratio before exp (verl: max 10)
+    gspo_loss_agg: str = "seq-mean-token-mean"  # GSPO is seq-mean (spec §7), whatever loss_agg says
+    loss_agg: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
+    max_response_len: Optional[int] = None  # normaliser for seq-mean-token-sum-norm / Dr.GRPO
+    kl_coef: float = 0.0
 
 
 @dataclass
@@ -176,14 +194,22 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"config key 'algorithm.dual_clip_c' must be > 1 (or null), got {cfg.algorithm.dual_clip_c}")
     if cfg.algorithm.gspo_log_ratio_clamp <= 0:
         raise ConfigError(f"config key 'algorithm.gspo_log_ratio_clamp' must be > 0, got {cfg.algorithm.gspo_log_ratio_clamp}")
-    from mmrl.algos.spec import build_algorithm
 
+
+def complete_config(cfg: Config) -> Config:
+    """The part of ``load_config`` that needs the algorithm registry (which imports torch): the values that follow
+    from another key (FastRL's horizon from ``train.steps``), then the spec's own params. ``mmrl train`` runs it after
+    the data pre-flight, so a bad input costs no torch import (``load_config(..., registries=False)``)."""
+    from mmrl.algos.spec import build_algorithm, derive_params
+
+    derive_params(cfg.algorithm, cfg)
     spec = build_algorithm(cfg.algorithm, cfg)  # unknown algorithm names and params are ConfigErrors naming the key
     caps = _loop_capabilities(cfg)
     if caps is not None and caps.multi_turn and spec.needs().rescore:
         raise ConfigError(f"config key 'algorithm.name' = {cfg.algorithm.name!r} re-scores responses under an "
                           f"intervened view, which multi-turn trajectories (rollout.agent_loop=multi_turn) do not "
                           f"support yet")
+    return cfg
 
 
 def parse_preflight(value: str) -> tuple:
@@ -263,7 +289,9 @@ def _check_rectify(r: RectifyConfig, test: Optional[str]) -> None:
                           f"(teacher={r.teacher!r}, teacher_mix={list(r.teacher_mix)})")
 
 
-def load_config(files: List[str] | None = None, overrides: List[str] | None = None) -> Config:
+def load_config(files: List[str] | None = None, overrides: List[str] | None = None, registries: bool = True) -> Config:
+    """The run config of YAML ``files`` (later ones override) and dotted ``overrides``, checked. ``registries=False``
+    leaves out what needs the algorithm registry (``complete_config``): the rest imports no torch."""
     schema = OmegaConf.structured(Config)
     try:
         merged = schema
@@ -283,12 +311,9 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise ConfigError(_explain(e)) from None
-    from mmrl.algos.spec import derive_params
-
-    derive_params(cfg.algorithm, cfg)  # values that follow from another key (FastRL's horizon from train.steps)
     _derive(cfg)
     _check(cfg)
-    return cfg
+    return complete_config(cfg) if registries else cfg
 
 
 def _derive(cfg: Config) -> None:

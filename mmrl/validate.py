@@ -4,8 +4,10 @@
 paths (``data.train``, ``data.test`` when set, ``data.media_root``, ``model.path``, ``algorithm.viewset``,
 ``train.deepspeed_config``), registry names (``algorithm.name``, ``algorithm.loss``, ``rewards[i].name``, checked
 against the registries with a "did you mean"; ``module:function`` names are imported), numeric ranges, and the
-view set an algorithm needs (``AlgorithmSpec.needs_view_set``). ``mmrl train/sft`` run it in ``--dry-run`` and before every real run, so a bad key
-costs a second, not a model load. ``check_yaml(files)`` gives malformed YAML the same one-line treatment.
+view set an algorithm needs (``AlgorithmSpec.needs_view_set``), and ``model.lora.target_modules`` against the
+checkpoint's module names. ``mmrl train/sft`` run it in ``--dry-run`` and before every real run, so a bad key costs a
+second, not a model load; a real run runs the torch-free part (``registries=False``) and the data pre-flight before
+``validate_registries``. ``check_yaml(files)`` gives malformed YAML the same one-line treatment.
 """
 from __future__ import annotations
 
@@ -101,9 +103,11 @@ def _ranges(cfg, kind: str) -> List[tuple]:
     ]
 
 
-def validate(cfg, kind: str = "train", data_paths: bool = True) -> None:
+def validate(cfg, kind: str = "train", data_paths: bool = True, registries: bool = True) -> None:
     """Raise ``ConfigError`` (one line, naming the key) for the first problem found in ``cfg``; see module doc.
-    ``data_paths=False`` (planning a run for another machine) leaves out the existence of the model and data."""
+    ``data_paths=False`` (planning a run for another machine) leaves out the existence of the model and data;
+    ``registries=False`` the checks that import torch (``validate_registries``; ``mmrl train`` runs them after the
+    data pre-flight)."""
     for key, value, ok, expect in _ranges(cfg, kind):
         if isinstance(value, float) and not math.isfinite(value):
             ok = False
@@ -123,10 +127,31 @@ def validate(cfg, kind: str = "train", data_paths: bool = True) -> None:
             raise ConfigError("config key 'train.wandb_project' needs the wandb package: pip install wandb")
     if cfg.train.deepspeed_config:
         _file(cfg.train.deepspeed_config, "train.deepspeed_config", "DeepSpeed config")
+    if registries:
+        validate_registries(cfg, kind)
+
+
+def _check_lora(model_cfg) -> None:
+    """``model.lora.target_modules`` against the checkpoint's module names (a meta-device model from its config; a
+    folder not here yet, as when planning for another machine, is checked when it loads)."""
+    from mmrl.models.loading import resolve_model_path
+    from mmrl.models.lora_targets import check_lora_targets
+    from mmrl.models.tiny import TINY_NAMES
+
+    path = model_cfg.path
+    if path in TINY_NAMES or os.path.isfile(os.path.join(path, "config.json")):
+        check_lora_targets(resolve_model_path(path), list(model_cfg.lora.target_modules))
+
+
+def validate_registries(cfg, kind: str = "train") -> None:
+    """The checks that need torch's side of the package: precision, LoRA target modules (``_check_lora``), the
+    algorithm, loss and reward registries, the view set an algorithm needs and the algorithm's plan."""
     if kind in ("train", "sft"):  # bf16 weights train with fp32 master weights (mmrl.train.precision)
         from mmrl.train.precision import check_training_precision
 
         check_training_precision(cfg, backend="torch" if kind == "sft" else None)
+    if cfg.model.lora.enabled:
+        _check_lora(cfg.model)
     if kind == "sft":
         return
     from mmrl.algos.base import POLICY_LOSSES

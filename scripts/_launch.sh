@@ -50,4 +50,9 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   fi
   exec "$PY" -m mmrl train --dry-run --no-data-check --auto-resume --config "$CONFIG" "${OVERRIDES[@]}"
 fi
+if [ "$LAUNCH_MODE" != single ] && [ "${PREFLIGHT:-1}" = 1 ]; then
+  # the deepspeed launcher imports torch and DeepSpeed before any rank starts: bad data or a bad key stops here first,
+  # in one process that imports neither (each rank checks again; PREFLIGHT=0 skips this pass)
+  "$PY" -m mmrl train --preflight-only ${RESUME[@]+"${RESUME[@]}"} --config "$CONFIG" "${OVERRIDES[@]}" || exit $?
+fi
 exec "${LAUNCH[@]}" ${RESUME[@]+"${RESUME[@]}"} "${OVERRIDES[@]}"

@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-import torch
+if TYPE_CHECKING:  # annotations only: the annotation loader and the data pre-flight import no torch
+    import torch
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

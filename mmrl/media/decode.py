@@ -10,9 +10,7 @@ folders: the sorted image files, images). Every failure is a ``DataError`` namin
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import List, Optional
 
 import numpy as np
@@ -21,6 +19,7 @@ from qwen_vl_utils.vision_process import smart_resize
 
 from mmrl.data.schema import ImageRef, Media, Sample, VideoRef
 from mmrl.errors import DataError
+from mmrl.media.container import IMAGE_SUFFIXES, folder_frames, open_mp4, quiet_stderr  # noqa: F401  (re-exported)
 from mmrl.media.sampling import frame_range, qwen_indices, qwen_nframes
 
 FACTOR = 28  # the default resize factor: patch 14 x spatial merge 2 (Qwen2-VL / Qwen2.5-VL); Qwen3-VL's is 32
@@ -71,14 +70,6 @@ def _choose_indices(ref: VideoRef, budget: MediaBudget, start: int, end: int, fp
     return qwen_indices(start, end, n)
 
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
-
-
-def folder_frames(path: str) -> List[str]:
-    """A frame folder's image files in sorted order (MVBench's ``%05d.jpg`` from 1: file k is position k - 1)."""
-    return sorted(str(p) for p in Path(path).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-
-
 def _read_frame_folder(ref: VideoRef, budget: MediaBudget, sample_id: str):
     from PIL import Image
 
@@ -92,40 +83,8 @@ def _read_frame_folder(ref: VideoRef, budget: MediaBudget, sample_id: str):
     return np.stack(arrays), idx, fps
 
 
-@contextmanager
-def quiet_stderr():
-    """Silence what C libraries (decord, ffmpeg) write to file descriptor 2 while the block runs."""
-    import sys
-
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no real fd 2 (e.g. captured): nothing to silence
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
-def _open_mp4(path: str, sample_id: str):
-    import decord
-
-    try:
-        with quiet_stderr():  # decord/ffmpeg print their own lines; the DataError below carries the reason
-            return decord.VideoReader(path, num_threads=1)
-    except Exception as e:  # decord raises its own DECORDError and RuntimeError
-        msg = str(e).splitlines()[0][:200] if str(e) else ""
-        raise DataError(f"unreadable video ({type(e).__name__}: {msg})", sample_id=sample_id, path=path) from None
-
-
 def _read_mp4(ref: VideoRef, budget: MediaBudget, sample_id: str):
-    vr = _open_mp4(ref.path, sample_id)
+    vr = open_mp4(ref.path, sample_id)
     total = len(vr)
     if total == 0:
         raise DataError("video has zero frames", sample_id=sample_id, path=ref.path)
@@ -208,7 +167,7 @@ def probe(path: str, sample_id: str, frame_fps: Optional[float] = None) -> Video
         if not files:
             raise DataError("frame folder holds no frames", sample_id=sample_id, path=path)
         return VideoInfo(path, len(files), float(frame_fps or 3.0), files=files)
-    vr = _open_mp4(path, sample_id)
+    vr = open_mp4(path, sample_id)
     if len(vr) == 0:
         raise DataError("video has zero frames", sample_id=sample_id, path=path)
     return VideoInfo(path, len(vr), float(vr.get_avg_fps()) or 1.0)
@@ -230,7 +189,7 @@ def _read_indices(info: VideoInfo, indices: List[int], sample_id: str) -> np.nda
                 raise DataError(f"unreadable frame {os.path.basename(info.files[i])} ({type(e).__name__})",
                                 sample_id=sample_id, path=info.path) from None
         return np.stack(arrays)
-    vr = _open_mp4(info.path, sample_id)
+    vr = open_mp4(info.path, sample_id)
     try:
         return vr.get_batch(list(indices)).asnumpy()
     except Exception as e:  # noqa: BLE001 - decord's error types vary

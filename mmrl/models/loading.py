@@ -61,6 +61,10 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False, l
     """Model with LoRA (peft) on the language model if enabled; the vision tower frozen if asked (default with LoRA).
     ``attn_implementation``: ``model.attn_implementation`` (validated by the config), passed to ``from_pretrained``."""
     path = resolve_model_path(path)
+    if lora is not None and lora.enabled:  # targets that match no module: one line before any weight loads
+        from mmrl.models.lora_targets import check_lora_targets
+
+        check_lora_targets(path, list(lora.target_modules))
     model = model_class(path).from_pretrained(path, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
     return prepare_model(model, freeze_vision, lora, gradient_checkpointing, device)
 
@@ -76,11 +80,10 @@ def prepare_model(model, freeze_vision: bool = False, lora=None, gradient_checkp
     if lora is not None and lora.enabled:
         from peft import LoraConfig, get_peft_model
 
-        targets = list(lora.target_modules)
-        # restrict to the language model: Qwen's vision blocks also have q/k/v-like names
-        pattern = r".*language_model.*\.(" + "|".join(targets) + r")$"
+        from mmrl.models.lora_targets import lora_pattern
+
         model = get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                                 target_modules=pattern))
+                                                 target_modules=lora_pattern(list(lora.target_modules))))
     if freeze_vision or (lora is not None and lora.enabled):
         for name, p in model.named_parameters():
             if ".visual." in f".{name}" or name.startswith("visual") or ".visual" in name:

@@ -4,7 +4,9 @@ costs seconds, not a model load.
 - ``check_environment(cfg)``: what the config asks of the machine — vLLM and a visible GPU for
   ``rollout.engine=vllm`` (colocated), DeepSpeed for ``train.backend=deepspeed``, FlashAttention-2 and a GPU for
   ``model.attn_implementation=flash_attention_2``, a GPU for ``model.device=cuda*``, and no more local ranks
-  (``LOCAL_WORLD_SIZE``) than visible GPUs when the run is placed on GPUs.
+  (``LOCAL_WORLD_SIZE``) than visible GPUs when the run is placed on GPUs. The packages are looked up without
+  importing them (``check_packages``); torch is imported for its GPU count only where the config needs one
+  (``check_gpus``).
 - ``check_data(cfg)``: every annotation item of ``data.train`` (and ``data.test``) has its fields and its media
   file; the media probe (``data.preflight``: ``all`` | ``sample N`` | ``none``) opens each video container and
   decodes its first frame (an image: opens and decodes it). Bad items are counted by reason and the first few are
@@ -12,7 +14,8 @@ costs seconds, not a model load.
   they are left out and listed in ``skipped.jsonl`` (``data.max_skip_frac`` still applies).
 
 Every rank runs the same checks on the same items (a ``sample N`` probe draws with ``train.seed``), so all ranks
-stop together.
+stop together. Nothing here imports torch, transformers or qwen-vl-utils unless a GPU must be counted: ``mmrl train``
+runs ``preflight`` before the algorithm registry and the model stack are imported (tests/train/test_preflight_light.py).
 """
 from __future__ import annotations
 
@@ -37,20 +40,34 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def check_environment(cfg, kind: str = "train", cuda_count: Optional[int] = None) -> None:
-    """Raise ``ConfigError`` naming the key whose requirement this machine does not meet (see module doc)."""
-    gpus = _cuda_count() if cuda_count is None else cuda_count
-    if kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate":
-        if importlib.util.find_spec("vllm") is None:
-            raise ConfigError("config key 'rollout.engine' = 'vllm' needs vLLM (pip install vllm, on a CUDA machine); "
-                              f"use {advice('vllm_on_cpu')} on CPU")
-        if gpus == 0:
-            raise ConfigError("config key 'rollout.engine' = 'vllm' needs a CUDA GPU (none is visible); use "
-                              f"{advice('vllm_on_cpu')} on CPU, or {advice('vllm_server')} with a vLLM server elsewhere")
+def _needs_gpu_count(cfg, kind: str) -> bool:
+    device = str(cfg.model.device)
+    return ((kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate")
+            or cfg.model.attn_implementation == "flash_attention_2" or device.startswith("cuda")
+            or (device == "auto" and int(os.environ.get("LOCAL_WORLD_SIZE") or 1) > 1))
+
+
+def check_packages(cfg, kind: str = "train") -> None:
+    """The packages the config needs are installed (looked up, not imported): vLLM, DeepSpeed."""
+    if kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate" \
+            and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("config key 'rollout.engine' = 'vllm' needs vLLM (pip install vllm, on a CUDA machine); "
+                          f"use {advice('vllm_on_cpu')} on CPU")
     if cfg.train.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise ConfigError("config key 'train.backend' = 'deepspeed' needs DeepSpeed (pip install deepspeed); "
                           f"use {advice('no_deepspeed')} for one process")
     # flash_attn being installed is checked when the config loads (mmrl.config._check_attention)
+
+
+def check_gpus(cfg, kind: str = "train", cuda_count: Optional[int] = None) -> None:
+    """The GPUs the config places work on are visible, and no more local ranks than GPUs; torch counts them (imported
+    only when the config needs a count)."""
+    if cuda_count is None and not _needs_gpu_count(cfg, kind):
+        return
+    gpus = _cuda_count() if cuda_count is None else cuda_count
+    if kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate" and gpus == 0:
+        raise ConfigError("config key 'rollout.engine' = 'vllm' needs a CUDA GPU (none is visible); use "
+                          f"{advice('vllm_on_cpu')} on CPU, or {advice('vllm_server')} with a vLLM server elsewhere")
     if cfg.model.attn_implementation == "flash_attention_2" and gpus == 0:
         raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs a CUDA GPU "
                           f"(none is visible); use {advice('no_flash_attn')}")
@@ -65,16 +82,18 @@ def check_environment(cfg, kind: str = "train", cuda_count: Optional[int] = None
                           f"NUM_GPUS={gpus} (or fewer) to the launcher")
 
 
+def check_environment(cfg, kind: str = "train", cuda_count: Optional[int] = None) -> None:
+    """Raise ``ConfigError`` naming the key whose requirement this machine does not meet (see module doc)."""
+    check_packages(cfg, kind)
+    check_gpus(cfg, kind, cuda_count)
+
+
 # ---- data -------------------------------------------------------------------------------------------------------
 def probe_media(sample) -> None:
     """Open the sample's video container and decode its first frame (an image: decode it); ``DataError`` if not."""
-    from mmrl.media.decode import decode_image, decode_indices, probe
+    from mmrl.media.container import probe_first_frame
 
-    if sample.video is not None:
-        info = probe(sample.video.path, sample.id, sample.video.frame_fps)
-        decode_indices(info, [0], sample.id, max_pixels=28 * 28 * 4)
-    elif sample.image is not None:
-        decode_image(sample.image, sample.id)
+    probe_first_frame(sample)
 
 
 def _probe_set(samples: Sequence, mode: str, n: int, seed: int) -> List:
@@ -154,12 +173,19 @@ def check_data(cfg, kind: str = "train", log=None):
 
 def preflight_log():
     """A logger for the pre-flight's one summary line: stdout on the main rank, nothing on the others."""
-    from mmrl.dist import is_main
+    import sys
 
-    return print if is_main() else None
+    if "torch" in sys.modules:  # a process group may already be up (a caller started it)
+        from mmrl.dist import is_main
+
+        return print if is_main() else None
+    return print if int(os.environ.get("RANK", 0)) == 0 else None  # no process group without torch: RANK is the rank
 
 
 def preflight(cfg, kind: str = "train", log=None):
-    """Environment, then data; returns ``check_data``'s result. Call before DeepSpeed and before any weights."""
-    check_environment(cfg, kind)
-    return check_data(cfg, kind, log=log)
+    """Packages, data, then GPUs (the one check that may import torch); returns ``check_data``'s result. Call before
+    DeepSpeed and before any weights."""
+    check_packages(cfg, kind)
+    out = check_data(cfg, kind, log=log)
+    check_gpus(cfg, kind)
+    return out

@@ -42,7 +42,9 @@ def set_seed(seed: int, num_threads: int = 0) -> None:
 
 
 class RLTrainer:
-    def __init__(self, cfg: Config, quiet: bool = False):
+    def __init__(self, cfg: Config, quiet: bool = False, checked: Optional[tuple] = None):
+        """``checked``: the pre-flight's ``(samples, left out)`` when the caller ran it already (``mmrl train`` does,
+        before torch is imported); else it runs here, still before DeepSpeed and the weights."""
         from mmrl.train.plan import describe_plan
 
         self.cfg = cfg
@@ -50,7 +52,8 @@ class RLTrainer:
         check_training_precision(cfg)
         self.spec = build_algorithm(cfg.algorithm, cfg)
         # the machine and the data, before DeepSpeed builds anything and before any weights load
-        self.samples, self.load_skipped = preflight(cfg, "train", log=None if quiet else preflight_log())
+        self.samples, self.load_skipped = checked if checked is not None else \
+            preflight(cfg, "train", log=None if quiet else preflight_log())
         check_loaded(cfg.data, self.samples, self.load_skipped)
         deepspeed = cfg.train.backend == "deepspeed"
         ds_config = hf_ds = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
@@ -76,11 +76,14 @@ def sft_target(sample) -> str:
     return str(sample.answer)
 
 
-def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite: bool = False) -> List[Dict[str, float]]:
+def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite: bool = False,
+            checked: Optional[tuple] = None) -> List[Dict[str, float]]:
     """SFT for ``sft.steps`` steps, with the RL run's directory rules, checkpoints (``train.save_every``,
-    ``train.keep_checkpoints``), exact ``resume``, SIGINT/SIGTERM checkpointing and skip accounting."""
+    ``train.keep_checkpoints``), exact ``resume``, SIGINT/SIGTERM checkpointing and skip accounting. ``checked``:
+    the pre-flight's ``(samples, left out)`` when the caller ran it already (``mmrl sft``)."""
     check_training_precision(cfg, backend="torch")  # SFT trains in this one process
-    samples, load_skipped = preflight(cfg, "sft", log=None if quiet else preflight_log())  # before any weights
+    samples, load_skipped = checked if checked is not None else \
+        preflight(cfg, "sft", log=None if quiet else preflight_log())  # before any weights
     check_loaded(cfg.data, samples, load_skipped)
     set_seed(cfg.train.seed, cfg.train.num_threads)
     rd = open_run(cfg.train.out_dir, "sft", resume, overwrite)
