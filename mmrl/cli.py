@@ -158,13 +158,13 @@ def _prepare_run(args, kind: str):
     from mmrl.train.preflight import preflight, preflight_log
 
     checked = preflight(cfg, kind, log=None if args.quiet else preflight_log())
-    if args.preflight_only:
-        return None
     from mmrl.config import complete_config
     from mmrl.validate import validate_registries
 
     complete_config(cfg)
     validate_registries(cfg, kind)
+    if args.preflight_only:
+        return None
     return cfg, resume, overwrite, checked
 
 
@@ -411,8 +411,9 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                             "with --dry-run, planning for another machine: do not require model.path and the data "
                             "files to exist here")
         s.add_argument("--preflight-only", action="store_true",
-                       help="run the checks that need no torch (config keys and paths, run directory, packages, data "
-                            "pre-flight) and exit; the scripts/ launchers run it once before starting the ranks")
+                       help="run every check that needs no model (config keys and paths, run directory, packages and "
+                            "the data pre-flight first, then the registries' checks) and exit; the scripts/ launchers "
+                            "run it once before starting the ranks")
         s.add_argument("--quiet", action="store_true", help="no progress bar")
         s.add_argument("--resume", action="store_true",
                        help="continue from the latest checkpoint in train.out_dir (an error when there is none)")

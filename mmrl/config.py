@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mmrl.errors import ConfigError
+from mmrl.loss_params import LossParams  # noqa: F401  (the config's algorithm: keys)
 
 
 @dataclass
@@ -78,25 +79,6 @@ class RewardConfig:
     name: str = "accuracy"
     weight: float = 1.0
     params: Dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class LossParams:
-    """Constants of the policy loss and KL, shared by every algorithm (``algorithm.*`` in the config).
-
-    A method's own constants live in its spec's ``Params`` (``algorithm.params``; ``mmrl.algos.spec``).
-    """
-
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip_c: Optional[float] = None  # dual-clip PPO (Ye et al. 2020; verl clip_ratio_c): cap -A*c for A < 0; off = None
-    gspo_clip_low: float = 3e-4
-    gspo_clip_high: float = 4e-4
-    gspo_log_ratio_clamp: float = 20.0  # |mean_t log rho| clamp of GSPO's sequence ratio before exp (verl: max 10)
-    gspo_loss_agg: str = "seq-mean-token-mean"  # GSPO is seq-mean (spec §7), whatever loss_agg says
-    loss_agg: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
-    max_response_len: Optional[int] = None  # normaliser for seq-mean-token-sum-norm / Dr.GRPO
-    kl_coef: float = 0.0
 
 
 @dataclass
@@ -177,7 +159,6 @@ def _check(cfg: Config) -> None:
         if value not in allowed:
             raise ConfigError(f"config key '{key}' = {value!r}; expected one of {', '.join(allowed)}")
     parse_preflight(cfg.data.preflight)
-    _check_agent_loop(cfg)
     _check_rectify(cfg.rectify, cfg.data.test)
     _check_attention(cfg)
     if cfg.rollout.top_p < 1.0:
@@ -197,11 +178,14 @@ def _check(cfg: Config) -> None:
 
 
 def complete_config(cfg: Config) -> Config:
-    """The part of ``load_config`` that needs the algorithm registry (which imports torch): the values that follow
-    from another key (FastRL's horizon from ``train.steps``), then the spec's own params. ``mmrl train`` runs it after
-    the data pre-flight, so a bad input costs no torch import (``load_config(..., registries=False)``)."""
+    """The part of ``load_config`` that needs the registries (which import torch): what the agent loop's declared
+    capabilities need of the config, the values that follow from another key (Dr.GRPO's L_max, FastRL's horizon from
+    ``train.steps``), then the spec's own params. ``mmrl train`` runs it after the data pre-flight, so a bad input
+    costs no torch import (``load_config(..., registries=False)``)."""
     from mmrl.algos.spec import build_algorithm, derive_params
 
+    _check_agent_loop(cfg)
+    _derive(cfg)
     derive_params(cfg.algorithm, cfg)
     spec = build_algorithm(cfg.algorithm, cfg)  # unknown algorithm names and params are ConfigErrors naming the key
     caps = _loop_capabilities(cfg)
@@ -311,7 +295,6 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise ConfigError(_explain(e)) from None
-    _derive(cfg)
     _check(cfg)
     return complete_config(cfg) if registries else cfg
 

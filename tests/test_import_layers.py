@@ -2,7 +2,7 @@
 
 Layers (a module may import, at module level or inside a function, only modules of its own layer or below):
 
-    0  errors, registry, dist, data, media, models, advice
+    0  errors, registry, dist, data, media, models, advice, loss_params
     1  views, rewards, algos, retrieval (embedder, index, router, retriever backends' interface)
     2  tools (registry, suite, calls, the built-in tools, metrics); rectified bootstrapping's pipeline sits at 5
     3  rollout (engines, loops), config (asks the loops' capabilities)
@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
-    0: {"errors", "registry", "dist", "data", "media", "models", "advice", "__init__"},
+    0: {"errors", "registry", "dist", "data", "media", "models", "advice", "loss_params", "__init__"},
     1: {"views", "rewards", "algos", "retrieval"},
     2: {"tools"},
     3: {"rollout", "config"},

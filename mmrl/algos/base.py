@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from mmrl.config import LossParams  # noqa: F401  (defined with the config: torch-free, re-exported here)
+from mmrl.loss_params import LossParams  # noqa: F401  (torch-free, shared with the config; re-exported here)
 from mmrl.registry import Registry
 
 POLICY_LOSSES = Registry("policy loss", builtins={"mmrl.algos.losses": ("ppo", "gspo", "gspo_token")})

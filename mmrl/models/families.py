@@ -1,6 +1,9 @@
 """The Qwen-VL families mmrl loads: a checkpoint's ``config.json`` ``model_type`` -> its transformers class."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from mmrl.errors import ConfigError
 
 # config.json model_type -> transformers class (all in transformers >= 5)
@@ -15,3 +18,17 @@ def model_class_for(model_type: str):
         raise ConfigError(f"config key 'model.path': a '{model_type}' checkpoint; mmrl supports "
                           f"{', '.join(MODEL_CLASSES)}")
     return getattr(transformers, MODEL_CLASSES[model_type])
+
+
+def model_type(path: str) -> str:
+    """``model_type`` of a checkpoint folder's ``config.json`` (``qwen2_5_vl`` when it has none)."""
+    cfg_file = Path(path) / "config.json"
+    return json.loads(cfg_file.read_text()).get("model_type") if cfg_file.exists() else "qwen2_5_vl"
+
+
+def model_class(path: str):
+    try:
+        return model_class_for(model_type(path))
+    except ConfigError:
+        raise ConfigError(f"config key 'model.path': {path} is a '{model_type(path)}' checkpoint; mmrl supports "
+                          f"{', '.join(MODEL_CLASSES)}") from None

@@ -9,7 +9,7 @@ from typing import Tuple
 import torch
 
 from mmrl.errors import ConfigError
-from mmrl.models.families import MODEL_CLASSES, model_class_for  # noqa: F401  (re-exported)
+from mmrl.models.families import MODEL_CLASSES, model_class, model_class_for, model_type  # noqa: F401  (re-exported)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -38,22 +38,6 @@ def load_processor(path: str):
     proc = AutoProcessor.from_pretrained(resolve_model_path(path))
     proc.tokenizer.padding_side = "left"
     return proc
-
-
-def model_type(path: str) -> str:
-    """``model_type`` of a checkpoint folder's ``config.json`` (``qwen2_5_vl`` when it has none)."""
-    import json
-
-    cfg_file = Path(path) / "config.json"
-    return json.loads(cfg_file.read_text()).get("model_type") if cfg_file.exists() else "qwen2_5_vl"
-
-
-def model_class(path: str):
-    try:
-        return model_class_for(model_type(path))
-    except ConfigError:
-        raise ConfigError(f"config key 'model.path': {path} is a '{model_type(path)}' checkpoint; mmrl supports "
-                          f"{', '.join(MODEL_CLASSES)}") from None
 
 
 def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False, lora=None,

@@ -29,7 +29,7 @@ def adaptable_modules(path: str) -> Tuple[str, ...]:
     import torch
     from transformers import AutoConfig
 
-    from mmrl.models.loading import model_class
+    from mmrl.models.families import model_class
 
     config = AutoConfig.from_pretrained(path)
     with torch.device("meta"):
