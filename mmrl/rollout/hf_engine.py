@@ -34,6 +34,7 @@ from mmrl.models.compat import cache_kwargs
 from mmrl.models.kv_cache import episode_rows, growing_cache
 from mmrl.models.mrope import trained_numbering
 from mmrl.models.scoring import backbone, positions, prefill_prompts, scoring_strategy
+from mmrl.rollout.sampling import multinomial_rows
 
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
@@ -49,10 +50,11 @@ def vision_token_ids(tokenizer) -> List[int]:
 class HFEngine(RolloutEngine):
     drop_fraction = 0.25  # expand layout: drop finished rows from the forward once they are this share of live rows
     def __init__(self, model, processor, max_batch_sequences: int = 64, shared_prefill: bool = True,
-                 layout: str = "auto"):
+                 layout: str = "auto", fast_decode: bool = True):
         if layout not in ("auto", "packed", "expand"):
             raise ValueError(f"HF engine layout must be auto, packed or expand; got {layout!r}")
         self.model = model
+        self.fast_decode = fast_decode  # False: the eager decode kept as the reference (bench/decode_speed.py)
         self.shared_prefill = shared_prefill
         self.layout = layout
         self.processor = processor
@@ -132,7 +134,8 @@ class HFEngine(RolloutEngine):
             remove = sorted_scores.softmax(dim=-1).cumsum(dim=-1) <= (1 - params.top_p)
             remove[:, -1] = False  # keep at least one token
             scores = scores.masked_fill(remove.scatter(1, order, remove), -float("inf"))
-        return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        probs = torch.softmax(scores, dim=-1)
+        return multinomial_rows(probs) if self.fast_decode else torch.multinomial(probs, num_samples=1).squeeze(1)
 
     def _generate_chunk(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
         """Prefill each prompt once, then decode its ``n`` samples in the layout that costs least."""
@@ -221,8 +224,11 @@ class HFEngine(RolloutEngine):
             keys[:, 0, 0, C + t] = ~before[live]  # the token fed now belongs to the row's turn
             hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : C + t + 1],
                        position_ids=positions(pos + t, 1), use_cache=True, **cache_kwargs(cache)).last_hidden_state
-            logits = logits.new_zeros((N, logits.shape[-1]))
-            logits[live] = head(hid[:, 0]).float()
+            if len(live) == N:
+                logits = head(hid[:, 0]).float()
+            else:
+                logits = logits.new_zeros((N, logits.shape[-1]))
+                logits[live] = head(hid[:, 0]).float()
         if keep is not None:
             stash(torch.arange(len(live), device=device), len(toks) - 1)
         return toks, lps
