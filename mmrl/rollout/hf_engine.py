@@ -31,6 +31,7 @@ from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.models.compat import cache_kwargs
+from mmrl.models.fused_decode import TextDecoder
 from mmrl.models.kv_cache import episode_rows, growing_cache
 from mmrl.models.mrope import trained_numbering
 from mmrl.models.scoring import backbone, positions, prefill_prompts, scoring_strategy
@@ -202,6 +203,7 @@ class HFEngine(RolloutEngine):
         keys[:, 0, 0, :C] = keymask
         done = torch.zeros(N, dtype=torch.bool, device=device)
         toks, lps = [], []
+        fused = TextDecoder.build(core) if self.fast_decode else None  # None: transformers' forward
 
         def stash(local, fed):
             valid = keys[local, 0, 0, : C + fed]
@@ -222,13 +224,17 @@ class HFEngine(RolloutEngine):
                 cache.batch_select_indices(kept)
                 keys, pos = keys[kept], pos[kept]
             keys[:, 0, 0, C + t] = ~before[live]  # the token fed now belongs to the row's turn
-            hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : C + t + 1],
-                       position_ids=positions(pos + t, 1), use_cache=True, **cache_kwargs(cache)).last_hidden_state
+            if fused is not None:
+                hid = fused.step(nxt[live], pos + t, cache, keys[..., : C + t + 1])
+            else:
+                hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : C + t + 1],
+                           position_ids=positions(pos + t, 1), use_cache=True,
+                           **cache_kwargs(cache)).last_hidden_state[:, 0]
             if len(live) == N:
-                logits = head(hid[:, 0]).float()
+                logits = head(hid).float()
             else:
                 logits = logits.new_zeros((N, logits.shape[-1]))
-                logits[live] = head(hid[:, 0]).float()
+                logits[live] = head(hid).float()
         if keep is not None:
             stash(torch.arange(len(live), device=device), len(toks) - 1)
         return toks, lps
