@@ -126,7 +126,8 @@ class HFEngine(RolloutEngine):
             scores[:, self.suppress] = -float("inf")
         if params.greedy:
             return scores.argmax(dim=-1)
-        scores = scores / params.temperature
+        if params.temperature != 1.0:  # x / 1.0 == x: the division is skipped, not changed
+            scores = scores / params.temperature
         if params.top_k and params.top_k > 0:
             kth = torch.topk(scores, min(params.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
             scores = scores.masked_fill(scores < kth, -float("inf"))
@@ -159,7 +160,8 @@ class HFEngine(RolloutEngine):
         nxt = self._sample(logits, params)
         nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
         toks.append(nxt)
-        lps.append(torch.log_softmax(logits / temp, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
+        scaled = logits / temp if temp != 1.0 else logits
+        lps.append(torch.log_softmax(scaled, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
         return nxt, done | (nxt == self.eos_id)
 
     def _decode_packed(self, core, head, logits, cache, mask, start, owner, slot, params: SamplingParams):

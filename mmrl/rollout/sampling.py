@@ -55,6 +55,7 @@ def multinomial_rows(probs: torch.Tensor) -> torch.Tensor:
     if (probs.device.type != "cpu" or probs.dtype != torch.float32 or probs.dim() != 2 or not probs.is_contiguous()
             or not exact_on_this_build()):
         return torch.multinomial(probs, 1).squeeze(1)
-    if not bool(torch.isfinite(probs).all()) or bool((probs < 0).any()) or bool((probs.sum(-1) == 0).any()):
+    total = probs.sum(-1)  # NaN or inf anywhere in a row makes its sum non-finite
+    if not (bool(torch.isfinite(total).all()) and bool((total > 0).all()) and float(probs.min()) >= 0):
         return torch.multinomial(probs, 1).squeeze(1)  # raises torch's own error for a bad distribution
     return _race(probs)
