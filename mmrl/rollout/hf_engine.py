@@ -14,6 +14,12 @@ trade-off as the scorer's):
   are a quarter of the rows still decoded (the sampler still draws for every row, so the RNG stream, and hence
   every token, is the same as without dropping).
 
+Each decode step of the ``expand`` rows runs the text stack without ``transformers``' wrappers
+(``mmrl.models.fused_decode.TextDecoder``: the model's own modules in ``transformers``' order, the same floats) and
+draws its tokens with ``mmrl.rollout.sampling.multinomial_rows`` (``torch.multinomial``'s draw, bit for bit, at
+less cost): the same tokens and log-probs as the eager decode kept behind ``fast_decode=False``, faster on CPU
+(``bench/decode_speed.py``, ``docs/performance.md``).
+
 ``shared_prefill=False`` uses ``model.generate`` (kept as the reference the tests compare against), with its
 ``get_rope_index`` swapped for ``mmrl.models.mrope``'s numbering (the one the shared-prefill path passes explicitly).
 
