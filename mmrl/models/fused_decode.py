@@ -1,4 +1,4 @@
-"""One decode step of the text stack (one new token per row, the engine's ``expand`` rows) without the wrappers.
+"""One decode step of the text stack (the engine's ``expand`` and ``packed`` rows) without ``transformers``' wrappers.
 
 Per step ``transformers`` wraps the arithmetic in the VL model's forward (placeholder masks, rope-index handling),
 the text model's (mask preparation, the M-RoPE module with its recomposition, output records), each decoder layer's,
@@ -10,8 +10,8 @@ tensor operations, so the hidden states are the same floats (``tests/rollout/tes
 - M-RoPE at a text position ``p``, the same on the three axes while decoding, so the recomposition of the axes is
   the identity: ``cos/sin(p * inv_freq)`` on both halves, ``x * cos + rotate_half(x) * sin``;
 - Qwen3-VL: the per-head query/key norms before the rotation;
-- keys/values appended to the row's ``GrowingLayer`` (``mmrl.models.kv_cache``), SDPA with the query heads packed
-  per key head (``transformers``' ``pack_gqa`` for one query) under the boolean key mask;
+- keys/values appended to the row's cache layer, SDPA under the boolean key mask with the query heads packed per key
+  head for one query per row (``transformers``' ``pack_gqa``), the key heads repeated for several (``repeat_kv``);
 - residuals around attention (``o_proj``) and the MLP; the final norm.
 
 ``TextDecoder.build(core)`` returns None where that is not ``transformers``' arithmetic, and the engine keeps its
@@ -68,25 +68,42 @@ class TextDecoder:
         return cls(lm)
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor, cache, mask: torch.Tensor) -> torch.Tensor:
-        """Hidden states ``[B, hidden]`` (final norm applied) after feeding token ``ids [B]`` at text positions
-        ``pos [B]``; each layer's keys/values are appended to ``cache.layers[i]`` and attention reads the filled
-        columns under the boolean ``mask [B, 1, 1, L]``."""
-        B, H, KV, D = ids.shape[0], self.H, self.KV, self.D
-        h = self.lm.embed_tokens(ids.view(B, 1))
-        f = pos.view(B, 1, 1).float() * self.inv_freq.to(device=h.device, dtype=torch.float)
+        """Hidden states (final norm applied) after feeding tokens ``ids`` at text positions ``pos``: ``[B]`` (one
+        token per row, the ``expand`` rows; returns ``[B, hidden]``) or ``[B, S]`` (the ``packed`` rows; returns
+        ``[B, S, hidden]``). Each layer's keys/values are appended to ``cache.layers[i]`` and attention reads the
+        cache under the boolean ``mask [B, 1, S, L]``. One query per row: the query heads packed per key head
+        (``transformers``' ``pack_gqa``); several: the key heads repeated (``repeat_kv``), as ``transformers`` does."""
+        single = ids.dim() == 1
+        ids, pos = ids.view(ids.shape[0], -1), pos.view(pos.shape[0], -1)
+        (B, S), H, KV, D = ids.shape, self.H, self.KV, self.D
+        h = self.lm.embed_tokens(ids)
+        f = pos[..., None].float() * self.inv_freq.to(device=h.device, dtype=torch.float)
         cos, sin = f.cos() * self.attention_scaling, f.sin() * self.attention_scaling
-        cos = torch.cat((cos, cos), dim=-1).to(h.dtype).unsqueeze(1)  # [B, 1, 1, D]
+        cos = torch.cat((cos, cos), dim=-1).to(h.dtype).unsqueeze(1)  # [B, 1, S, D]
         sin = torch.cat((sin, sin), dim=-1).to(h.dtype).unsqueeze(1)
         for i, L in enumerate(self.layers):
             a = L.self_attn
             x = L.input_layernorm(h)
-            q, k, v = a.q_proj(x).view(B, 1, H, D), a.k_proj(x).view(B, 1, KV, D), a.v_proj(x).view(B, 1, KV, D)
+            q, k, v = a.q_proj(x).view(B, S, H, D), a.k_proj(x).view(B, S, KV, D), a.v_proj(x).view(B, S, KV, D)
             if self.qk_norm:
                 q, k = a.q_norm(q), a.k_norm(k)
             q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
             keys, values = cache.layers[i].update(k, v.transpose(1, 2))
-            o = F.scaled_dot_product_attention(q.reshape(B, KV, H // KV, D), keys, values, attn_mask=mask,
-                                               dropout_p=0.0, scale=self.scaling, is_causal=False)
-            h = h + a.o_proj(o.reshape(B, -1, 1, values.shape[-1]).transpose(1, 2).contiguous().reshape(B, 1, -1))
+            if S == 1:
+                q = q.reshape(B, KV, H // KV, D)
+            else:
+                keys, values = _repeat(keys, H // KV), _repeat(values, H // KV)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=0.0, scale=self.scaling,
+                                               is_causal=False)
+            h = h + a.o_proj(o.reshape(B, -1, S, values.shape[-1]).transpose(1, 2).contiguous().reshape(B, S, -1))
             h = h + L.mlp(L.post_attention_layernorm(h))
-        return self.lm.norm(h)[:, 0]
+        h = self.lm.norm(h)
+        return h[:, 0] if single else h
+
+
+def _repeat(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``[B, KV, L, D]`` -> ``[B, KV * n, L, D]``, each key head ``n`` times in a row (``transformers``' repeat_kv)."""
+    if n == 1:
+        return x
+    B, KV, L, D = x.shape
+    return x[:, :, None].expand(B, KV, n, L, D).reshape(B, KV * n, L, D)

@@ -14,7 +14,7 @@ trade-off as the scorer's):
   are a quarter of the rows still decoded (the sampler still draws for every row, so the RNG stream, and hence
   every token, is the same as without dropping).
 
-Each decode step of the ``expand`` rows runs the text stack without ``transformers``' wrappers
+Each decode step (both layouts) runs the text stack without ``transformers``' wrappers
 (``mmrl.models.fused_decode.TextDecoder``: the model's own modules in ``transformers``' order, the same floats) and
 draws its tokens with ``mmrl.rollout.sampling.multinomial_rows`` (``torch.multinomial``'s draw, bit for bit, at
 less cost): the same tokens and log-probs as the eager decode kept behind ``fast_decode=False``, faster on CPU
@@ -178,6 +178,7 @@ class HFEngine(RolloutEngine):
         own = torch.eye(K, dtype=torch.bool, device=mask.device)
         done = torch.zeros(len(owner), dtype=torch.bool, device=mask.device)
         toks, lps = [], []
+        fused = TextDecoder.build(core) if self.fast_decode else None  # None: transformers' forward
         for t in range(params.max_new_tokens):
             nxt, done = self._step(logits, done, params, toks, lps)
             if bool(done.all()) or t == params.max_new_tokens - 1:
@@ -185,8 +186,11 @@ class HFEngine(RolloutEngine):
             ids = nxt.new_full((U, K), self.pad_id)
             ids[owner, slot] = nxt
             attn = torch.cat([prompt_keys, own.repeat(1, t + 1).expand(U, 1, K, K * (t + 1))], dim=-1)
-            hid = core(input_ids=ids, attention_mask=attn, position_ids=positions(start + t, 1).expand(3, U, K),
-                       use_cache=True, **cache_kwargs(cache)).last_hidden_state
+            if fused is not None:
+                hid = fused.step(ids, (start + t).view(U, 1).expand(U, K), cache, attn)
+            else:
+                hid = core(input_ids=ids, attention_mask=attn, position_ids=positions(start + t, 1).expand(3, U, K),
+                           use_cache=True, **cache_kwargs(cache)).last_hidden_state
             logits = head(hid[owner, slot]).float()
         return toks, lps
 

@@ -1,6 +1,6 @@
 """The HF engine's decode step without ``transformers``' wrappers (``mmrl.models.fused_decode.TextDecoder``):
 the same tokens and the same log-probs, to the bit, as ``transformers``' forward (``HFEngine(fast_decode=False)``)
-in every family (Qwen3-VL-MoE too), with LoRA adapters, and across the turns of multi-turn episodes; and where it does not apply
+in every family (Qwen3-VL-MoE too) and both decode layouts, with LoRA adapters, and across the turns of multi-turn episodes; and where it does not apply
 (eager attention, hooks on the text stack) the engine keeps ``transformers``' forward."""
 import pytest
 import torch
@@ -35,7 +35,8 @@ def _equal_decodes(proc, model, layout="expand"):
 def test_every_family_decodes_as_transformers_does(family_model_path):  # Qwen2-VL, Qwen2.5-VL, Qwen3-VL
     proc, model = load_processor(family_model_path), load_model(family_model_path)
     assert TextDecoder.build(backbone(model)[0]) is not None
-    _equal_decodes(proc, model)
+    for layout in ("expand", "packed"):  # one query per row; a group's samples side by side in its prompt's row
+        _equal_decodes(proc, model, layout)
 
 
 def test_mixture_of_experts_decodes_as_transformers_does(mmrl_cache):
