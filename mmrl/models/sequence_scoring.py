@@ -10,12 +10,14 @@ on the ``SequenceInputs``), passed explicitly::
 
 Only the trained tokens (model turns: ``SequenceInputs.trained``, set by ``mmrl.rollout.agent_loop_multi``) go
 through the LM head; observation tokens get log-prob 0, as the sampler records them (the trajectory's ``loss_mask``
-drops them from the loss). Without ``trained`` every response token is scored. The episodes of one request share their prompt (``SequenceInputs.prompt``, the
-same object): ``score_shared`` prefills each distinct prompt once (vision tower included) and forwards only each
-sequence's part after it over a gathered copy of the prompt's cache, at the whole sequence's positions (the same
-result as one forward over each whole sequence; ``score_sequences`` does that, under gradient checkpointing, which
-keeps no cache, or without ``prompt``). The shared-prefix path (``mmrl.models.scoring``) stays the path for single-turn
-items; ``response_logprobs`` sends items whose inputs are a ``SequenceInputs`` here.
+drops them from the loss). Without ``trained`` every response token is scored.
+
+The episodes of one request share their prompt (``SequenceInputs.prompt``, the same object): ``score_shared``
+prefills each distinct prompt once (vision tower included) and forwards only each sequence's part after it over a
+gathered copy of the prompt's cache, at the whole sequence's positions (the same result as one forward over each
+whole sequence; ``score_sequences`` does that, under gradient checkpointing, which keeps no cache, or without
+``prompt``). The shared-prefix path (``mmrl.models.scoring``) stays the path for single-turn items;
+``response_logprobs`` sends items whose inputs are a ``SequenceInputs`` here.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The HF engine's decode step without ``transformers``' wrappers (``mmrl.models.fused_decode.TextDecoder``):
-the same tokens and the same log-probs, to the bit, as ``transformers``' forward (``HFEngine(fast_decode=False)``)
-in every family (Qwen3-VL-MoE too) and both decode layouts, with LoRA adapters, and across the turns of multi-turn episodes; and where it does not apply
-(eager attention, hooks on the text stack) the engine keeps ``transformers``' forward."""
+"""The HF engine's decode step without ``transformers``' wrappers (``mmrl.models.fused_decode.TextDecoder``): the same
+tokens and the same log-probs, to the bit, as ``transformers``' forward (``HFEngine(fast_decode=False)``) in every
+family (Qwen3-VL-MoE too) and both decode layouts, with LoRA adapters, and across the turns of multi-turn episodes;
+and where it does not apply (eager attention, hooks on the text stack) the engine keeps ``transformers``' forward.
+"""
 import pytest
 import torch
 
