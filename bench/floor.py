@@ -10,7 +10,9 @@ part of the floor), and per step only:
 1. **Generation**: the vision tower once per prompt (the model's own ``visual`` module), one prefill per prompt
    (all prompts in one right-padded batch), then ``max_new_tokens`` KV-cached sampling steps for ``prompts x n``
    rows, each row reading its prompt's keys/values and its own (a preallocated cache written in place), and
-   ``torch.multinomial`` on the softmax of the logits (temperature 1, no top-k/top-p: the benchmark's setting).
+   ``torch.multinomial``'s draw on the softmax of the logits (temperature 1, no top-k/top-p: the benchmark's
+   setting) by the fastest exact way known here, ``mmrl.rollout.sampling.multinomial_rows`` (the same draw without
+   ``torch.multinomial``'s serial per-element exponential; ``bench/decode_speed.py``).
 2. **Update**: one forward and backward over exactly the prompt tokens (once per prompt) and the response tokens
    (once per response, attending to its prompt's keys/values), in micro-batches of ``micro_batch`` responses (64,
    the benchmark's; the same arithmetic as one pass, with a smaller working set): no padding, no prompt repeated;
@@ -117,7 +119,11 @@ class Floor:
         return kvs, h[torch.arange(U), lengths - 1], mask, lengths
 
     @torch.no_grad()
-    def generate(self, prompts, n: int, T: int, gen: torch.Generator) -> torch.Tensor:
+    def generate(self, prompts, n: int, T: int) -> torch.Tensor:
+        """``T`` tokens for each of ``n`` samples per prompt, drawn from the global generator (seeded by
+        ``run_floor``)."""
+        from mmrl.rollout.sampling import multinomial_rows
+
         kvs, last, pmask, lengths = self.prefill(prompts)
         owner = torch.arange(len(prompts)).repeat_interleave(n)
         N, P = len(owner), pmask.shape[1]
@@ -131,7 +137,7 @@ class Floor:
         logits, pos = self.head(last[owner]), lengths[owner]
         toks = []
         for t in range(T):
-            nxt = torch.multinomial(logits.float().softmax(-1), 1, generator=gen)
+            nxt = multinomial_rows(logits.float().softmax(-1)).unsqueeze(1)
             toks.append(nxt)
             if t == T - 1:
                 break
@@ -191,7 +197,7 @@ def run_floor(spec: Dict) -> Dict:
     per_step, rss = [], 0
     for prompts in step_prompts(spec, proc):
         t0, c0 = time.perf_counter(), time.process_time()
-        resp = floor.generate(prompts, n, T, gen)
+        resp = floor.generate(prompts, n, T)
         t1 = time.perf_counter()
         reward = torch.rand(len(prompts), n, generator=gen)
         adv = ((reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-4)).view(-1)

@@ -43,6 +43,9 @@ class SequenceInputs(PromptInputs):
 
     prompt_len: int = 0
     prompt: Optional[PromptInputs] = field(default=None, repr=False, compare=False)
+    # bool [len - prompt_len]: the response tokens the loss trains on (model turns); the scorer puts only these
+    # through the LM head and gives the others (observations) log-prob 0, as the sampler does. None: every token.
+    trained: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)
 
 
 VIDEO_SLOT = "<|vision_start|><|video_pad|><|vision_end|>"  # a video in a templated prompt, before expansion

@@ -327,15 +327,23 @@ def _score_expand(core, head, chunk, temperature: float, pad_id: int, device) ->
     return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
 
 
-def _head_logprobs(head, hidden, resp, rlen, temperature: float, pad_id: int) -> List[torch.Tensor]:
+def _head_logprobs(head, hidden, resp, rlen, temperature: float, pad_id: int, trained=None) -> List[torch.Tensor]:
     """Log-probs of the response tokens from hidden states ``[N, R, H]`` (position t predicts token t), only at
-    real tokens (the ``[N, R, V]`` logits are never formed for padding)."""
+    real tokens (the ``[N, R, V]`` logits are never formed for padding). ``trained`` (per item a bool ``[R_i]``, or
+    None): only those tokens go through the LM head, the others get log-prob 0 (observations of multi-turn items)."""
     R = hidden.shape[1]
     valid = torch.arange(R, device=hidden.device).view(1, -1) < rlen.view(-1, 1)
-    targets = pad_right(resp + [resp[0].new_zeros(0)], pad_id)[:-1][valid] if R else resp[0].new_zeros(0)
-    logits = head(hidden[valid]).float() / temperature
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return list(lp.split(rlen.tolist()))
+    targets = pad_right(resp + [resp[0].new_zeros(0)], pad_id)[:-1] if R else resp[0].new_zeros((len(resp), 0))
+    if trained is None:
+        logits = head(hidden[valid]).float() / temperature
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, targets[valid].unsqueeze(-1)).squeeze(-1)
+        return list(lp.split(rlen.tolist()))
+    sel = pad_right([t.to(device=hidden.device, dtype=torch.long) for t in trained] + [rlen.new_zeros(R)], 0)[:-1]
+    sel = sel.bool() & valid
+    logits = head(hidden[sel]).float() / temperature
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets[sel].unsqueeze(-1)).squeeze(-1)
+    full = lp.new_zeros(sel.shape).masked_scatter(sel, lp)
+    return list(full[valid].split(rlen.tolist()))
 
 
 _SCORERS = {"packed": _score_packed, "expand": _score_expand, "full": _score_full, "onepass": _score_onepass}

@@ -8,13 +8,16 @@ on the ``SequenceInputs``), passed explicitly::
 
     log pi(x_t | x_<t, media)   for t = prompt_len .. L-1,   read from the hidden state at t-1
 
-Observation tokens get log-probs too; the trajectory's ``loss_mask`` drops them from the loss. Only response
-positions go through the LM head. The episodes of one request share their prompt (``SequenceInputs.prompt``, the
-same object): ``score_shared`` prefills each distinct prompt once (vision tower included) and forwards only each
-sequence's part after it over a gathered copy of the prompt's cache, at the whole sequence's positions (the same
-result as one forward over each whole sequence; ``score_sequences`` does that, under gradient checkpointing, which
-keeps no cache, or without ``prompt``). The shared-prefix path (``mmrl.models.scoring``) stays the path for single-turn
-items; ``response_logprobs`` sends items whose inputs are a ``SequenceInputs`` here.
+Only the trained tokens (model turns: ``SequenceInputs.trained``, set by ``mmrl.rollout.agent_loop_multi``) go
+through the LM head; observation tokens get log-prob 0, as the sampler records them (the trajectory's ``loss_mask``
+drops them from the loss). Without ``trained`` every response token is scored.
+
+The episodes of one request share their prompt (``SequenceInputs.prompt``, the same object): ``score_shared``
+prefills each distinct prompt once (vision tower included) and forwards only each sequence's part after it over a
+gathered copy of the prompt's cache, at the whole sequence's positions (the same result as one forward over each
+whole sequence; ``score_sequences`` does that, under gradient checkpointing, which keeps no cache, or without
+``prompt``). The shared-prefix path (``mmrl.models.scoring``) stays the path for single-turn items;
+``response_logprobs`` sends items whose inputs are a ``SequenceInputs`` here.
 """
 from __future__ import annotations
 
@@ -50,11 +53,23 @@ def score_sequences(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tens
     hidden = core(input_ids=ids, attention_mask=mask, position_ids=pos, **vision).last_hidden_state
     rows = torch.cat([torch.full((int(lengths[i]) - s.prompt_len,), i, dtype=torch.long) for i, s in enumerate(seqs)])
     cols = torch.cat([torch.arange(s.prompt_len - 1, int(lengths[i]) - 1) for i, s in enumerate(seqs)])
-    rows, cols = rows.to(device), cols.to(device)
+    sel = torch.cat([trained_tokens(s) for s in seqs]).to(device)
+    rows, cols = rows.to(device)[sel], cols.to(device)[sel]
     logits = head(hidden[rows, cols]).float() / temperature
     targets = ids[rows, cols + 1]
     lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    lp = lp.new_zeros(sel.shape).masked_scatter(sel, lp)  # observations: 0, as the sampler records them
     return list(lp.split([int(lengths[i]) - s.prompt_len for i, s in enumerate(seqs)]))
+
+
+def trained_tokens(seq: SequenceInputs) -> torch.Tensor:
+    """Bool ``[R]`` over a sequence's response: the tokens that go through the LM head (``seq.trained``, else all)."""
+    R = int(seq.input_ids.numel()) - seq.prompt_len
+    if seq.trained is None:
+        return torch.ones(R, dtype=torch.bool)
+    if seq.trained.numel() != R:
+        raise ValueError(f"sequence item: trained mask of {seq.trained.numel()} tokens for a {R}-token response")
+    return seq.trained.bool()
 
 
 def tail_vision(seq: SequenceInputs) -> dict:
@@ -101,7 +116,7 @@ def score_shared(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]
     hid = core(input_ids=cols, attention_mask=attn, position_ids=tail_pos, use_cache=True,
                **cache_kwargs(cache), **vision).last_hidden_state
     hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, : int(rlen.max())]
-    return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
+    return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id, [trained_tokens(s) for s in seqs])
 
 
 def mixed_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,

@@ -87,7 +87,9 @@ def sequence_inputs(prompt: PromptInputs, segments: List[Segment], for_scoring: 
     fields = dict(input_ids=ids, mm_token_type_ids=mm, vision=collate_vision([prompt, *segments]), text=prompt.text,
                   media=None)
     if for_scoring:
-        return SequenceInputs(**fields, prompt_len=prompt.num_tokens, prompt=prompt)
+        trained = torch.cat([torch.full((s.ids.numel(),), s.trained, dtype=torch.bool) for s in segments]
+                            + [torch.zeros(0, dtype=torch.bool)])
+        return SequenceInputs(**fields, prompt_len=prompt.num_tokens, prompt=prompt, trained=trained)
     medias = [m for m in [prompt.media] + [s.media for s in segments if s.vision] if _has_media(m)]
     return ContextInputs(**fields, medias=medias)
 

@@ -14,6 +14,12 @@ trade-off as the scorer's):
   are a quarter of the rows still decoded (the sampler still draws for every row, so the RNG stream, and hence
   every token, is the same as without dropping).
 
+Each decode step (both layouts) runs the text stack without ``transformers``' wrappers
+(``mmrl.models.fused_decode.TextDecoder``: the model's own modules in ``transformers``' order, the same floats) and
+draws its tokens with ``mmrl.rollout.sampling.multinomial_rows`` (``torch.multinomial``'s draw, bit for bit, at
+less cost): the same tokens and log-probs as the eager decode kept behind ``fast_decode=False``, faster on CPU
+(``bench/decode_speed.py``, ``docs/performance.md``).
+
 ``shared_prefill=False`` uses ``model.generate`` (kept as the reference the tests compare against), with its
 ``get_rope_index`` swapped for ``mmrl.models.mrope``'s numbering (the one the shared-prefill path passes explicitly).
 
@@ -31,9 +37,11 @@ from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.models.compat import cache_kwargs
+from mmrl.models.fused_decode import TextDecoder
 from mmrl.models.kv_cache import episode_rows, growing_cache
 from mmrl.models.mrope import trained_numbering
 from mmrl.models.scoring import backbone, positions, prefill_prompts, scoring_strategy
+from mmrl.rollout.sampling import multinomial_rows
 
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
@@ -49,10 +57,11 @@ def vision_token_ids(tokenizer) -> List[int]:
 class HFEngine(RolloutEngine):
     drop_fraction = 0.25  # expand layout: drop finished rows from the forward once they are this share of live rows
     def __init__(self, model, processor, max_batch_sequences: int = 64, shared_prefill: bool = True,
-                 layout: str = "auto"):
+                 layout: str = "auto", fast_decode: bool = True):
         if layout not in ("auto", "packed", "expand"):
             raise ValueError(f"HF engine layout must be auto, packed or expand; got {layout!r}")
         self.model = model
+        self.fast_decode = fast_decode  # False: the eager decode kept as the reference (bench/decode_speed.py)
         self.shared_prefill = shared_prefill
         self.layout = layout
         self.processor = processor
@@ -123,7 +132,8 @@ class HFEngine(RolloutEngine):
             scores[:, self.suppress] = -float("inf")
         if params.greedy:
             return scores.argmax(dim=-1)
-        scores = scores / params.temperature
+        if params.temperature != 1.0:  # x / 1.0 == x: the division is skipped, not changed
+            scores = scores / params.temperature
         if params.top_k and params.top_k > 0:
             kth = torch.topk(scores, min(params.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
             scores = scores.masked_fill(scores < kth, -float("inf"))
@@ -132,7 +142,8 @@ class HFEngine(RolloutEngine):
             remove = sorted_scores.softmax(dim=-1).cumsum(dim=-1) <= (1 - params.top_p)
             remove[:, -1] = False  # keep at least one token
             scores = scores.masked_fill(remove.scatter(1, order, remove), -float("inf"))
-        return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        probs = torch.softmax(scores, dim=-1)
+        return multinomial_rows(probs) if self.fast_decode else torch.multinomial(probs, num_samples=1).squeeze(1)
 
     def _generate_chunk(self, reqs: List[RolloutRequest], keys: List[int], params: SamplingParams) -> List[Trajectory]:
         """Prefill each prompt once, then decode its ``n`` samples in the layout that costs least."""
@@ -155,7 +166,8 @@ class HFEngine(RolloutEngine):
         nxt = self._sample(logits, params)
         nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
         toks.append(nxt)
-        lps.append(torch.log_softmax(logits / temp, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
+        scaled = logits / temp if temp != 1.0 else logits
+        lps.append(torch.log_softmax(scaled, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
         return nxt, done | (nxt == self.eos_id)
 
     def _decode_packed(self, core, head, logits, cache, mask, start, owner, slot, params: SamplingParams):
@@ -166,6 +178,7 @@ class HFEngine(RolloutEngine):
         own = torch.eye(K, dtype=torch.bool, device=mask.device)
         done = torch.zeros(len(owner), dtype=torch.bool, device=mask.device)
         toks, lps = [], []
+        fused = TextDecoder.build(core) if self.fast_decode else None  # None: transformers' forward
         for t in range(params.max_new_tokens):
             nxt, done = self._step(logits, done, params, toks, lps)
             if bool(done.all()) or t == params.max_new_tokens - 1:
@@ -173,8 +186,11 @@ class HFEngine(RolloutEngine):
             ids = nxt.new_full((U, K), self.pad_id)
             ids[owner, slot] = nxt
             attn = torch.cat([prompt_keys, own.repeat(1, t + 1).expand(U, 1, K, K * (t + 1))], dim=-1)
-            hid = core(input_ids=ids, attention_mask=attn, position_ids=positions(start + t, 1).expand(3, U, K),
-                       use_cache=True, **cache_kwargs(cache)).last_hidden_state
+            if fused is not None:
+                hid = fused.step(ids, (start + t).view(U, 1).expand(U, K), cache, attn)
+            else:
+                hid = core(input_ids=ids, attention_mask=attn, position_ids=positions(start + t, 1).expand(3, U, K),
+                           use_cache=True, **cache_kwargs(cache)).last_hidden_state
             logits = head(hid[owner, slot]).float()
         return toks, lps
 
@@ -199,6 +215,7 @@ class HFEngine(RolloutEngine):
         keys[:, 0, 0, :C] = keymask
         done = torch.zeros(N, dtype=torch.bool, device=device)
         toks, lps = [], []
+        fused = TextDecoder.build(core) if self.fast_decode else None  # None: transformers' forward
 
         def stash(local, fed):
             valid = keys[local, 0, 0, : C + fed]
@@ -219,10 +236,17 @@ class HFEngine(RolloutEngine):
                 cache.batch_select_indices(kept)
                 keys, pos = keys[kept], pos[kept]
             keys[:, 0, 0, C + t] = ~before[live]  # the token fed now belongs to the row's turn
-            hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : C + t + 1],
-                       position_ids=positions(pos + t, 1), use_cache=True, **cache_kwargs(cache)).last_hidden_state
-            logits = logits.new_zeros((N, logits.shape[-1]))
-            logits[live] = head(hid[:, 0]).float()
+            if fused is not None:
+                hid = fused.step(nxt[live], pos + t, cache, keys[..., : C + t + 1])
+            else:
+                hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : C + t + 1],
+                           position_ids=positions(pos + t, 1), use_cache=True,
+                           **cache_kwargs(cache)).last_hidden_state[:, 0]
+            if len(live) == N:
+                logits = head(hid).float()
+            else:
+                logits = logits.new_zeros((N, logits.shape[-1]))
+                logits[live] = head(hid).float()
         if keep is not None:
             stash(torch.arange(len(live), device=device), len(toks) - 1)
         return toks, lps

@@ -127,8 +127,10 @@ def test_multi_turn_with_a_video_observation_scores_like_a_plain_forward(family_
                            position_ids=trained_position_ids(model, seq), **seq.vision).logits[0].float()
         P = seq.prompt_len
         ref = torch.log_softmax(logits[P - 1 : -1], -1).gather(-1, seq.input_ids[P:, None]).squeeze(-1)
-        assert torch.allclose(lp, ref, atol=1e-4), (lp - ref).abs().max()
-        assert torch.allclose(lp[t.loss_mask], t.logprobs[t.loss_mask], atol=1e-4)  # sampler = scorer
+        m = t.loss_mask  # only model tokens go through the LM head; observations get 0, as the sampler records them
+        assert torch.allclose(lp[m], ref[m], atol=1e-4), (lp[m] - ref[m]).abs().max()
+        assert (~m).any() and torch.equal(lp[~m], torch.zeros(int((~m).sum())))
+        assert torch.allclose(lp, t.logprobs, atol=1e-4)  # sampler = scorer
 
 
 def test_tiny_names_build_each_family_once(mmrl_cache):

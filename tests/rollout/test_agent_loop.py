@@ -142,9 +142,11 @@ def test_full_sequence_logprobs_equal_a_plain_forward(tiny):
                            position_ids=trained_position_ids(model, seq), **seq.vision).logits[0].float()
         P = seq.prompt_len
         ref = torch.log_softmax(logits[P - 1:-1], -1).gather(-1, seq.input_ids[P:, None]).squeeze(-1)
-        assert lp.shape == t.response_ids.shape and torch.allclose(lp, ref, atol=1e-4)
+        m = t.loss_mask  # only the model's tokens go through the LM head; observations get 0 (as sampled)
+        assert lp.shape == t.response_ids.shape and torch.allclose(lp[m], ref[m], atol=1e-4)
+        assert (~m).any() and torch.equal(lp[~m], torch.zeros(int((~m).sum())))
         # the sampling log-probs of the model's tokens, drawn turn by turn, equal the full-sequence scores
-        assert torch.allclose(lp[t.loss_mask], t.logprobs[t.loss_mask], atol=1e-4)
+        assert torch.allclose(lp, t.logprobs, atol=1e-4)
 
 
 def test_second_turn_after_an_inserted_image_matches_generate(tiny):
