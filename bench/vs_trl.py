@@ -57,7 +57,7 @@ def run_mmrl(spec: Dict) -> Dict:
         import mmrl.models.scoring as scoring
 
         tr.engine.shared_prefill = False
-        scoring._can_share = lambda model: False
+        scoring.can_share = lambda model: False
     acc = {"gen": 0.0, "score": 0.0, "tokens": 0, "samples": 0}
 
     def wrap(obj, name, key):

@@ -3,7 +3,7 @@
 A multi-turn trajectory is ``prompt, model turn, observation (text and/or media), model turn, ...``. Its tokens
 are scored in one forward of the model over the whole sequence, with every image and video of it (the prompt's and
 those inserted mid-trajectory) through the vision tower, and the 3-D M-RoPE positions the models were trained with
-over the whole sequence (``mmrl.models.mrope``, through ``mmrl.models.scoring.prompt_positions``, which caches them
+over the whole sequence (``mmrl.models.mrope``, through ``mmrl.models.prefill.prompt_positions``, which caches them
 on the ``SequenceInputs``), passed explicitly::
 
     log pi(x_t | x_<t, media)   for t = prompt_len .. L-1,   read from the hidden state at t-1
@@ -17,7 +17,7 @@ prefills each distinct prompt once (vision tower included) and forwards only eac
 gathered copy of the prompt's cache, at the whole sequence's positions (the same result as one forward over each
 whole sequence; ``score_sequences`` does that, under gradient checkpointing, which keeps no cache, or without
 ``prompt``). The shared-prefix path (``mmrl.models.scoring``) stays the path for single-turn items;
-``response_logprobs`` sends items whose inputs are a ``SequenceInputs`` here.
+``mmrl.models.scoring.response_logprobs`` sends items whose inputs are a ``SequenceInputs`` here.
 """
 from __future__ import annotations
 
@@ -25,12 +25,10 @@ from typing import List, Sequence, Tuple
 
 import torch
 
-from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision
+from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision, pad_right
 from mmrl.models.compat import cache_kwargs
 from mmrl.models.kv_cache import select_rows
-from mmrl.models.scoring import (_can_share, _head_logprobs, backbone, prefill_prompts, prompt_positions,
-                                 response_logprobs, right_padded, unique_prompts)
-from mmrl.media.inputs import pad_right
+from mmrl.models.prefill import head_logprobs, prefill_prompts, prompt_positions, right_padded, unique_prompts
 
 
 def check_item(seq: SequenceInputs, response: torch.Tensor) -> None:
@@ -116,28 +114,4 @@ def score_shared(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]
     hid = core(input_ids=cols, attention_mask=attn, position_ids=tail_pos, use_cache=True,
                **cache_kwargs(cache), **vision).last_hidden_state
     hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, : int(rlen.max())]
-    return _head_logprobs(head, hidden, resp, rlen, temperature, pad_id, [trained_tokens(s) for s in seqs])
-
-
-def mixed_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
-                   micro_batch: int = 16, pad_id: int = 0) -> List[torch.Tensor]:
-    """``response_logprobs`` over a mix of single-turn items (shared-prefix path) and ``SequenceInputs`` items
-    (``micro_batch`` sequences per forward: ``score_shared``, or ``score_sequences`` under gradient checkpointing);
-    results in the items' order."""
-    seq_idx = [i for i, (p, _) in enumerate(items) if isinstance(p, SequenceInputs)]
-    other_idx = [i for i, (p, _) in enumerate(items) if not isinstance(p, SequenceInputs)]
-    out: List[torch.Tensor] = [torch.empty(0)] * len(items)
-    if other_idx:
-        for i, lp in zip(other_idx, response_logprobs(model, [items[i] for i in other_idx], temperature,
-                                                      micro_batch, pad_id)):
-            out[i] = lp
-    core, head = backbone(model)
-    device = next(model.parameters()).device
-    share = _can_share(model)
-    for s in range(0, len(seq_idx), micro_batch):
-        idx = seq_idx[s : s + micro_batch]
-        chunk = [items[i] for i in idx]
-        scorer = score_shared if share and all(p.prompt is not None for p, _ in chunk) else score_sequences
-        for i, lp in zip(idx, scorer(core, head, chunk, temperature, pad_id, device)):
-            out[i] = lp
-    return out
+    return head_logprobs(head, hidden, resp, rlen, temperature, pad_id, [trained_tokens(s) for s in seqs])

@@ -92,7 +92,7 @@ def test_rope_positions_are_computed_once_per_prompt(tiny_model_path, monkeypatc
     """M-RoPE positions are cached on the PromptInputs: a second prefill of the same prompts does not number them
     again (``mmrl.models.mrope``, once per prompt with media) and gets the same positions; the installed
     transformers' ``get_rope_index`` is never called."""
-    from mmrl.models import scoring
+    from mmrl.models import prefill
     from mmrl.models.loading import load_model
     from mmrl.models.scoring import backbone, prefill_prompts
 
@@ -101,8 +101,8 @@ def test_rope_positions_are_computed_once_per_prompt(tiny_model_path, monkeypatc
     prompts = [build_prompt_inputs(proc, build_messages("Q?", ["a", "b"], m), m) for m in _mixed_media()]
     with_media = sum(bool(p.vision) for p in prompts)
     calls = []
-    real = scoring.vision_positions
-    monkeypatch.setattr(scoring, "vision_positions", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = prefill.vision_positions
+    monkeypatch.setattr(prefill, "vision_positions", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr(core, "get_rope_index", lambda *a, **k: pytest.fail("transformers' get_rope_index called"))
     with torch.no_grad():
         h1, _, _, start1 = prefill_prompts(core, prompts, 0, "cpu")
