@@ -7,8 +7,10 @@ Axes (the others at their base: ``--prompts`` 2 prompts x ``--base-n`` 4 respons
 the image world of ``bench/vs_trl.py``: 56x56 PNGs, 4 image tokens):
 
 - ``responses``: responses per prompt 4, 8, 16, 32, 64 (mmrl and TRL's ``GRPOTrainer``, ``bench/_trl_arm.py``);
-- ``length``: new tokens per response 4, 16, 64, 256, 1024 (mmrl and TRL). The random tiny model almost never
-  writes ``<|im_end|>``, so every response runs to the length; the tables give the measured tokens per response;
+- ``length``: new tokens per response 4, 16, 64, 256, 1024 (mmrl and TRL). Every response runs to the length:
+  mmrl's sampler never draws ``<|im_end|>`` (added to the engine's suppressed tokens), TRL generates with
+  ``min_new_tokens`` = the length (the random tiny model otherwise stops at ~half of 1024); the same on every
+  axis. The tables give the measured tokens per response;
 - ``frames``: frames per clip 4, 8, 16, 32 (``data.nframes`` on a video world of 32-frame 56x56 clips at 8 fps).
   mmrl only: TRL 1.16's ``GRPOTrainer`` keeps only the ``prompt``/``image``/``images`` columns and takes only image
   parts from a prompt (``_generate``), so it has no video input path;
@@ -82,6 +84,10 @@ def run_mmrl(spec: Dict) -> Dict:
 
     cfg = load_config([str(REPO / "configs/demo.yaml")], spec["overrides"])
     tr = RLTrainer(cfg, quiet=True)
+    eng = tr.engine  # every response runs to the length: <|im_end|> joins the tokens the sampler never draws
+    if not (hasattr(eng, "suppress") and hasattr(eng, "eos_id")):
+        raise RuntimeError("the rollout engine has no 'suppress'/'eos_id': bench/scaling.py cannot force the length")
+    eng.suppress = list(eng.suppress) + [eng.eos_id]
     if spec.get("turns", 1) > 1:
         from mmrl.rollout.agent_loop import build_agent_loop
 
@@ -121,6 +127,12 @@ def run_trl(spec: Dict) -> Dict:
         return train(self, *a, **k)
 
     trl.GRPOTrainer.train = noted
+    config = trl.GRPOConfig
+
+    def forced(**kw):  # every completion runs to the length: HF's min_new_tokens masks EOS until then
+        return config(**kw, generation_kwargs={"min_new_tokens": spec["max_new_tokens"]})
+
+    trl.GRPOConfig = forced
     res = trl_arm(spec)
     return {"per_step": res["per_step"], "pre_kb": pre[0], "threads": torch.get_num_threads()}
 
