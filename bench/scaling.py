@@ -212,36 +212,40 @@ def point(a, prep: Dict, axis: str, x: int, arm: str, out: Path) -> Dict:
     return {"overrides": ov, "steps": a.steps, "turns": x if axis == "turns" else 1}
 
 
-def command(a) -> str:
+def command(a, reps: int) -> str:
     parts = ["OMP_NUM_THREADS=1 .venv/bin/python bench/scaling.py"] + (["--quick"] if a.quick else [])
-    parts += [f"--steps {a.steps}", f"--warmup {a.warmup}", f"--reps {a.reps}", f"--prompts {a.prompts}",
+    parts += [f"--steps {a.steps}", f"--warmup {a.warmup}", f"--reps {reps}", f"--prompts {a.prompts}",
               f"--base-n {a.base_n}", f"--base-len {a.base_len}", "--axes " + " ".join(a.axes)]
-    return " ".join(parts)
+    return " ".join(parts) + ("" if a.trl else " --no-trl")
 
 
-def write(a, results: Dict, doc: Path) -> str:
-    from scaling_report import AXIS_LABELS, axis_table, fits, fits_table, plot
+def write(a, results: Dict, doc: Path, commands: List[str]) -> str:
+    """``docs/results/scaling.md`` and ``.png`` from the runs so far; ``commands``: the invocations that made them."""
+    from scaling_report import AXIS_LABELS, axis_table, fits, fits_table, growth_summary, plot
 
     S = {ax: {arm: {x: [summarize(r, a.warmup) for r in runs] for x, runs in pts.items()} for arm, pts in arms.items()}
          for ax, arms in results.items()}
     threads = sorted({s["threads"] for arms in S.values() for pts in arms.values() for v in pts.values() for s in v})
-    lines = [f"Command: `{command(a)}`", "",
-             f"Tiny Qwen2.5-VL (the embedded random model), CPU, {threads} torch thread(s); base setting {a.prompts} prompts x "
+    reps = max(len(v) for arms in S.values() for pts in arms.values() for v in pts.values())
+    lines = ["Command: " + ", then ".join(f"`{c}`" for c in commands), "",
+             f"Tiny Qwen2.5-VL (the embedded random model), CPU, {'/'.join(map(str, threads))} torch thread(s); base setting {a.prompts} prompts x "
              f"{a.base_n} responses x {a.base_len} new tokens on the 56x56 image world; one fresh process per point and arm; "
              f"{a.steps} RL steps per run, the first {a.warmup} not timed; per run the median over its timed steps, then "
-             f"the median over {a.reps} repetition(s). CPU s = user + sys of the process per step (the box is shared, "
+             f"the median over {reps} repetition(s) (the tables' reps column). CPU s = user + sys of the process per step (the box is shared, "
              "wall times stretch with its load); peak RSS = the child's ru_maxrss (os.wait4); RSS growth = peak minus "
-             "the RSS when the first step began. Micro-batch = the whole step.", "",
+             "the RSS when the first step began. Micro-batch = the whole step. Every response runs to its length (EOS "
+             "suppressed; the tokens/response column is measured).", "",
              "![cost curves](scaling.png)", "", "## Growth (log-log slopes)", "",
              "Slope of log(cost) on log(axis): over all points, and between the last two points (the growth once fixed "
-             "costs stop dominating; the name is that of the last-two slope).", "", fits_table(fits(S)), ""]
+             "costs stop dominating; the name is that of the last-two slope).", "", fits_table(fits(S)), "",
+             "In words (CPU s per step, slope between the last two points): " + growth_summary(fits(S)), ""]
     for axis in a.axes:
         if axis in S:
             lines += [f"## {AXIS_LABELS[axis]}", "", axis_table(S, axis, NO_TRL.get(axis)), ""]
     doc.parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join(lines)
     doc.with_suffix(".md").write_text(text)
-    plot(S, str(doc.with_suffix(".png")), f"mmrl vs TRL GRPOTrainer, CPU, 1 thread: {command(a)}")
+    plot(S, str(doc.with_suffix(".png")), f"mmrl vs TRL GRPOTrainer, CPU, 1 thread: {commands[-1]}")
     return text
 
 
@@ -259,6 +263,8 @@ def main(argv=None) -> str:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(REPO / "runs" / "scaling"))
     ap.add_argument("--doc", default=str(REPO / "docs" / "results" / "scaling"), help="writes <doc>.md and <doc>.png")
+    ap.add_argument("--resume", action="store_true",
+                    help="add --reps more repetitions to <out>/results.json (same settings; --reps 0: only rewrite the docs)")
     ap.add_argument("--_arm", help=argparse.SUPPRESS)
     ap.add_argument("--_spec", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -272,18 +278,29 @@ def main(argv=None) -> str:
     plan = [(axis, x, arm) for axis in a.axes for x in grid[axis]
             for arm in (("mmrl", "trl") if a.trl and axis in TRL_AXES else ("mmrl",))]
     results: Dict = {axis: {} for axis in a.axes}
+    commands, done = [], 0
+    if a.resume:
+        old = json.loads((out / "results.json").read_text())
+        keys = ("quick", "steps", "warmup", "prompts", "base_n", "base_len", "axes", "trl", "seed")
+        if any(old["args"][k] != getattr(a, k) for k in keys):
+            ap.error(f"--resume: settings differ from {out / 'results.json'}: " + str({k: old["args"][k] for k in keys}))
+        results, commands = old["results"], old["commands"]
+        done = max(len(v) for arms in results.values() for pts in arms.values() for v in pts.values())
+    if a.reps:  # --resume --reps 0: only rewrite the docs from the results
+        commands.append(command(a, a.reps) + (" --resume" if a.resume else ""))
     text = ""
-    for rep in range(a.reps):
+    for rep in range(done, done + a.reps):
         for axis, x, arm in plan:
             tag = f"{axis}{x}_{arm}_rep{rep}"
             res = spawn(arm, point(a, prep, axis, x, arm, out / "runs" / tag), out / "logs" / f"{tag}.log")
             results[axis].setdefault(arm, {}).setdefault(f"{x:g}", []).append(res)
             s = summarize(res, a.warmup)
-            print(f"[scaling] rep {rep + 1}/{a.reps} {axis}={x} {arm}: {s['cpu_s']:.3f} CPU s/step, {s['wall_s']:.3f} "
+            print(f"[scaling] rep {rep + 1}/{done + a.reps} {axis}={x} {arm}: {s['cpu_s']:.3f} CPU s/step, {s['wall_s']:.3f} "
                   f"wall s/step, peak {s['peak_mb']:.0f} MB (+{s['delta_mb']:.0f}), {s['tokens_per_response']:.1f} "
                   f"tokens/response, run {res['run_wall_s']:.0f} s", flush=True)
-            (out / "results.json").write_text(json.dumps({"args": vars(a), "results": results}))
-            text = write(argparse.Namespace(**dict(vars(a), reps=rep + 1)), results, Path(a.doc))
+            (out / "results.json").write_text(json.dumps({"args": vars(a), "commands": commands, "results": results}))
+            text = write(a, results, Path(a.doc), commands)
+    text = text or write(a, results, Path(a.doc), commands)
     print(text)
     return text
 

@@ -72,6 +72,17 @@ def fits(results: Dict) -> List[Dict]:
     return rows
 
 
+def growth_summary(rows: List[Dict]) -> str:
+    """One clause per axis: each arm's CPU-time slope between the last two points and its name."""
+    parts = []
+    for axis in AXIS_LABELS:
+        cells = [f"{'TRL' if r['arm'] == 'trl' else 'mmrl'} {r['slope_tail']:.2f} ({r['growth']})" for r in rows
+                 if r["axis"] == axis and r["metric"] == METRICS[0][1]]
+        if cells:
+            parts.append(f"{AXIS_LABELS[axis]}: " + ", ".join(cells))
+    return "; ".join(parts) + "."
+
+
 def fits_table(rows: List[Dict]) -> str:
     lines = ["| axis | arm | cost | points | log-log slope (all points) | slope (last two points) | growth (last two) |",
              "|---|---|---|---|---|---|---|"]
@@ -114,6 +125,7 @@ def plot(results: Dict, path: str, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(2, 4, figsize=(16, 7.5))
     for j, axis in enumerate(AXIS_LABELS):
@@ -125,6 +137,8 @@ def plot(results: Dict, path: str, title: str) -> None:
                     a.plot([x for x, _ in s], [m[key] for _, m in s], style, label="TRL GRPOTrainer" if arm == "trl" else "mmrl")
             a.set_xscale("log", base=2)
             a.set_yscale("log")
+            a.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            a.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             a.set_xlabel(AXIS_LABELS[axis])
             a.set_ylabel(label)
             a.grid(True, which="both", alpha=0.3)

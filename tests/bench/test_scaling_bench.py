@@ -49,6 +49,8 @@ def test_fits_and_tables_on_synthetic_points(tmp_path):
     assert rows[("length", "mmrl", "RSS growth over load, MB")]["slope_tail"] == pytest.approx(1.0)
     assert rows[("turns", "mmrl", "peak RSS MB")]["growth"] == "sub-linear"
     assert ("turns", "trl", "CPU s / step") not in rows
+    assert rep.growth_summary(rep.fits(S)) == ("response length (new tokens): mmrl 1.00 (~linear), TRL 2.00 (~quadratic); "
+                                               "turns per episode: mmrl 1.00 (~linear).")
     table = rep.fits_table(rep.fits(S))
     assert "| response length (new tokens) | TRL | CPU s / step | 4-256 | 2.00 | 2.00 | ~quadratic |" in table
     axis = rep.axis_table(S, "length")
