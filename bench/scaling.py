@@ -234,7 +234,9 @@ def write(a, results: Dict, doc: Path, commands: List[str]) -> str:
              f"the median over {reps} repetition(s) (the tables' reps column). CPU s = user + sys of the process per step (the box is shared, "
              "wall times stretch with its load); peak RSS = the child's ru_maxrss (os.wait4); RSS growth = peak minus "
              "the RSS when the first step began. Micro-batch = the whole step. Every response runs to its length (EOS "
-             "suppressed; the tokens/response column is measured).", "",
+             "suppressed; the tokens/response column is measured). Frames: 56x56 clips give 2 video tokens per frame "
+             "(8 at 4 frames, 64 at 32) in a step that decodes the same 16 tokens per response. Turns: each turn but the "
+             "last is answered with a 4-frame clip, so a turn adds 16 model tokens and 8 video tokens.", "",
              "![cost curves](scaling.png)", "", "## Growth (log-log slopes)", "",
              "Slope of log(cost) on log(axis): over all points, and between the last two points (the growth once fixed "
              "costs stop dominating; the name is that of the last-two slope).", "", fits_table(fits(S)), "",

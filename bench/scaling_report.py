@@ -93,10 +93,10 @@ def fits_table(rows: List[Dict]) -> str:
 
 
 def axis_table(results: Dict, axis: str, no_trl: Optional[str] = None) -> str:
-    """Per point: mmrl and TRL CPU s/step, wall s/step, peak RSS, RSS growth over the loaded model, tokens/response."""
+    """Per point: mmrl and TRL CPU s/step (median, min-max over repetitions), wall s/step, peak RSS, RSS growth over the loaded model, tokens/response."""
     arms = [a for a in ("mmrl", "trl") if series(results, axis, a)]
     head = "| " + AXIS_LABELS[axis] + " | " + " | ".join(
-        f"{n} CPU s/step | {n} wall s/step | {n} peak RSS MB | {n} RSS growth MB | {n} tokens/response | {n} reps"
+        f"{n} CPU s/step (min-max) | {n} wall s/step | {n} peak RSS MB | {n} RSS growth MB | {n} tokens/response | {n} reps"
         for n in ("mmrl" if a == "mmrl" else "TRL" for a in arms)) + " |"
     if "trl" in arms:
         head = head[:-1] + "| TRL / mmrl CPU s |"
@@ -106,9 +106,10 @@ def axis_table(results: Dict, axis: str, no_trl: Optional[str] = None) -> str:
         cells = []
         for a in arms:
             m = by[a].get(x)
-            n_reps = len(results[axis][a].get(f"{x:g}", []))
+            runs = results[axis][a].get(f"{x:g}", [])
+            n_reps, cpus = len(runs), [r["cpu_s"] for r in runs]
             cells += (["-"] * 6 if m is None else
-                      [f"{m['cpu_s']:.3f}", f"{m['wall_s']:.3f}", f"{m['peak_mb']:.0f}", f"{m['delta_mb']:.0f}",
+                      [f"{m['cpu_s']:.3f} ({min(cpus):.3f}-{max(cpus):.3f})", f"{m['wall_s']:.3f}", f"{m['peak_mb']:.0f}", f"{m['delta_mb']:.0f}",
                        f"{m['tokens_per_response']:.1f}", str(n_reps)])
         if "trl" in arms:
             m, t = by["mmrl"].get(x), by["trl"].get(x)

@@ -55,7 +55,7 @@ def test_fits_and_tables_on_synthetic_points(tmp_path):
     assert "| response length (new tokens) | TRL | CPU s / step | 4-256 | 2.00 | 2.00 | ~quadratic |" in table
     axis = rep.axis_table(S, "length")
     row = next(l for l in axis.splitlines() if l.startswith("| 256 |"))
-    assert row.split(" | ")[1] == "5.120" and row.endswith("| 1.28 |")  # mmrl: median 0.02 x 256; TRL / mmrl = 6.5536 / 5.12
+    assert row.split(" | ")[1] == "5.120 (2.560-7.680)" and row.endswith("| 1.28 |")  # mmrl: median 0.02 x 256; TRL / mmrl = 6.5536 / 5.12
     assert "no path" in rep.axis_table(S, "turns", "no path: x")
     rep.plot(S, str(tmp_path / "p.png"), "synthetic")
     assert (tmp_path / "p.png").stat().st_size > 1000
