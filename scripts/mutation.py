@@ -47,7 +47,7 @@ GROUPS = {
                                                                    "tests/algos/test_stream_gdpo.py"]),
     "dspo": (["mmrl/algos/dspo.py", "mmrl/algos/dspo_math.py", "mmrl/rewards/dspo_rewards.py",
               "mmrl/rewards/dspo_format.py"], ["tests/algos/test_dspo_math.py", "tests/algos/test_dspo_spec.py",
-                                               "tests/rewards/test_dspo_format.py"]),
+                                               "tests/rewards/test_dspo_format.py", "tests/algos/test_dspo_tables.py"]),
     "fastrl": (["mmrl/algos/fastrl.py"], ["tests/algos/test_fastrl.py", "tests/algos/test_fastrl_spec.py",
                                        "tests/algos/test_fastrl_contracts.py"]),
     "algos_other": (["mmrl/algos/tgrpo.py", "mmrl/algos/bpo.py", "mmrl/algos/vppo.py", "mmrl/algos/vppo_core.py",

@@ -1,0 +1,234 @@
+"""DSPO's formulas at non-default constants and its edges, as tables (specs/algorithms.md §3; arXiv 2609.36775):
+DEDR with a non-unit covariance and temperatures, CVIG's ΔP / R_cf / weights in float64, the token spans of a
+character-level tokenizer, non-square boxes, and the rewards honouring K and truncation."""
+import math
+
+import pytest
+import torch
+
+from mmrl.algos.dspo import cvig_row, response_box, token_offsets
+from mmrl.algos.dspo_math import (box_area_ratio, box_pixel_mask, char_to_token_span, cvig_weights, dedr_terms,
+                                  delta_p, mahalanobis, r_div)
+from mmrl.rewards.dspo_format import dspo_prompt
+from mmrl.rewards.dspo_rewards import evidence_box
+from tests.algos.test_dspo_spec import ctx_of, resp
+
+D = torch.float64
+
+
+def test_mahalanobis_divides_by_the_diagonal_covariance():
+    assert float(mahalanobis(torch.tensor([2.0, 1.0, 0.0]), torch.zeros(3), torch.tensor([4.0, 0.25, 1.0]))) == \
+        pytest.approx(math.sqrt(1.0 + 4.0))
+
+
+def _dedr(z, mu, s):
+    """D_all and Delta_k by hand (the module docstring's formulas)."""
+    def d(pts):
+        m = [sum(p[j] for p in pts) / len(pts) for j in range(3)]
+        return math.sqrt(sum((m[j] - mu[j]) ** 2 / s[j] for j in range(3)))
+    d_all = d(z)
+    return d_all, [d(z[:k] + z[k + 1:]) - d_all for k in range(len(z))]
+
+
+# candidate sets of 2 and 4 (K != 3 = D, so a K/D mix-up shows) around a prior with a non-unit covariance
+DEDR = [
+    ([[0.1, 0.2, 0.3], [0.5, -0.1, 0.0]], [0.2, 0.0, 0.1], [0.5, 2.0, 0.25]),
+    ([[0.1, 0.2, 0.3], [0.5, -0.1, 0.0], [-0.3, 0.4, 0.2], [0.0, 0.0, 0.9]], [0.0, 0.1, 0.2], [1.0, 0.5, 4.0]),
+]
+
+
+@pytest.mark.parametrize("z,mu,s", DEDR, ids=["K2", "K4"])
+def test_dedr_terms_by_hand(z, mu, s):
+    d_all, delta = dedr_terms(torch.tensor(z), torch.tensor(mu), torch.tensor(s))
+    want_all, want_delta = _dedr(z, mu, s)
+    assert float(d_all) == pytest.approx(want_all, rel=1e-6) and delta.tolist() == pytest.approx(want_delta, rel=1e-6)
+
+
+def test_dedr_needs_two_candidates():
+    with pytest.raises(ValueError, match=r"^leave-one-out needs at least 2 candidates, got 1$"):
+        dedr_terms(torch.zeros(1, 3), torch.zeros(3), torch.ones(3))
+
+
+def _r_div(z, mu, s, tau_ctr, tau_div, clamp=True, w=None):
+    d_all, delta = _dedr(z, mu, s)
+    if clamp:
+        delta = [max(x, -tau_div) for x in delta]
+    w = w or [1.0 / len(z)] * len(z)
+    return math.exp(-d_all ** 2 / (2 * tau_ctr ** 2)) * sum(wk * (1 - math.exp(-x / tau_div)) for wk, x in zip(w, delta))
+
+
+R_DIV = [  # (z, mu, s, tau_ctr, tau_div)
+    (DEDR[0][0], [0.2, 0.0, 0.1], [0.5, 2.0, 0.25], 2.0, 1.0),
+    (DEDR[0][0], [0.2, 0.0, 0.1], [0.5, 2.0, 0.25], 0.5, 0.3),
+    (DEDR[1][0], [0.0, 0.1, 0.2], [1.0, 0.5, 4.0], 3.0, 0.002),  # tau_div small: the clamp binds
+]
+
+
+@pytest.mark.parametrize("z,mu,s,tau_ctr,tau_div", R_DIV, ids=[str(i) for i in range(len(R_DIV))])
+def test_r_div_at_non_default_temperatures(z, mu, s, tau_ctr, tau_div):
+    args = (torch.tensor(z), torch.tensor(mu), torch.tensor(s))
+    assert r_div(*args, tau_ctr=tau_ctr, tau_div=tau_div) == pytest.approx(_r_div(z, mu, s, tau_ctr, tau_div), rel=1e-6)
+    w = torch.softmax(torch.arange(len(z), dtype=torch.float32), 0)
+    assert r_div(*args, w=w, tau_ctr=tau_ctr, tau_div=tau_div) == pytest.approx(
+        _r_div(z, mu, s, tau_ctr, tau_div, w=w.tolist()), rel=1e-6)
+
+
+def test_r_div_clamps_by_default():
+    z, mu, s = DEDR[1][0], [0.0, 0.1, 0.2], [1.0, 0.5, 4.0]
+    _, delta = _dedr(z, mu, s)
+    assert min(delta) < -0.002  # the clamp at -tau_div binds
+    args = (torch.tensor(z), torch.tensor(mu), torch.tensor(s))
+    clamped = r_div(*args, tau_div=0.002)
+    assert clamped == pytest.approx(_r_div(z, mu, s, 1.0, 0.002), rel=1e-6)
+    assert clamped != pytest.approx(r_div(*args, tau_div=0.002, clamp=False), rel=1e-3)
+
+
+@pytest.mark.parametrize("area,ok", [(0.0, True), (1.0, True), (-0.01, False), (1.01, False)])
+def test_delta_p_area_bounds(area, ok):
+    p, p_cf = torch.tensor([0.5, 0.25]), torch.tensor([0.25, 0.25])
+    if ok:
+        assert delta_p(p, p_cf, area).tolist() == [0.25 * (1 - area), 0.0]
+    else:
+        with pytest.raises(ValueError, match=rf"^area ratio must be in \[0, 1\], got {area}$"):
+            delta_p(p, p_cf, area)
+
+
+def test_cvig_weights_default_temperature_and_float64():
+    dp = torch.tensor([0.1, 0.0, -0.05], dtype=torch.float32)
+    w = cvig_weights(dp)
+    e = [math.exp(float(torch.tensor(x, dtype=torch.float32)) / 0.1) for x in (0.1, 0.0, -0.05)]
+    assert w.dtype == D and w.tolist() == pytest.approx([x / sum(e) for x in e], rel=1e-12)
+
+
+# (token character offsets, character span, token range): a token touching the span only at its edge is not in it
+SPANS = [
+    ([(0, 2), (2, 4), (4, 6)], (2, 4), (1, 2)),
+    ([(0, 2), (2, 4), (4, 6)], (1, 5), (0, 3)),
+    ([(0, 3), (3, 3), (3, 6)], (3, 6), (2, 3)),
+]
+
+
+@pytest.mark.parametrize("offsets,span,tokens", SPANS, ids=[str(i) for i in range(len(SPANS))])
+def test_char_to_token_span_table(offsets, span, tokens):
+    assert char_to_token_span(offsets, span) == tokens
+
+
+def test_char_to_token_span_names_the_span():
+    with pytest.raises(ValueError, match=r"^no token covers characters \(6, 8\)$"):
+        char_to_token_span([(0, 2), (2, 6)], (6, 8))
+
+
+@pytest.mark.parametrize("box,ratio", [((0.2, 0.1, 0.5, 0.4), 0.3 * 0.3), ((0.5, 0.1, 0.9, 0.3), 0.4 * 0.2),
+                                       ((0.5, 0.5, 0.4, 0.9), 0.0)])
+def test_box_area_ratio(box, ratio):
+    assert box_area_ratio(box) == pytest.approx(ratio)
+
+
+def test_box_pixel_mask_on_a_non_square_image():
+    m = box_pixel_mask((0.25, 0.5, 0.75, 1.0), 4, 8)  # rows 1..2, columns 4..7
+    assert m.dtype == torch.bool
+    assert m.int().tolist() == [[0] * 8, [0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1], [0] * 8]
+    assert box_pixel_mask((0.0, 0.1, 1.0, 0.2), 2, 10).int().tolist() == [[0, 1, 0, 0, 0, 0, 0, 0, 0, 0]] * 2
+
+
+def test_the_prompt_asks_for_k_candidates_in_four_steps():
+    assert dspo_prompt() == dspo_prompt(5) == (
+        "Answer in four steps.\n"
+        "<step1> Describe the visual evidence for the emotion and give its region as "
+        "\\bboxed{[ymin,xmin,ymax,xmax]} with coordinates in [0,1]. </step1>\n"
+        "<step2> Reflect on how a viewer would feel and why. </step2>\n"
+        "<step3> List 5 candidate emotions as \\list{e1, e2, ...}. </step3>\n"
+        "<step4> Give your final choice as \\boxed{}. </step4>")
+    assert "List 3 candidate emotions" in dspo_prompt(3)
+
+
+# ---- CVIG per response, with a character-level tokenizer ----------------------------------------------------------
+class Chars:
+    """One token per character; id = code point."""
+
+    @staticmethod
+    def decode(ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids)
+
+
+def _ids(text):
+    return [ord(c) for c in text]
+
+
+def test_token_offsets_stop_once_the_characters_are_covered():
+    assert token_offsets(Chars, _ids("abcdef"), 3) == [(0, 1), (1, 2), (2, 3)]
+    assert token_offsets(Chars, _ids("abcdef"), 0) == [(0, 1)]
+    assert token_offsets(Chars, _ids("ab"), 9) == [(0, 1), (1, 2)]
+
+
+def _row(cands, p, p_cf, **kw):
+    text = resp(cands)
+    ids = _ids(text)
+    lp, lp_cf = torch.zeros(len(ids)), torch.zeros(len(ids))
+    s3 = text.index("<step3>")
+    for c, a, b in zip(cands, p, p_cf):
+        at = text.index(c, s3)
+        lp[at], lp_cf[at] = math.log(a), math.log(b)  # the candidate's first character carries its probability
+    return text, ids, lp, lp_cf
+
+
+def test_cvig_row_by_hand_in_float64():
+    cands, p, p_cf = ["sadness", "fear", "gloom"], [0.5, 0.3, 0.2], [0.1, 0.3, 0.05]
+    text, ids, lp, lp_cf = _row(cands, p, p_cf)
+    terms = [0.1, 0.2, 0.3, 0.4]
+    area = 0.3
+    r_cf, r_w, t_mean = cvig_row(text, ids, lp, lp_cf, area, terms, Chars, 0.7, None)
+    pk = [math.exp(float(torch.tensor(math.log(x), dtype=torch.float32))) for x in p]
+    pcf = [math.exp(float(torch.tensor(math.log(x), dtype=torch.float32))) for x in p_cf]
+    dp = [(a - b) * (1 - area) for a, b in zip(pk, pcf)]
+    e = [math.exp(x / 0.7) for x in dp]
+    assert r_cf == pytest.approx(sum(dp) / 3, rel=1e-12)
+    assert r_w == pytest.approx(sum(x / sum(e) * t for x, t in zip(e, terms)), rel=1e-12)
+    assert t_mean == pytest.approx(0.2, rel=1e-12)
+    # area None: the response's own box (0.1, 0.2, 0.5, 0.6) covers 0.16 of the image
+    assert cvig_row(text, ids, lp, lp_cf, None, terms, Chars, 0.7, None)[0] == \
+        pytest.approx(sum((a - b) * 0.84 for a, b in zip(pk, pcf)) / 3, rel=1e-12)
+
+
+def test_cvig_row_is_none_where_it_cannot_be_scored():
+    text, ids, lp, lp_cf = _row(["sadness", "fear", "gloom"], [0.5, 0.3, 0.2], [0.1, 0.3, 0.05])
+    assert cvig_row(text, ids, lp, lp_cf, 0.3, [0.1] * 4, Chars, 0.1, 2) is None  # K = 3 where 2 are asked
+    assert cvig_row(text, ids, lp, lp_cf, 0.3, [0.1] * 4, Chars, 0.1, 3) is not None
+    assert cvig_row(text, ids, lp, lp_cf, 0.3, [0.1] * 2, Chars, 0.1, None) is None  # more candidates than terms
+    nan = lp_cf.clone()
+    nan[0] = float("nan")
+    assert cvig_row(text, ids, lp, nan, 0.3, [0.1] * 4, Chars, 0.1, None) is None  # not re-scored
+    assert response_box(text, 3) == pytest.approx((0.1, 0.2, 0.5, 0.6)) and response_box(text, 2) is None
+
+
+# ---- the rewards honour K and truncation ------------------------------------------------------------------------
+def test_rewards_read_k_and_truncation():
+    from mmrl.rewards.base import REWARDS
+
+    texts = [resp(["sadness", "fear", "gloom"])]
+    ctx = ctx_of(texts)
+    assert REWARDS.get("dspo_format")(ctx, k=3)["dspo_format"] == [1.0]
+    assert REWARDS.get("dspo_format")(ctx, k=2)["dspo_format"] == [0.0]
+    assert REWARDS.get("dspo_accuracy")(ctx, k=2) == [0.0] and REWARDS.get("dspo_accuracy")(ctx) == [1.0]
+    ctx[0].trajectory.truncated = True
+    out = REWARDS.get("dspo_format")(ctx)
+    assert out["dspo_format"] == [0.0] and out["dspo_format/truncated"] == [1.0]
+
+
+class _Ev:
+    def __init__(self, source_size):
+        self.boxes = [(0.0, [10.0, 20.0, 30.0, 60.0])]
+        self.source_size = source_size
+
+
+class _Sample:
+    id = "s7"
+
+    def __init__(self, source_size):
+        self.evidence = _Ev(source_size)
+
+
+@pytest.mark.parametrize("source_size,size", [((100, 0), None), ((0, 80), None), (None, None)])
+def test_an_evidence_box_without_a_whole_size_is_refused_naming_the_sample(source_size, size):
+    with pytest.raises(ValueError, match=r"^sample 's7': evidence box without source_size$"):
+        evidence_box(_Sample(source_size), size)
