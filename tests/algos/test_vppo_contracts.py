@@ -156,3 +156,9 @@ def test_vppo_dynamic_sampling_takes_the_correct_threshold():
     lo = build_spec("vppo", {"correct_threshold": 0.5}, LossParams()).advantages(b).metrics["vppo/scale_max"]
     hi = build_spec("vppo", {"correct_threshold": 0.3}, LossParams()).advantages(b).metrics["vppo/scale_max"]
     assert hi == pytest.approx(1.1) and not math.isclose(lo, hi)  # two rows in the statistics: n = [0, 1]
+
+
+def test_tgf_ties_go_to_the_earlier_tokens_on_a_long_response():
+    # 30 tokens of equal dependency (an unstable sort would scramble them): the first ceil(0.4 x 30) = 12 stay
+    s = torch.ones(1, 30)
+    assert tgf_mask(s, torch.ones(1, 30, dtype=torch.bool)).flatten().tolist() == [True] * 12 + [False] * 18
