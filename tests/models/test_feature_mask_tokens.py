@@ -110,3 +110,28 @@ def test_score_with_masked_boxes_scores_each_response_under_its_own_box_and_pads
     merge[0] = 2
     score_with_masked_boxes(model, score, items[:1], [(0, 0, 0.4, 0.4)], merge=2, calls=None)
     assert calls == [1] and seen[-1] == [0.0]  # merge 2: the 2x2 grid is one merged token, touched by the box
+
+
+class Qwen2VisionTransformerPretrainedModel(torch.nn.Module):
+    """A stand-in encoder without ``spatial_merge_size``: the merge is 2 (Qwen2-VL's)."""
+
+    def forward(self, x):
+        return x + 1.0
+
+
+def test_the_merge_defaults_to_2_and_no_call_is_padded_without_a_count():
+    model = torch.nn.Sequential(Qwen2VisionTransformerPretrainedModel())
+    calls = []
+
+    def score(items):
+        calls.append(len(items))
+        if not items:
+            return []
+        feats = model[0](torch.zeros(2, 1))  # a 2x4 grid is 1x2 merged tokens at merge 2
+        return [feats.flatten()]
+
+    out = score_with_masked_boxes(model, score, [(Prompt(2, 4), torch.tensor([1]))], [(0, 0, 1, 0.5)])
+    assert out[0].tolist() == [0.0, 1.0] and calls == [1]
+    calls.clear()
+    assert score_with_masked_boxes(model, score, [(Prompt(2, 4), torch.tensor([1]))], [None]) == [None]
+    assert calls == []
