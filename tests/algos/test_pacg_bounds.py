@@ -166,3 +166,11 @@ def test_gate_advantages_edges():
     assert none.shape == (0, 0)
     with pytest.raises(ValueError, match=r"^3 advantages for 2 responses$"):
         gate_advantages(torch.zeros(3), [1, 2], *(torch.zeros(0, dtype=torch.long),) * 3, torch.zeros(0))
+
+
+def test_an_empty_batch_gives_empty_advantages_and_zero_metrics():
+    out = build_spec("pacg", {"base": "grpo"}, LossParams()).advantages(make_batch([], [], []))
+    assert out.advantages.shape == (0, 0)
+    assert [out.metrics[k] for k in ("pacg/claims", "pacg/responses_with_claims", "pacg/flagged_frac",
+                                     "pacg/persistence_mean", "pacg/efs_claim_mean", "pacg/efs_token_mean",
+                                     "pacg/gain_flagged_mean")] == [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
