@@ -164,6 +164,12 @@ def test_bpo_metrics_and_params_reach_the_advantages():
     biased = bpo(inp, BPOParams(unbiased_std=False))
     assert biased.metrics["bpo/sigma_B"] == pytest.approx(float(d.std(unbiased=False)))
     assert biased.advantages[1].item() == pytest.approx(-1.0 / (float(d.std(unbiased=False)) + 1e-6), rel=1e-5)
+    # d = r - b = [0, -0.5, 0, 0.25] (r + b would be [1, 0.5, 0.5, 0.75]: another spread)
+    r3 = torch.tensor([0.5, 0.0, 0.25, 0.5])
+    d3 = torch.tensor([0.0, -0.5, 0.0, 0.25], dtype=torch.float64)
+    assert bpo(AdvantageInputs(r3, g, roles=roles), BPOParams()).metrics["bpo/sigma_B"] == pytest.approx(float(d3.std()))
+    two = bpo(AdvantageInputs(torch.tensor([1.0, 0.0]), G2, roles=ROLES2), BPOParams())
+    assert two.metrics["bpo/sigma_B"] == pytest.approx(float(torch.tensor([0.0, -1.0]).std()))
     one = bpo(AdvantageInputs(torch.tensor([0.5]), torch.tensor([0]), roles=["anchor"]), BPOParams())
     assert one.metrics["bpo/sigma_B"] == 0.0 and one.metrics["reward_mean"] == 0.5
 
@@ -188,6 +194,9 @@ def test_temporal_bonus_with_one_ordered_or_one_shuffled_response():
     # group 1 with its ordered accuracy 0.3 < 0.8 * 0.5: no bonus
     acc2 = torch.tensor([1.0, 1.0, 0.3, 1.0, 0.0])
     assert tgrpo_temporal_bonus(acc2, g, shuf)[1].tolist() == [True, True, False, False, False]
+    # a group with shuffled responses only has no condition to meet (even at accuracy 0)
+    only = tgrpo_temporal_bonus(torch.zeros(2), torch.tensor([0, 0]), torch.tensor([True, True]))
+    assert only[1].tolist() == [False, False] and only[0].tolist() == [0.0, 0.0]
 
 
 def test_tgrpo_advantages_take_the_threshold_and_integer_masks():

@@ -5,6 +5,7 @@ that names it); the gate is checked where a comparison's strictness shows (a cla
 group of two claims, a σ exactly at ``eps``, no claim at all).
 """
 import math
+import re
 
 import pytest
 import torch
@@ -84,7 +85,7 @@ def test_missing_inputs_are_named():
     spec = build_spec("pacg", {"base": "grpo"}, LossParams())
     batch = make_batch(TEXTS, [1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1])
     batch.rescored = {PATCH: batch.rescored[PATCH][:1]}
-    with pytest.raises(ValueError, match=rf"^PACG needs the re-scored log-probs '{PATCH}' of every response "
+    with pytest.raises(ValueError, match=rf"^PACG needs the re-scored log-probs '{re.escape(PATCH)}' of every response "
                                          r"\(got 1 for 4\)$"):
         spec.advantages(batch)
     batch.rescored = {}

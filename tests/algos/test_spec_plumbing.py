@@ -1,5 +1,6 @@
 """The algorithm spec's plumbing (mmrl/algos/spec.py): registration, parameter parsing and its messages, the
 wrapper's base forms, the plan of views and roles, selection, binding to the run config and the derived params."""
+import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -7,8 +8,8 @@ import torch
 
 from mmrl.algos.base import AdvantageOutput, LossParams
 from mmrl.algos.pacg import PACGParams
-from mmrl.algos.spec import (ALGORITHMS, AlgorithmSpec, NoParams, build_algorithm, build_spec, derive_params, estimate,
-                             parse_params, register_algorithm)
+from mmrl.algos.spec import (ALGORITHMS, AlgorithmSpec, NoParams, WrapperSpec, build_algorithm, build_spec,
+                             derive_params, estimate, parse_params, register_algorithm)
 from mmrl.errors import ConfigError
 from tests.algos.test_pacg_spec import TEXTS, make_batch
 
@@ -29,6 +30,13 @@ def test_registration_names_the_class():
     cls = ALGORITHMS.get("test_binder")
     assert cls.name == "test_binder" and cls.__doc__.startswith("Records")
     assert build_spec("grpo", {}, LossParams()).name == "grpo"
+    name = f"test_reg_{uuid.uuid4().hex}"  # registered while the test runs (the built-ins register on import)
+
+    @register_algorithm(name)
+    class Fresh(AlgorithmSpec):
+        pass
+
+    assert ALGORITHMS.get(name) is Fresh and Fresh.name == name
 
 
 PARSE = [
@@ -50,6 +58,10 @@ PARSE = [
     (lambda: ALGORITHMS.get("pacg")({"base": "grpo", "kapa": 1}, LossParams()), r"^config key 'algorithm\.params\.kapa'"),
     (lambda: ALGORITHMS.get("pacg")({"base": {"name": "grpo", "params": {"bad": 1}}}, LossParams(), key="x.y"),
      r"^config key 'x\.y\.base\.params\.bad'"),
+    (lambda: ALGORITHMS.get("pacg")({"base": "grpo", "kapa": 1}, LossParams(), key="x.y"), r"^config key 'x\.y\.kapa'"),
+    (lambda: ALGORITHMS.get("grpo")({"bad": 1}, LossParams()), r"^config key 'algorithm\.params\.bad'"),
+    (lambda: WrapperSpec({"base": "grpo", "bad": 1}, LossParams()), r"^config key 'algorithm\.params\.bad'"),
+    (lambda: WrapperSpec({"base": {"name": "grpo", "x": 1}}, LossParams()), r"^config key 'algorithm\.params\.base\.x'"),
 ]
 
 

@@ -5,6 +5,7 @@ scale ``α_min + n (α_max - α_min)``; no shaping with fewer than two valid res
 TGF: the top ``⌈k |o_i|⌉`` tokens of each response by S_t, ties to the earlier token.
 """
 import math
+import re
 
 import pytest
 import torch
@@ -108,7 +109,7 @@ def test_vppo_spec_needs_and_missing_inputs():
     assert n.old is False and n.ref is False and list(n.rescore) == [PATCH]
     b = _batch()
     b.rescored = {PATCH: b.rescored[PATCH][:1]}
-    with pytest.raises(ValueError, match=rf"^VPPO needs the re-scored log-probs '{PATCH}' of every response "
+    with pytest.raises(ValueError, match=rf"^VPPO needs the re-scored log-probs '{re.escape(PATCH)}' of every response "
                                          r"\(got 1 for 4\)$"):
         spec.advantages(b)
     b.rescored = {}
@@ -137,8 +138,15 @@ def test_vppo_spec_reaches_its_params_and_reports_metrics():
     # without dynamic sampling every row with a token counts in the TAS statistics, also a uniform group's
     b2 = make_batch(TEXTS, [1.0, 1.0, 1.0, 0.0], [0, 0, 1, 1], claim_p=[0.2, 0.95, 0.3, 0.25])
     off = build_spec("vppo", {"dynamic_sampling": False}, LossParams()).advantages(b2)
-    assert off.metrics["vppo/scale_min"] == pytest.approx(float(vppo_token_advantages(
-        torch.ones(4), b2.rescored[PATCH], b2.logprobs)[2].min()))
+    base2 = build_spec("grpo", {}, LossParams()).advantages(b2).advantages
+    assert torch.allclose(off.advantages, vppo_token_advantages(base2, b2.rescored[PATCH], b2.logprobs)[0], atol=1e-6)
+    # an empty response does not count in the TAS statistics either
+    b3 = make_batch(TEXTS + [""], [1.0, 0.0, 1.0, 0.0, 1.0], [0, 0, 1, 1, 2], claim_p=[0.2, 0.95, 0.3, 0.25])
+    three = build_spec("vppo", {"dynamic_sampling": False}, LossParams()).advantages(b3)
+    base3 = build_spec("grpo", {}, LossParams()).advantages(b3).advantages
+    _, _, scale3, _ = vppo_token_advantages(base3, b3.rescored[PATCH], b3.logprobs)
+    assert three.metrics["vppo/scale_max"] == pytest.approx(float(scale3[:4].max()))
+    assert three.metrics["vppo/scale_min"] == pytest.approx(float(scale3[:4].min()))
     # one token in the whole batch: the kept share is 1
     one = make_batch(["A"], [1.0], [0])
     assert build_spec("vppo", {"dynamic_sampling": False}, LossParams()).advantages(one).metrics["vppo/token_frac"] == 1.0
