@@ -9,6 +9,7 @@ the mutants listed in ``EQUIVALENT`` (argued in docs/testing.md, matched by thei
     python scripts/mutation.py                       # every group
     python scripts/mutation.py rewards update        # some groups
     python scripts/mutation.py --budget-min 10 views # another time budget per group (minutes; default BUDGET_MIN)
+    python scripts/mutation.py --rescore pacg        # score the last run again with this EQUIVALENT list
 
 Prints one line per group and the surviving mutants (``mutmut show NAME`` in the group's folder prints a diff),
 and writes ``runs/mutation/summary.json``.
@@ -226,6 +227,113 @@ EQUIVALENT = {
     # annotations / decode: "UTF-8" is "utf-8"
     ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
     ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),
+    # feature_mask: a coordinate in (1, 2] clipped at 2 instead of 1 gives the same slice (ends are cut at the map's size, a
+    # start at or beyond the last row or column gives an empty slice either way)
+    ('mmrl/models/feature_mask.py', 'y0, x0, y1, x1 = (min(1.0, max(0.0, float(v))) for v in box)',
+     'y0, x0, y1, x1 = (min(2.0, max(0.0, float(v))) for v in box)'),
+    # bpo/tgrpo: a float32 operand left as is where the other operand is float64 is promoted to float64 exactly
+    # (a float32 value converts to float64 without rounding), so the float64 result is the same
+    ('mmrl/algos/bpo.py', 's = torch.zeros(g, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(torch.float64) * a)',
+     's = torch.zeros(g, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(None) * a)'),
+    ('mmrl/algos/bpo.py', 's = torch.zeros(k, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(torch.float64) * a)',
+     's = torch.zeros(k, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(None) * a)'),
+    ('mmrl/algos/bpo.py', 'adv = rewards.to(torch.float64) - s[inv]',
+     'adv = rewards.to(None) - s[inv]'),
+    ('mmrl/algos/bpo.py', 'd = rewards.to(torch.float64) - anchor_baseline(rewards, group_ids, roles)',
+     'd = rewards.to(None) - anchor_baseline(rewards, group_ids, roles)'),
+    ('mmrl/algos/bpo.py', 'num = torch.zeros(k, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(torch.float64) * w)',
+     'num = torch.zeros(k, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(None) * w)'),
+    ('mmrl/algos/bpo.py', 'adv = (adv.to(torch.float64) * w.to(torch.float64)).to(adv.dtype)',
+     'adv = (adv.to(None) * w.to(torch.float64)).to(adv.dtype)'),
+    ('mmrl/algos/bpo.py', 'adv = (adv.to(torch.float64) * w.to(torch.float64)).to(adv.dtype)',
+     'adv = (adv.to(torch.float64) * w.to(None)).to(adv.dtype)'),
+    ('mmrl/algos/tgrpo.py', 's = torch.zeros(g, dtype=torch.float64, device=x.device).index_add_(0, inv, x.to(torch.float64) * m)',
+     's = torch.zeros(g, dtype=torch.float64, device=x.device).index_add_(0, inv, x.to(None) * m)'),
+    ('mmrl/algos/tgrpo.py', 'shaped = rewards.to(torch.float64) + b.to(torch.float64)',
+     'shaped = rewards.to(None) + b.to(torch.float64)'),
+    ('mmrl/algos/tgrpo.py', 'shaped = rewards.to(torch.float64) + b.to(torch.float64)',
+     'shaped = rewards.to(torch.float64) + b.to(None)'),
+    # bpo/tgrpo/vppo: torch.tensor of Python floats is float32 and of Python bools bool, of Python ints int64, by default
+    ('mmrl/algos/bpo.py', 'return torch.tensor(out, dtype=torch.float32)',
+     'return torch.tensor(out, dtype=None)'),
+    ('mmrl/algos/bpo.py', 'return torch.tensor(out, dtype=torch.float32)',
+     'return torch.tensor(out, )'),
+    ('mmrl/algos/bpo.py', 'return torch.tensor([ROLE_ALIASES.get(r, r) == "anchor" for r in roles], dtype=torch.bool, device=device)',
+     'return torch.tensor([ROLE_ALIASES.get(r, r) == "anchor" for r in roles], dtype=None, device=device)'),
+    ('mmrl/algos/bpo.py', 'return torch.tensor([ROLE_ALIASES.get(r, r) == "anchor" for r in roles], dtype=torch.bool, device=device)',
+     'return torch.tensor([ROLE_ALIASES.get(r, r) == "anchor" for r in roles], device=device)'),
+    ('mmrl/algos/tgrpo.py', 'return torch.tensor([r == SHUFFLED_ROLE for r in roles], dtype=torch.bool, device=device)',
+     'return torch.tensor([r == SHUFFLED_ROLE for r in roles], dtype=None, device=device)'),
+    ('mmrl/algos/tgrpo.py', 'return torch.tensor([r == SHUFFLED_ROLE for r in roles], dtype=torch.bool, device=device)',
+     'return torch.tensor([r == SHUFFLED_ROLE for r in roles], device=device)'),
+    ('mmrl/algos/vppo_core.py', 'keep_n = torch.tensor([math.ceil(k * int(x)) for x in m.sum(1)], dtype=torch.long)',
+     'keep_n = torch.tensor([math.ceil(k * int(x)) for x in m.sum(1)], dtype=None)'),
+    ('mmrl/algos/vppo_core.py', 'keep_n = torch.tensor([math.ceil(k * int(x)) for x in m.sum(1)], dtype=torch.long)',
+     'keep_n = torch.tensor([math.ceil(k * int(x)) for x in m.sum(1)], )'),
+    # bpo: a one-row batch is its group's anchor, so d = r - b = 0 and the advantage is 0 either way; group_stats with
+    # 2 groups of which the second is empty gives group 0 the same std and constancy; pack_scores: an extra empty bucket
+    # is never indexed, and an empty batch indexes nothing
+    ('mmrl/algos/bpo.py', 'if d.numel() == 0:',
+     'if d.numel() == 1:'),
+    ('mmrl/algos/bpo.py', '_, std, const = group_stats(d, torch.zeros(d.shape[0], dtype=torch.long, device=d.device), 1, unbiased)',
+     '_, std, const = group_stats(d, torch.zeros(d.shape[0], dtype=torch.long, device=d.device), 2, unbiased)'),
+    ('mmrl/algos/bpo.py', 'k = int(inv.max()) + 1 if inv.numel() else 0',
+     'k = int(inv.max()) + 2 if inv.numel() else 0'),
+    ('mmrl/algos/bpo.py', 'k = int(inv.max()) + 1 if inv.numel() else 0',
+     'k = int(inv.max()) + 1 if inv.numel() else 1'),
+    # spec: parse_params returns an instance of the Params class as is; plan ignores n_views in the base class and
+    # T-GRPO; ones(...).to(bool) is the same mask whatever dtype it starts in; every registered spec has a dataclass
+    # Params (NoParams at least), so describe always takes asdict and derive_params always finds Params; estimate's
+    # specs never read spec.loss
+    ('mmrl/algos/spec.py', 'self.params = parse_params(self.Params, params, key) if not isinstance(params, self.Params) else params',
+     'self.params = parse_params(self.Params, params, key) if (not isinstance(params, self.Params)) or True else params'),
+    ('mmrl/algos/spec.py', 'def plan(self, role: str, n: int, n_views: int = 1) -> int:',
+     'def plan(self, role: str, n: int, n_views: int = 2) -> int:'),
+    ('mmrl/algos/spec.py', 'mask = out.train_mask if out.train_mask is not None else torch.ones(len(batch), dtype=torch.bool)',
+     'mask = out.train_mask if out.train_mask is not None else torch.ones(len(batch), dtype=None)'),
+    ('mmrl/algos/spec.py', 'mask = out.train_mask if out.train_mask is not None else torch.ones(len(batch), dtype=torch.bool)',
+     'mask = out.train_mask if out.train_mask is not None else torch.ones(len(batch), )'),
+    ('mmrl/algos/spec.py', 'return f"{self.name} {dataclasses.asdict(self.params) if dataclasses.is_dataclass(self.params) else self.params}"',
+     'return f"{self.name} {dataclasses.asdict(self.params) if (dataclasses.is_dataclass(self.params)) or True else self.params}"'),
+    ('mmrl/algos/spec.py', 'for param, source in getattr(getattr(cls, "Params", None), "DERIVED", {}).items():',
+     'for param, source in getattr(getattr(cls, "Params", ), "DERIVED", {}).items():'),
+    ('mmrl/algos/spec.py', 'spec = build_spec(name, params, LossParams())',
+     'spec = build_spec(name, params, None)'),
+    ('mmrl/algos/tgrpo.py', 'def plan(self, role: str, n: int, n_views: int = 1) -> int:',
+     'def plan(self, role: str, n: int, n_views: int = 2) -> int:'),
+    # tgrpo: a 0/1 integer mask combined with & gives the same 0/1 values as a bool one; the metrics' call to
+    # tgrpo_temporal_bonus reads only the group condition, which depends on neither the bonus nor the threshold
+    ('mmrl/algos/tgrpo.py', 'm = torch.ones_like(acc, dtype=torch.bool) if mask is None else mask.to(torch.bool)',
+     'm = torch.ones_like(acc, dtype=torch.bool) if mask is None else mask.to(None)'),
+    ('mmrl/algos/tgrpo.py', '_, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, params.mu, params.bonus, params.acc_threshold)',
+     '_, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, params.mu, params.acc_threshold)'),
+    ('mmrl/algos/tgrpo.py', '_, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, params.mu, params.bonus, params.acc_threshold)',
+     '_, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, params.mu, params.bonus, )'),
+    # vppo: its base (DAPO -> GRPO) asks for Needs() and gives no train mask in advantages (DAPO filters in select), so
+    # the defaults are what is passed; n = (v - lo) / (hi - lo) lies in [0, 1] by construction, so its clamp is a no-op;
+    # float("-INF") is -inf; sort's default dim and an arange of shape [T] broadcast the same on the 2-D scores
+    ('mmrl/algos/vppo.py', 'return Needs(old=base.old, ref=base.ref, rescore=rescore)',
+     'return Needs(ref=base.ref, rescore=rescore)'),
+    ('mmrl/algos/vppo.py', 'return Needs(old=base.old, ref=base.ref, rescore=rescore)',
+     'return Needs(old=base.old, rescore=rescore)'),
+    ('mmrl/algos/vppo.py', 'return AdvantageOutput(advantages=adv, train_mask=out.train_mask, rewards=out.rewards, metrics=metrics)',
+     'return AdvantageOutput(advantages=adv, train_mask=None, rewards=out.rewards, metrics=metrics)'),
+    ('mmrl/algos/vppo.py', 'return AdvantageOutput(advantages=adv, train_mask=out.train_mask, rewards=out.rewards, metrics=metrics)',
+     'return AdvantageOutput(advantages=adv, rewards=out.rewards, metrics=metrics)'),
+    ('mmrl/algos/vppo_core.py', 'n = ((v - lo) / (hi - lo)).clamp(0.0, 1.0)',
+     'n = ((v - lo) / (hi - lo)).clamp(None, 1.0)'),
+    ('mmrl/algos/vppo_core.py', 'n = ((v - lo) / (hi - lo)).clamp(0.0, 1.0)',
+     'n = ((v - lo) / (hi - lo)).clamp(0.0, None)'),
+    ('mmrl/algos/vppo_core.py', 'n = ((v - lo) / (hi - lo)).clamp(0.0, 1.0)',
+     'n = ((v - lo) / (hi - lo)).clamp(0.0, )'),
+    ('mmrl/algos/vppo_core.py', 'n = ((v - lo) / (hi - lo)).clamp(0.0, 1.0)',
+     'n = ((v - lo) / (hi - lo)).clamp(0.0, 2.0)'),
+    ('mmrl/algos/vppo_core.py', 'masked = torch.where(m, s.float(), torch.full_like(s.float(), -float("inf")))',
+     'masked = torch.where(m, s.float(), torch.full_like(s.float(), -float("INF")))'),
+    ('mmrl/algos/vppo_core.py', 'order = torch.sort(masked, dim=1, descending=True, stable=True).indices',
+     'order = torch.sort(masked, descending=True, stable=True).indices'),
+    ('mmrl/algos/vppo_core.py', 'rank_ok = torch.arange(s.shape[1]).view(1, -1) < keep_n.view(-1, 1)',
+     'rank_ok = torch.arange(s.shape[1]).view(-1) < keep_n.view(-1, 1)'),
 }
 
 CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash
@@ -287,6 +395,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-min", type=float, default=None,
                     help="wall-clock budget per group, minutes (default: BUDGET_MIN of the group)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "mutation"))
+    ap.add_argument("--rescore", action="store_true",
+                    help="score the groups' last runs again with this EQUIVALENT list (no mutant is run)")
     args = ap.parse_args(argv)
     unknown = [g for g in args.groups if g not in GROUPS]
     if unknown:
@@ -297,6 +407,17 @@ def main(argv=None) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     for group in args.groups or list(GROUPS):
         work = out / group
+        if args.rescore:
+            if group not in summary or not (work / "mutants").exists():
+                print(f"{group:15s} no run to score again", flush=True)
+                continue
+            res = _collect(work)
+            summary[group] = {**summary[group], **res}
+            res = summary[group]
+            print(f"{group:15s} caught {res['caught']:3d}, survived {len(res['survived']):3d} (+{len(res['equivalent'])}"
+                  f" equivalent), not run {res['not_run']:3d} -> score {res['score']}% (run of {res['seconds']} s)")
+            summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+            continue
         budget = args.budget_min if args.budget_min is not None else BUDGET_MIN.get(group, DEFAULT_BUDGET_MIN)
         _prepare(group, work)
         t0 = time.time()
