@@ -81,6 +81,7 @@ def test_padding_and_sizes_take_integer_masks():
     assert padded.dtype == torch.bool and padded.tolist() == [True, True, False]
     assert kept_set_sizes(T([True, True, False]), T([0, 0, 1])) == (1.0, 2.0)
     assert kept_set_sizes(T([True, True, False]), T([0, 0, 1]), eligible=T([1, 0, 0])) == (2.0, 2.0)
+    assert kept_set_sizes(T([True, True, False]), T([0, 0, 1]), eligible=T([0, 0, 1])) == (0.0, 0.0)  # prompt 1 only
 
 
 ARS_BOUNDS = [
@@ -132,10 +133,14 @@ def test_fastrl_config_bounds(params, error):
             cls(kw, loss)
     with pytest.raises(ConfigError, match=r"^config key 'run\.algo\.ngram'"):
         cls({"base": "grpo", "total_steps": 20, "ngram": 0}, loss, key="run.algo")
+    with pytest.raises(ConfigError, match=r"^config key 'run\.algo\.kapa'"):
+        cls({"base": "grpo", "total_steps": 20, "kapa": 0}, loss, key="run.algo")
 
 
 def test_plan_hands_the_base_its_role_and_views():
     assert _fastrl(base="tgrpo", ars=False).plan("shuffled", 8) == 4
+    assert _fastrl(base="tgrpo", ars=False).plan("anchor", 8) == 8
+    assert _fastrl(base="tgrpo").plan("anchor", 8) == 8
     assert _fastrl(base="bpo", ars=False).plan("anchor", 8, 4) == 2
     assert _fastrl(base="tgrpo").plan("shuffled", 8) == 4  # through ARS (n = 8 at the start)
     spec = _fastrl(ars=False)
@@ -182,6 +187,9 @@ def test_after_step_passes_the_base_its_arguments_and_waits_for_a_plan():
     m = spec.after_step(b, sel, epoch_ended=True)  # no plan yet: no ARS state to update
     assert m == {"probe/epoch_ended": 1.0} and spec.ars_state is None
     assert spec.base.seen[0] is b and spec.base.seen[1] is sel and spec.base.seen[2] is True
+    fresh = _fastrl(base="test_fastrl_probe")
+    fresh.plan("anchor", 4)  # planned before any step: nothing to record yet
+    assert fresh.after_step(b, sel, epoch_ended=False)["fastrl/rollout_n"] == 4.0 and fresh.ars_state.epoch_means == []
     spec.plan("anchor", 4)
     m = spec.after_step(b, sel, epoch_ended=False)  # planned, nothing selected yet: nothing recorded
     assert m == {"probe/epoch_ended": 0.0, "fastrl/rollout_n": 4.0} and spec.ars_state.epoch_means == []
