@@ -334,6 +334,52 @@ EQUIVALENT = {
      'order = torch.sort(masked, descending=True, stable=True).indices'),
     ('mmrl/algos/vppo_core.py', 'rank_ok = torch.arange(s.shape[1]).view(1, -1) < keep_n.view(-1, 1)',
      'rank_ok = torch.arange(s.shape[1]).view(-1) < keep_n.view(-1, 1)'),
+    # fastrl: rows of equal advantage within a prompt are adjacent after the sorts whatever their order, and partition ids
+    # depend only on the sorted (prompt, A) values, so the first sort's stability changes nothing; idx (nonzero's output)
+    # is strictly increasing, so its argsort has no ties; a float or integer 0/1 mask where a bool one is expected is
+    # read the same by nonzero(), 'if', cumsum(long) and ones_like(bool keep); |A| of a float32 input converts to float64
+    # exactly (same order and ties); a bool 'valid' times float advantages and its int64 row sums give the same mean; the
+    # base's Selection mask is already bool; k - k % 1 = k; G'_t = G'_ref gives round(min(G, G)) = G in both branches
+    ('mmrl/algos/fastrl.py', 'order = torch.argsort(a, stable=True)',
+     'order = torch.argsort(a, )'),
+    ('mmrl/algos/fastrl.py', 'order = torch.argsort(a, stable=True)',
+     'order = torch.argsort(a, stable=False)'),
+    ('mmrl/algos/fastrl.py', 'new = torch.ones(n, dtype=torch.bool)',
+     'new = torch.ones(n, dtype=None)'),
+    ('mmrl/algos/fastrl.py', 'new = torch.ones(n, dtype=torch.bool)',
+     'new = torch.ones(n, )'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, dtype=None) if eligible is None else eligible.to(torch.bool).cpu()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, ) if eligible is None else eligible.to(torch.bool).cpu()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(None).cpu()'),
+    ('mmrl/algos/fastrl.py', 'absa = adv.detach().to(torch.float64).cpu().abs()[idx]',
+     'absa = adv.detach().to(None).cpu().abs()[idx]'),
+    ('mmrl/algos/fastrl.py', 'order = torch.argsort(idx, stable=True)',
+     'order = torch.argsort(idx, )'),
+    ('mmrl/algos/fastrl.py', 'order = torch.argsort(idx, stable=True)',
+     'order = torch.argsort(idx, stable=False)'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, dtype=None) if eligible is None else eligible.to(torch.bool).cpu()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, ) if eligible is None else eligible.to(torch.bool).cpu()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(None).cpu()'),
+    ('mmrl/algos/fastrl.py', 'absa = adv.detach().to(torch.float64).cpu().abs()',
+     'absa = adv.detach().to(None).cpu().abs()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones_like(keep, dtype=torch.bool) if eligible is None else eligible.to(torch.bool)',
+     'elig = torch.ones_like(keep, dtype=None) if eligible is None else eligible.to(torch.bool)'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones_like(keep, dtype=torch.bool) if eligible is None else eligible.to(torch.bool)',
+     'elig = torch.ones_like(keep, ) if eligible is None else eligible.to(torch.bool)'),
+    ('mmrl/algos/fastrl.py', 'valid = (t[None, :] < lengths.to(adv.device)[:, None]).to(adv.dtype)',
+     'valid = (t[None, :] < lengths.to(adv.device)[:, None]).to(None)'),
+    ('mmrl/algos/fastrl.py', 'elig = sel.train_mask.to(torch.bool)',
+     'elig = sel.train_mask.to(None)'),
+    ('mmrl/algos/fastrl.py', 'if n_views > 1:',
+     'if n_views >= 1:'),
+    ('mmrl/algos/fastrl.py', 'if g_t >= g_ref:',
+     'if g_t > g_ref:'),
 }
 
 CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash
