@@ -232,3 +232,51 @@ class _Sample:
 def test_an_evidence_box_without_a_whole_size_is_refused_naming_the_sample(source_size, size):
     with pytest.raises(ValueError, match=r"^sample 's7': evidence box without source_size$"):
         evidence_box(_Sample(source_size), size)
+
+
+@pytest.mark.parametrize("word,norm", [("  Very   Happy. ", "very happy"), ("Xenon;", "xenon"), ("'calm'", "calm"),
+                                       ("sad\tand\nlow", "sad and low")])
+def test_normalize_emotion(word, norm):
+    from mmrl.rewards.dspo_format import normalize_emotion
+
+    assert normalize_emotion(word) == norm
+
+
+# ---- the spec's binding to the reward config and its passes --------------------------------------------------------
+def _cfg(*rewards):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(rewards=[SimpleNamespace(name=n, weight=w) for n, w in rewards])
+
+
+def _dspo(**params):
+    from mmrl.algos.base import LossParams
+    from mmrl.algos.spec import build_spec
+
+    return build_spec("dspo", {"tokenizer": "unused", **params}, LossParams())
+
+
+def test_bind_takes_the_div_weight_from_the_rewards():
+    from mmrl.errors import ConfigError
+
+    s = _dspo(cvig=False)
+    s.bind(_cfg(("dspo_accuracy", 1.0)))
+    assert s.params.div_weight == 0.0  # no dspo_div reward: weight 0
+    s = _dspo(div_weight=0.3, mask="pixel")
+    s.bind(_cfg(("dspo_div", 0.3), ("dspo_evidence", 0.0)))  # equal: accepted
+    assert s.params.div_weight == 0.3
+    with pytest.raises(ConfigError, match=r"^config key 'algorithm\.params\.div_weight' = 0\.3 differs from no 'dspo_div' "
+                                          r"reward in 'rewards' \(weight 0\): the two must be equal"):
+        _dspo(cvig=False, div_weight=0.3).bind(_cfg(("dspo_accuracy", 1.0)))
+    _dspo(mask="feature").bind(_cfg(("dspo_div", 0.3)))  # feature masking reads no evidence reward
+    with pytest.raises(ConfigError, match=r"needs the reward 'dspo_evidence'"):
+        _dspo(mask="pixel").bind(_cfg(("dspo_div", 0.3)))
+
+
+def test_needs_name_the_passes_and_keep_k():
+    feat = _dspo(k=3).needs().rescore
+    assert feat["cvig_orig"].transform == "identity" and feat["cvig_orig"].params == {}
+    assert feat["cvig"].feature_box(resp(["joy", "fear", "calm"])) == pytest.approx((0.1, 0.2, 0.5, 0.6))
+    assert feat["cvig"].feature_box(resp(["joy", "fear"])) is None  # K = 2 where 3 are required: no box
+    px = _dspo(mask="pixel", intervention="occlude_box", intervention_params={"value": 0}).needs().rescore["cvig"]
+    assert px.transform == "occlude_box" and px.params == {"value": 0}
