@@ -280,3 +280,99 @@ def test_needs_name_the_passes_and_keep_k():
     assert feat["cvig"].feature_box(resp(["joy", "fear"])) is None  # K = 2 where 3 are required: no box
     px = _dspo(mask="pixel", intervention="occlude_box", intervention_params={"value": 0}).needs().rescore["cvig"]
     assert px.transform == "occlude_box" and px.params == {"value": 0}
+
+
+# ---- the spec's CVIG shaping on a batch, with the character tokenizer ------------------------------------------------
+def _shaping_batch():
+    from mmrl.algos.spec import StepBatch
+
+    rows = [(["sadness", "fear"], [0.5, 0.3], [0.1, 0.3]), (["joy", "calm"], [0.5, 0.5], [0.5, 0.5]),
+            (["anger", "fear"], [0.4, 0.2], [0.4, 0.1]), (["joy", "fear"], [0.5, 0.5], [0.5, 0.5])]
+    texts, ids, lp, lp_cf = [], [], [], []
+    for cands, p, p_cf in rows:
+        t, i, a, b = _row(cands, p, p_cf)
+        texts.append(t), ids.append(torch.tensor(i)), lp.append(a), lp_cf.append(b)
+    lp_cf[3] = torch.full_like(lp_cf[3], float("nan"))  # row 3: no box, not re-scored
+    comps = {"dspo_format": torch.tensor([1.0, 0.0, 1.0, 1.0]),  # row 1 malformed (a truncated response, say)
+             "dspo_div/t0": torch.tensor([0.2, 0.5, 0.1, 0.3]), "dspo_div/t1": torch.tensor([-0.1, 0.5, 0.3, 0.3])}
+    n = len(rows)
+    return StepBatch(rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]), components=comps,
+                     groups={"prompt": torch.tensor([0, 0, 1, 1])}, roles=["anchor"] * n, views=["original"] * n,
+                     lengths=torch.tensor([len(i) for i in ids]), response_ids=ids, texts=texts,
+                     logprobs=[torch.zeros(len(i)) for i in ids], rescored={"cvig_orig": lp, "cvig": lp_cf})
+
+
+def _shift(p, p_cf, terms, area, tau):
+    pk = [math.exp(float(torch.tensor(math.log(x), dtype=torch.float32))) for x in p]
+    pcf = [math.exp(float(torch.tensor(math.log(x), dtype=torch.float32))) for x in p_cf]
+    dp = [(a - b) * (1 - area) for a, b in zip(pk, pcf)]
+    e = [math.exp(x / tau) for x in dp]
+    terms = [float(torch.tensor(t, dtype=torch.float32)) for t in terms]  # the components are float32
+    return sum(dp) / len(dp), sum(x / sum(e) * t for x, t in zip(e, terms)) - sum(terms) / len(terms)
+
+
+@pytest.mark.parametrize("p_source", ["rescore", "sampling"])
+def test_cvig_shapes_the_rewards_row_by_row(monkeypatch, p_source):
+    import mmrl.algos.dspo as dspo_mod
+
+    monkeypatch.setattr(dspo_mod, "_tokenizer", lambda path: Chars)
+    batch = _shaping_batch()
+    if p_source == "sampling":  # p_k from the sampling log-probs: the re-scored pass is ignored
+        batch.logprobs, batch.rescored["cvig_orig"] = batch.rescored["cvig_orig"], [torch.zeros(len(i)) for i in batch.response_ids]
+    spec = _dspo(tau=0.5, cf_weight=0.2, div_weight=0.3, p_source=p_source, unbiased_std=False, eps=0.25)
+    r, m = spec.shaped_rewards(batch)
+    cf0, s0 = _shift([0.5, 0.3], [0.1, 0.3], [0.2, -0.1], 0.16, 0.5)
+    cf2, s2 = _shift([0.4, 0.2], [0.4, 0.1], [0.1, 0.3], 0.16, 0.5)
+    want = [1.0 + 0.2 * cf0 + 0.3 * s0, 0.0, 1.0 + 0.2 * cf2 + 0.3 * s2, 0.0]
+    assert r.tolist() == pytest.approx(want, rel=1e-9)
+    assert m == pytest.approx({"cvig/r_cf": (cf0 + cf2) / 4, "cvig/scored_frac": 0.5, "cvig/div_shift": (s0 + s2) / 2,
+                               "cvig/no_box_frac": 0.25}, rel=1e-9)
+    out = spec.advantages(batch)
+    rr = torch.tensor(want, dtype=torch.float64)
+    g = [rr[:2], rr[2:]]
+    a = torch.cat([(x - x.mean()) / (x.std(unbiased=False) + 0.25) for x in g])
+    assert out.advantages.dtype == torch.float32 and out.advantages.tolist() == pytest.approx(a.tolist(), rel=1e-5)
+    # k reaches the rows: with k = 3 every two-candidate response is malformed for CVIG
+    r3, m3 = _dspo(div_weight=0.3, k=3).shaped_rewards(batch)
+    assert r3.tolist() == [1.0, 0.0, 1.0, 0.0] and m3["cvig/scored_frac"] == 0.0 and m3["cvig/div_shift"] == 0.0
+
+
+def test_cvig_names_what_the_step_did_not_give(monkeypatch):
+    from mmrl.errors import ConfigError
+    import mmrl.algos.dspo as dspo_mod
+
+    monkeypatch.setattr(dspo_mod, "_tokenizer", lambda path: Chars)
+    batch = _shaping_batch()
+    del batch.components["dspo_div/t0"]
+    with pytest.raises(ConfigError, match=r"^algorithm 'dspo' with cvig needs the rewards 'dspo_div' in 'rewards' "
+                                          r"\(missing component dspo_div/t0\)$"):
+        _dspo(div_weight=0.3).shaped_rewards(batch)
+    with pytest.raises(ConfigError, match=r"^algorithm 'dspo' with cvig needs the rewards 'dspo_div' and dspo_evidence "
+                                          r"in 'rewards' \(missing component dspo_div/t0\)$"):
+        _dspo(div_weight=0.3, mask="pixel").shaped_rewards(batch)
+    batch = _shaping_batch()
+    del batch.rescored["cvig"]
+    with pytest.raises(ConfigError, match=r"^algorithm 'dspo': the step gave no 'cvig' re-scoring pass$"):
+        _dspo(div_weight=0.3).shaped_rewards(batch)
+
+
+def test_dspo_params_and_construction():
+    from mmrl.algos.base import LossParams
+    from mmrl.algos.dspo import DSPOParams
+    from mmrl.algos.spec import ALGORITHMS
+    from mmrl.errors import ConfigError
+
+    with pytest.raises(ValueError, match=r"^tau must be > 0, got 0\.0$"):
+        DSPOParams(tau=0.0)
+    with pytest.raises(ValueError, match=r"^p_source must be one of \('rescore', 'sampling'\), got 'both'$"):
+        DSPOParams(p_source="both")
+    loss = LossParams(clip_low=0.1)
+    cls = ALGORITHMS.get("dspo")
+    assert cls({"cvig": False}, loss).loss is loss
+    with pytest.raises(ConfigError, match=r"^config key 'algorithm\.params\.bogus'"):
+        cls({"bogus": 1}, loss)
+    with pytest.raises(ConfigError, match=r"^config key 'x\.y\.bogus'"):
+        cls({"bogus": 1}, loss, key="x.y")
+    with pytest.raises(ConfigError, match=r"^config key 'algorithm\.params\.intervention_params' applies to "
+                                          r"algorithm\.params\.mask: pixel"):
+        cls({"tokenizer": "unused", "intervention_params": {"value": 0}}, loss)
