@@ -380,6 +380,46 @@ EQUIVALENT = {
      'if n_views >= 1:'),
     ('mmrl/algos/fastrl.py', 'if g_t >= g_ref:',
      'if g_t > g_ref:'),
+    # dspo: mu, sigma, weights or probabilities left float32 against a float64 operand are promoted exactly; z.sum(0)
+    # and z.sum(0, keepdim=True) broadcast alike against z [K, 3]; a box coordinate in (1, 2] gives the same pixel slice
+    # as 1 (ends are cut at the image size, a start beyond it gives an empty slice either way); a failed parse has no box,
+    # so response_box's test of ok changes nothing; two different step tags cannot start at the same character; a parse's
+    # reason defaults to None; _iou's union is positive whenever dspo_evidence calls it (the parser refuses boxes without
+    # area, so union >= the response box's area > 0); |Δ| >= 1e-12 and > 1e-12 differ only at exactly 1e-12
+    ('mmrl/algos/dspo_math.py', 'd_all = mahalanobis(z.mean(0), mu.to(z), sigma.to(z))',
+     'd_all = mahalanobis(z.mean(0), mu.to(None), sigma.to(z))'),
+    ('mmrl/algos/dspo_math.py', 'd_all = mahalanobis(z.mean(0), mu.to(z), sigma.to(z))',
+     'd_all = mahalanobis(z.mean(0), mu.to(z), sigma.to(None))'),
+    ('mmrl/algos/dspo_math.py', 'loo = (z.sum(0, keepdim=True) - z) / (k - 1)  # [K, 3] centroid without candidate k',
+     'loo = (z.sum(0, ) - z) / (k - 1)  # [K, 3] centroid without candidate k'),
+    ('mmrl/algos/dspo_math.py', 'loo = (z.sum(0, keepdim=True) - z) / (k - 1)  # [K, 3] centroid without candidate k',
+     'loo = (z.sum(0, keepdim=False) - z) / (k - 1)  # [K, 3] centroid without candidate k'),
+    ('mmrl/algos/dspo_math.py', 'return d_all, mahalanobis(loo, mu.to(z), sigma.to(z)) - d_all',
+     'return d_all, mahalanobis(loo, mu.to(None), sigma.to(z)) - d_all'),
+    ('mmrl/algos/dspo_math.py', 'return d_all, mahalanobis(loo, mu.to(z), sigma.to(z)) - d_all',
+     'return d_all, mahalanobis(loo, mu.to(z), sigma.to(None)) - d_all'),
+    ('mmrl/algos/dspo_math.py', 'w = torch.full_like(delta, 1.0 / delta.numel()) if w is None else w.to(delta)',
+     'w = torch.full_like(delta, 1.0 / delta.numel()) if w is None else w.to(None)'),
+    ('mmrl/algos/dspo_math.py', 'return (p.to(torch.float64) - p_cf.to(torch.float64)) * (1.0 - area_ratio)',
+     'return (p.to(None) - p_cf.to(torch.float64)) * (1.0 - area_ratio)'),
+    ('mmrl/algos/dspo_math.py', 'return (p.to(torch.float64) - p_cf.to(torch.float64)) * (1.0 - area_ratio)',
+     'return (p.to(torch.float64) - p_cf.to(None)) * (1.0 - area_ratio)'),
+    ('mmrl/algos/dspo_math.py', 'y0, x0, y1, x1 = (min(1.0, max(0.0, float(v))) for v in box)',
+     'y0, x0, y1, x1 = (min(2.0, max(0.0, float(v))) for v in box)'),
+    ('mmrl/algos/dspo.py', 'return p.box if p.ok else None',
+     'return p.box if (p.ok) or True else None'),
+    ('mmrl/rewards/dspo_format.py', 'if any(found[i].start() >= found[i + 1].start() for i in range(3)):',
+     'if any(found[i].start() > found[i + 1].start() for i in range(3)):'),
+    ('mmrl/rewards/dspo_format.py', 'return DSPOParse(True, None, evidence=evidence, box=tuple(nums), reflection=s2.group(1).strip(),',
+     'return DSPOParse(True, evidence=evidence, box=tuple(nums), reflection=s2.group(1).strip(),'),
+    ('mmrl/rewards/dspo_rewards.py', 'return inter / union if union > 0 else 0.0',
+     'return inter / union if (union > 0) or True else 0.0'),
+    ('mmrl/rewards/dspo_rewards.py', 'return inter / union if union > 0 else 0.0',
+     'return inter / union if union >= 0 else 0.0'),
+    ('mmrl/rewards/dspo_rewards.py', 'return inter / union if union > 0 else 0.0',
+     'return inter / union if union > 0 else 1.0'),
+    ('mmrl/algos/dspo.py', 'elif abs(self.params.div_weight - w) > 1e-12:',
+     'elif abs(self.params.div_weight - w) >= 1e-12:'),
 }
 
 CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash
