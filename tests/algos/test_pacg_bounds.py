@@ -66,6 +66,7 @@ SHARING = [
     ({}, {"intervention_params": {"p": 0.25}}, False),  # same transform, other params
     ({"intervention_params": {"p": 0.25}}, {"intervention_params": {"p": 0.25}}, True),
     ({"intervention": "full_mask"}, {}, False),  # other transform
+    ({"intervention": "full_mask", "intervention_params": {"p": 0.5, "patch": 14, "value": 0}}, {}, False),  # same params
     ({"intervention": "full_mask", "intervention_params": {"value": 0}}, {"intervention": "full_mask",
                                                                           "intervention_params": {"value": 0}}, True),
 ]
@@ -153,9 +154,10 @@ def test_gate_edges():
     assert two.flagged.tolist() == [False, True]
     assert two.gain[1].item() == pytest.approx(1 - 0.5 * (1 / math.sqrt(2) - 0.5), abs=1e-6)
     # a σ exactly at eps is too small: nothing is flagged and z is 0
-    p = torch.tensor([0.0, 0.5], dtype=torch.float64)
-    at = persistence_gate(p, kappa=0.1, eps=float(p.std()))
-    assert at.z.tolist() == [0.0, 0.0] and at.flagged.tolist() == [False, False]
+    p = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)  # sigma = sqrt(2 / 2) = 1 exactly
+    at = persistence_gate(p, kappa=0.5, eps=1.0)
+    assert at.z.tolist() == [0.0, 0.0, 0.0] and at.flagged.tolist() == [False, False, False]
+    assert persistence_gate(p, kappa=0.5, eps=0.999).flagged.tolist() == [False, False, True]
     # quantile mode flags P strictly above the (1 - q) quantile: the claim at the 0.75 quantile (0.4) is not
     qg = persistence_gate(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5], dtype=torch.float64), mode="quantile", q=0.25)
     assert qg.flagged.tolist() == [False, False, False, False, True]
