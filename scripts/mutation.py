@@ -420,6 +420,43 @@ EQUIVALENT = {
      'return inter / union if union > 0 else 1.0'),
     ('mmrl/algos/dspo.py', 'elif abs(self.params.div_weight - w) > 1e-12:',
      'elif abs(self.params.div_weight - w) >= 1e-12:'),
+    # pacg: StepBatch declares decode (default None), so getattr finds it without a default; torch.tensor of Python
+    # ints is int64 (an empty claim list gives float32, but empty spans are never indexed); on an empty batch zeros(1)
+    # gives the same token-EFS mean 0.0; repeat_interleave(lens) is repeat_interleave(arange, lens); a one-claim group has
+    # ss = 0, so sqrt(0 / 1) = 0 as the guard gives; float zeros as group ids give the same unique/inverse; an arange of
+    # shape [T] broadcasts like [1, T]; a zero advantage times a gain is zero
+    ('mmrl/algos/pacg.py', 'decode = getattr(batch, "decode", None)',
+     'decode = getattr(batch, "decode", )'),
+    ('mmrl/algos/pacg.py', 'rows = torch.tensor([c.row for c in claims], dtype=torch.long)',
+     'rows = torch.tensor([c.row for c in claims], dtype=None)'),
+    ('mmrl/algos/pacg.py', 'rows = torch.tensor([c.row for c in claims], dtype=torch.long)',
+     'rows = torch.tensor([c.row for c in claims], )'),
+    ('mmrl/algos/pacg.py', 'starts = torch.tensor([c.tok_start for c in claims], dtype=torch.long)',
+     'starts = torch.tensor([c.tok_start for c in claims], dtype=None)'),
+    ('mmrl/algos/pacg.py', 'starts = torch.tensor([c.tok_start for c in claims], dtype=torch.long)',
+     'starts = torch.tensor([c.tok_start for c in claims], )'),
+    ('mmrl/algos/pacg.py', 'ends = torch.tensor([c.tok_end for c in claims], dtype=torch.long)',
+     'ends = torch.tensor([c.tok_end for c in claims], dtype=None)'),
+    ('mmrl/algos/pacg.py', 'ends = torch.tensor([c.tok_end for c in claims], dtype=torch.long)',
+     'ends = torch.tensor([c.tok_end for c in claims], )'),
+    ('mmrl/algos/pacg.py', 'tok_efs = torch.cat([efs_tokens(log_ratio(a, o)) for a, o in zip(inter, batch.logprobs)]) if len(batch) else torch.zeros(0)',
+     'tok_efs = torch.cat([efs_tokens(log_ratio(a, o)) for a, o in zip(inter, batch.logprobs)]) if len(batch) else torch.zeros(1)'),
+    ('mmrl/algos/pacg_gate.py', 'base = torch.tensor([0] + [int(v.numel()) for v in values], dtype=torch.long).cumsum(0)[:-1]',
+     'base = torch.tensor([0] + [int(v.numel()) for v in values], dtype=None).cumsum(0)[:-1]'),
+    ('mmrl/algos/pacg_gate.py', 'base = torch.tensor([0] + [int(v.numel()) for v in values], dtype=torch.long).cumsum(0)[:-1]',
+     'base = torch.tensor([0] + [int(v.numel()) for v in values], ).cumsum(0)[:-1]'),
+    ('mmrl/algos/pacg_gate.py', 'owner = torch.repeat_interleave(torch.arange(rows.numel()), lens)',
+     'owner = torch.repeat_interleave(lens)'),
+    ('mmrl/algos/pacg_gate.py', 'std = torch.where(counts > 1, (ss / (counts - 1).clamp(min=1)).sqrt(), torch.zeros_like(ss))',
+     'std = torch.where(counts >= 1, (ss / (counts - 1).clamp(min=1)).sqrt(), torch.zeros_like(ss))'),
+    ('mmrl/algos/pacg_gate.py', 'groups = torch.zeros(c, dtype=torch.long)',
+     'groups = torch.zeros(c, dtype=None)'),
+    ('mmrl/algos/pacg_gate.py', 'groups = torch.zeros(c, dtype=torch.long)',
+     'groups = torch.zeros(c, )'),
+    ('mmrl/algos/pacg_gate.py', 'valid = torch.arange(t).view(1, -1) < torch.tensor([int(x) for x in lengths]).view(-1, 1)',
+     'valid = torch.arange(t).view(-1) < torch.tensor([int(x) for x in lengths]).view(-1, 1)'),
+    ('mmrl/algos/pacg_gate.py', 'return torch.where(adv > 0, adv * g, adv)',
+     'return torch.where(adv >= 0, adv * g, adv)'),
 }
 
 CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash
