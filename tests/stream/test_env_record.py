@@ -152,3 +152,24 @@ def test_an_empty_memory_before_compaction_is_shown_as_empty(blocks):
     assert env.step("<memory>\n</memory>") is None
     c = env.record.compactions[-1]
     assert (c.pre, c.post, c.reason, c.tokens_pre, c.tokens_post, env.record.forward_passes) == ([], [], None, 0, 0, 2)
+
+
+def test_the_record_owns_its_questions_when_the_block_is_fixed(blocks):
+    base, bl = blocks
+    block = _block(bl[0].video)
+    env = StreamEnvironment(_cfg(base), block=block)  # the block is re-used by every episode of this environment
+    env.reset(None, None)
+    env.record.questions[0].text = "edited"
+    env.record.questions[1].probes.append(Probe(9.0, "3", 8.0))
+    assert block.questions[0].text == "What moved first?" and len(block.questions[1].probes) == 2
+    assert env.reset(None, None) is not None and env.record.questions == _questions()
+
+
+def test_frames_are_decoded_at_the_models_resize_factor(blocks):
+    base, bl = blocks
+    cfg = dataclasses.replace(_cfg(base), frame_max_pixels=64 * 64, frame_min_pixels=32 * 32)
+    env = StreamEnvironment(cfg, block=_block(bl[0].video), factor=32)  # Qwen3-VL: 32-pixel patches after the merge
+    first = env.reset(None, None)
+    h, w = first.media.frames.shape[-2:]
+    assert h % 32 == 0 and w % 32 == 0
+    assert env.record.visual_tokens == 3 * (h // 32) * (w // 32)  # 3 chunks of one temporal patch each
