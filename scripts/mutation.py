@@ -457,6 +457,34 @@ EQUIVALENT = {
      'valid = torch.arange(t).view(-1) < torch.tensor([int(x) for x in lengths]).view(-1, 1)'),
     ('mmrl/algos/pacg_gate.py', 'return torch.where(adv > 0, adv * g, adv)',
      'return torch.where(adv >= 0, adv * g, adv)'),
+    # stream_env: findall on 'XXXX' finds no tag, as on ''; with no verb the name 'XXXX' is no action kind either, so
+    # the action is unknown_action as with ''; the stream environment calls memory_recall.fn directly and never reads the
+    # episode's tool budget; the initial error text is never read (every step sets it before the next observation); a
+    # no_think action has an empty think (parse_action does not keep one), so the guard is already False
+    ('mmrl/stream/actions.py', 'thinks = _THINK.findall(text or "")',
+     'thinks = _THINK.findall(text or "XXXX")'),
+    ('mmrl/stream/actions.py', 'actions = _ACTION.findall(text or "")',
+     'actions = _ACTION.findall(text or "XXXX")'),
+    ('mmrl/stream/actions.py', 'name = verb.group(1).lower() if verb else ""',
+     'name = verb.group(1).lower() if verb else "XXXX"'),
+    ('mmrl/stream/actions.py', 'blocks = _MEMORY.findall(text or "")',
+     'blocks = _MEMORY.findall(text or "XXXX")'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=None,'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=None),'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 * 6),'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=11 ** 6),'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 7),'),
+    ('mmrl/stream/env.py', 'self.k, self.sub, self.shown, self.error = block.first_chunk, 0, set(), ""',
+     'self.k, self.sub, self.shown, self.error = block.first_chunk, 0, set(), "XXXX"'),
+    ('mmrl/stream/env.py', 'if action.think and action.reason not in ("no_think", "multiple_thinks"):',
+     'if action.think and action.reason not in ("XXno_thinkXX", "multiple_thinks"):'),
+    ('mmrl/stream/env.py', 'if action.think and action.reason not in ("no_think", "multiple_thinks"):',
+     'if action.think and action.reason not in ("NO_THINK", "multiple_thinks"):'),
 }
 
 CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash
