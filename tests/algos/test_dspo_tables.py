@@ -332,9 +332,15 @@ def test_cvig_shapes_the_rewards_row_by_row(monkeypatch, p_source):
     g = [rr[:2], rr[2:]]
     a = torch.cat([(x - x.mean()) / (x.std(unbiased=False) + 0.25) for x in g])
     assert out.advantages.dtype == torch.float32 and out.advantages.tolist() == pytest.approx(a.tolist(), rel=1e-5)
+    a_unbiased = torch.cat([(x - x.mean()) / (x.std(unbiased=True) + 0.25) for x in g])
+    out_u = _dspo(tau=0.5, cf_weight=0.2, div_weight=0.3, p_source=p_source, eps=0.25).advantages(batch)
+    assert out_u.advantages.tolist() == pytest.approx(a_unbiased.tolist(), rel=1e-5)  # the default std is unbiased
     # k reaches the rows: with k = 3 every two-candidate response is malformed for CVIG
     r3, m3 = _dspo(div_weight=0.3, k=3).shaped_rewards(batch)
     assert r3.tolist() == [1.0, 0.0, 1.0, 0.0] and m3["cvig/scored_frac"] == 0.0 and m3["cvig/div_shift"] == 0.0
+    # responses without a box are counted wherever they stand in the batch
+    batch.rescored["cvig"][0] = torch.full_like(batch.rescored["cvig"][0], float("nan"))
+    assert spec.shaped_rewards(batch)[1]["cvig/no_box_frac"] == 0.5
 
 
 def test_cvig_names_what_the_step_did_not_give(monkeypatch):
