@@ -9,6 +9,7 @@ the mutants listed in ``EQUIVALENT`` (argued in docs/testing.md, matched by thei
     python scripts/mutation.py                       # every group
     python scripts/mutation.py rewards update        # some groups
     python scripts/mutation.py --budget-min 10 views # another time budget per group (minutes; default BUDGET_MIN)
+    python scripts/mutation.py --rescore pacg        # score the last run again with this EQUIVALENT list
 
 Prints one line per group and the surviving mutants (``mutmut show NAME`` in the group's folder prints a diff),
 and writes ``runs/mutation/summary.json``.
@@ -41,39 +42,44 @@ GROUPS = {
     "ovobench_score": (["mmrl/eval/benchmarks/ovobench/score.py"], ["tests/eval/test_eval_ovobench.py", "tests/eval/test_eval_ovo_small.py"]),
     # the methods beyond the GRPO family (issue 30), one group per method family so each fits its budget
     "pacg": (["mmrl/algos/pacg.py", "mmrl/algos/pacg_gate.py"], ["tests/algos/test_pacg_core.py",
-                                                                 "tests/algos/test_pacg_spec.py"]),
+                                                                 "tests/algos/test_pacg_spec.py",
+                                                                 "tests/algos/test_pacg_bounds.py"]),
     "gdpo": (["mmrl/algos/gdpo.py", "mmrl/algos/stream_gdpo.py"], ["tests/algos/test_gdpo.py",
                                                                    "tests/algos/test_stream_gdpo.py"]),
     "dspo": (["mmrl/algos/dspo.py", "mmrl/algos/dspo_math.py", "mmrl/rewards/dspo_rewards.py",
               "mmrl/rewards/dspo_format.py"], ["tests/algos/test_dspo_math.py", "tests/algos/test_dspo_spec.py",
-                                               "tests/rewards/test_dspo_format.py"]),
-    "fastrl": (["mmrl/algos/fastrl.py"], ["tests/algos/test_fastrl.py", "tests/algos/test_fastrl_spec.py"]),
+                                               "tests/rewards/test_dspo_format.py", "tests/algos/test_dspo_tables.py"]),
+    "fastrl": (["mmrl/algos/fastrl.py"], ["tests/algos/test_fastrl.py", "tests/algos/test_fastrl_spec.py",
+                                       "tests/algos/test_fastrl_contracts.py"]),
     "algos_other": (["mmrl/algos/tgrpo.py", "mmrl/algos/bpo.py", "mmrl/algos/vppo.py", "mmrl/algos/vppo_core.py",
                      "mmrl/algos/spec.py"], ["tests/algos/test_tgrpo.py", "tests/algos/test_bpo.py",
                                              "tests/algos/test_bpo_view_weights.py", "tests/algos/test_vppo_core.py",
                                              "tests/algos/test_pacg_spec.py", "tests/algos/test_spec.py",
-                                             "tests/rewards/test_tgrpo_length.py"]),
+                                             "tests/rewards/test_tgrpo_length.py", "tests/algos/test_bpo_tgrpo_contracts.py",
+                                             "tests/algos/test_vppo_contracts.py", "tests/algos/test_spec_plumbing.py"]),
     "stream_rewards": (["mmrl/rewards/stream.py", "mmrl/rewards/stream_memory.py"],
                        ["tests/rewards/test_stream_rewards.py", "tests/rewards/test_stream_memory.py"]),
     "tool_rewards": (["mmrl/rewards/tool_use.py"], ["tests/tools/test_tool_rewards.py", "tests/tools/test_tool_clips.py"]),
     "tools": (["mmrl/tools/builtin.py", "mmrl/tools/calls.py"], ["tests/tools/test_tools.py",
                                                                 "tests/tools/test_tool_clips.py"]),
     "stream_env": (["mmrl/stream/env.py", "mmrl/stream/actions.py"], ["tests/stream/test_env.py",
-                                                                     "tests/stream/test_actions.py"]),
+                                                                     "tests/stream/test_actions.py",
+                                                                     "tests/stream/test_env_record.py"]),
     "multiturn": (["mmrl/rollout/agent_loop_multi.py"], ["tests/rollout/test_agent_loop.py",
                                                          "tests/rollout/test_tool_episodes.py"]),
-    "scorer": (["mmrl/models/scoring.py", "mmrl/models/feature_mask.py"],
-               ["tests/models/test_scoring_temperature.py", "tests/models/test_scoring_strategies.py",
-                "tests/models/test_feature_mask.py"]),
+    # the scorer's tests run the tiny model (about a minute per mutant here); feature masking has model-free tests
+    "scorer": (["mmrl/models/scoring.py"],
+               ["tests/models/test_scoring_temperature.py", "tests/models/test_scoring_strategies.py"]),
+    "feature_mask": (["mmrl/models/feature_mask.py"], ["tests/models/test_feature_mask_tokens.py"]),
     "router": (["mmrl/retrieval/router_policy.py", "mmrl/retrieval/router_chain.py"],
                ["tests/retrieval/test_router_policy.py", "tests/retrieval/test_router_math.py"]),
 }
 
 # wall-clock budget per group (minutes) when --budget-min is not given: about what the group needs on a 2-core
 # machine shared with other jobs (the groups whose tests run the tiny model are capped, not finished: docs/testing.md)
-BUDGET_MIN = {"annotations": 20, "views": 20, "update": 20, "decode": 20, "pacg": 15, "gdpo": 10, "dspo": 30,
-              "fastrl": 20, "algos_other": 25, "stream_rewards": 10, "tool_rewards": 5, "tools": 20, "stream_env": 20,
-              "multiturn": 30, "scorer": 30, "router": 10}
+BUDGET_MIN = {"annotations": 20, "views": 20, "update": 20, "decode": 20, "pacg": 8, "gdpo": 10, "dspo": 12,
+              "fastrl": 15, "algos_other": 20, "stream_rewards": 10, "tool_rewards": 5, "tools": 12, "stream_env": 12,
+              "multiturn": 30, "scorer": 30, "feature_mask": 3, "router": 10}
 DEFAULT_BUDGET_MIN = 15.0
 
 DATA_DIRS = ("views", "configs", "eval", "tools")
@@ -221,6 +227,264 @@ EQUIVALENT = {
     # annotations / decode: "UTF-8" is "utf-8"
     ("mmrl/data/annotations.py", "with open(path, encoding=\"utf-8\") as f:", "with open(path, encoding=\"UTF-8\") as f:"),
     ("mmrl/data/annotations.py", "with open(path, \"w\", encoding=\"utf-8\") as f:", "with open(path, \"w\", encoding=\"UTF-8\") as f:"),
+    # feature_mask: a coordinate in (1, 2] clipped at 2 instead of 1 gives the same slice (ends are cut at the map's size, a
+    # start at or beyond the last row or column gives an empty slice either way)
+    ('mmrl/models/feature_mask.py', 'y0, x0, y1, x1 = (min(1.0, max(0.0, float(v))) for v in box)',
+     'y0, x0, y1, x1 = (min(2.0, max(0.0, float(v))) for v in box)'),
+    # bpo/tgrpo: a float32 operand left as is where the other operand is float64 is promoted to float64 exactly
+    # (a float32 value converts to float64 without rounding), so the float64 result is the same
+    ('mmrl/algos/bpo.py', 's = torch.zeros(g, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(torch.float64) * a)',
+     's = torch.zeros(g, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(None) * a)'),
+    ('mmrl/algos/bpo.py', 's = torch.zeros(k, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(torch.float64) * a)',
+     's = torch.zeros(k, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(None) * a)'),
+    ('mmrl/algos/bpo.py', 'adv = rewards.to(torch.float64) - s[inv]',
+     'adv = rewards.to(None) - s[inv]'),
+    ('mmrl/algos/bpo.py', 'd = rewards.to(torch.float64) - anchor_baseline(rewards, group_ids, roles)',
+     'd = rewards.to(None) - anchor_baseline(rewards, group_ids, roles)'),
+    ('mmrl/algos/bpo.py', 'num = torch.zeros(k, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(torch.float64) * w)',
+     'num = torch.zeros(k, dtype=torch.float64, device=rewards.device).index_add_(0, inv, rewards.to(None) * w)'),
+    ('mmrl/algos/bpo.py', 'adv = (adv.to(torch.float64) * w.to(torch.float64)).to(adv.dtype)',
+     'adv = (adv.to(None) * w.to(torch.float64)).to(adv.dtype)'),
+    ('mmrl/algos/bpo.py', 'adv = (adv.to(torch.float64) * w.to(torch.float64)).to(adv.dtype)',
+     'adv = (adv.to(torch.float64) * w.to(None)).to(adv.dtype)'),
+    ('mmrl/algos/tgrpo.py', 's = torch.zeros(g, dtype=torch.float64, device=x.device).index_add_(0, inv, x.to(torch.float64) * m)',
+     's = torch.zeros(g, dtype=torch.float64, device=x.device).index_add_(0, inv, x.to(None) * m)'),
+    ('mmrl/algos/tgrpo.py', 'shaped = rewards.to(torch.float64) + b.to(torch.float64)',
+     'shaped = rewards.to(None) + b.to(torch.float64)'),
+    ('mmrl/algos/tgrpo.py', 'shaped = rewards.to(torch.float64) + b.to(torch.float64)',
+     'shaped = rewards.to(torch.float64) + b.to(None)'),
+    # bpo/tgrpo/vppo: torch.tensor of Python floats is float32 and of Python bools bool, of Python ints int64, by default
+    ('mmrl/algos/bpo.py', 'return torch.tensor(out, dtype=torch.float32)',
+     'return torch.tensor(out, dtype=None)'),
+    ('mmrl/algos/bpo.py', 'return torch.tensor(out, dtype=torch.float32)',
+     'return torch.tensor(out, )'),
+    ('mmrl/algos/bpo.py', 'return torch.tensor([ROLE_ALIASES.get(r, r) == "anchor" for r in roles], dtype=torch.bool, device=device)',
+     'return torch.tensor([ROLE_ALIASES.get(r, r) == "anchor" for r in roles], dtype=None, device=device)'),
+    ('mmrl/algos/bpo.py', 'return torch.tensor([ROLE_ALIASES.get(r, r) == "anchor" for r in roles], dtype=torch.bool, device=device)',
+     'return torch.tensor([ROLE_ALIASES.get(r, r) == "anchor" for r in roles], device=device)'),
+    ('mmrl/algos/tgrpo.py', 'return torch.tensor([r == SHUFFLED_ROLE for r in roles], dtype=torch.bool, device=device)',
+     'return torch.tensor([r == SHUFFLED_ROLE for r in roles], dtype=None, device=device)'),
+    ('mmrl/algos/tgrpo.py', 'return torch.tensor([r == SHUFFLED_ROLE for r in roles], dtype=torch.bool, device=device)',
+     'return torch.tensor([r == SHUFFLED_ROLE for r in roles], device=device)'),
+    ('mmrl/algos/vppo_core.py', 'keep_n = torch.tensor([math.ceil(k * int(x)) for x in m.sum(1)], dtype=torch.long)',
+     'keep_n = torch.tensor([math.ceil(k * int(x)) for x in m.sum(1)], dtype=None)'),
+    ('mmrl/algos/vppo_core.py', 'keep_n = torch.tensor([math.ceil(k * int(x)) for x in m.sum(1)], dtype=torch.long)',
+     'keep_n = torch.tensor([math.ceil(k * int(x)) for x in m.sum(1)], )'),
+    # bpo: a one-row batch is its group's anchor, so d = r - b = 0 and the advantage is 0 either way; group_stats with
+    # 2 groups of which the second is empty gives group 0 the same std and constancy; pack_scores: an extra empty bucket
+    # is never indexed, and an empty batch indexes nothing
+    ('mmrl/algos/bpo.py', 'if d.numel() == 0:',
+     'if d.numel() == 1:'),
+    ('mmrl/algos/bpo.py', '_, std, const = group_stats(d, torch.zeros(d.shape[0], dtype=torch.long, device=d.device), 1, unbiased)',
+     '_, std, const = group_stats(d, torch.zeros(d.shape[0], dtype=torch.long, device=d.device), 2, unbiased)'),
+    ('mmrl/algos/bpo.py', 'k = int(inv.max()) + 1 if inv.numel() else 0',
+     'k = int(inv.max()) + 2 if inv.numel() else 0'),
+    ('mmrl/algos/bpo.py', 'k = int(inv.max()) + 1 if inv.numel() else 0',
+     'k = int(inv.max()) + 1 if inv.numel() else 1'),
+    # spec: parse_params returns an instance of the Params class as is; plan ignores n_views in the base class and
+    # T-GRPO; ones(...).to(bool) is the same mask whatever dtype it starts in; every registered spec has a dataclass
+    # Params (NoParams at least), so describe always takes asdict and derive_params always finds Params; estimate's
+    # specs never read spec.loss
+    ('mmrl/algos/spec.py', 'self.params = parse_params(self.Params, params, key) if not isinstance(params, self.Params) else params',
+     'self.params = parse_params(self.Params, params, key) if (not isinstance(params, self.Params)) or True else params'),
+    ('mmrl/algos/spec.py', 'def plan(self, role: str, n: int, n_views: int = 1) -> int:',
+     'def plan(self, role: str, n: int, n_views: int = 2) -> int:'),
+    ('mmrl/algos/spec.py', 'mask = out.train_mask if out.train_mask is not None else torch.ones(len(batch), dtype=torch.bool)',
+     'mask = out.train_mask if out.train_mask is not None else torch.ones(len(batch), dtype=None)'),
+    ('mmrl/algos/spec.py', 'mask = out.train_mask if out.train_mask is not None else torch.ones(len(batch), dtype=torch.bool)',
+     'mask = out.train_mask if out.train_mask is not None else torch.ones(len(batch), )'),
+    ('mmrl/algos/spec.py', 'return f"{self.name} {dataclasses.asdict(self.params) if dataclasses.is_dataclass(self.params) else self.params}"',
+     'return f"{self.name} {dataclasses.asdict(self.params) if (dataclasses.is_dataclass(self.params)) or True else self.params}"'),
+    ('mmrl/algos/spec.py', 'for param, source in getattr(getattr(cls, "Params", None), "DERIVED", {}).items():',
+     'for param, source in getattr(getattr(cls, "Params", ), "DERIVED", {}).items():'),
+    ('mmrl/algos/spec.py', 'spec = build_spec(name, params, LossParams())',
+     'spec = build_spec(name, params, None)'),
+    ('mmrl/algos/tgrpo.py', 'def plan(self, role: str, n: int, n_views: int = 1) -> int:',
+     'def plan(self, role: str, n: int, n_views: int = 2) -> int:'),
+    # tgrpo: a 0/1 integer mask combined with & gives the same 0/1 values as a bool one; the metrics' call to
+    # tgrpo_temporal_bonus reads only the group condition, which depends on neither the bonus nor the threshold
+    ('mmrl/algos/tgrpo.py', 'm = torch.ones_like(acc, dtype=torch.bool) if mask is None else mask.to(torch.bool)',
+     'm = torch.ones_like(acc, dtype=torch.bool) if mask is None else mask.to(None)'),
+    ('mmrl/algos/tgrpo.py', '_, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, params.mu, params.bonus, params.acc_threshold)',
+     '_, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, params.mu, params.acc_threshold)'),
+    ('mmrl/algos/tgrpo.py', '_, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, params.mu, params.bonus, params.acc_threshold)',
+     '_, cond = tgrpo_temporal_bonus(acc, inp.group_ids, shuf, params.mu, params.bonus, )'),
+    # vppo: its base (DAPO -> GRPO) asks for Needs() and gives no train mask in advantages (DAPO filters in select), so
+    # the defaults are what is passed; n = (v - lo) / (hi - lo) lies in [0, 1] by construction, so its clamp is a no-op;
+    # float("-INF") is -inf; sort's default dim and an arange of shape [T] broadcast the same on the 2-D scores
+    ('mmrl/algos/vppo.py', 'return Needs(old=base.old, ref=base.ref, rescore=rescore)',
+     'return Needs(ref=base.ref, rescore=rescore)'),
+    ('mmrl/algos/vppo.py', 'return Needs(old=base.old, ref=base.ref, rescore=rescore)',
+     'return Needs(old=base.old, rescore=rescore)'),
+    ('mmrl/algos/vppo.py', 'return AdvantageOutput(advantages=adv, train_mask=out.train_mask, rewards=out.rewards, metrics=metrics)',
+     'return AdvantageOutput(advantages=adv, train_mask=None, rewards=out.rewards, metrics=metrics)'),
+    ('mmrl/algos/vppo.py', 'return AdvantageOutput(advantages=adv, train_mask=out.train_mask, rewards=out.rewards, metrics=metrics)',
+     'return AdvantageOutput(advantages=adv, rewards=out.rewards, metrics=metrics)'),
+    ('mmrl/algos/vppo_core.py', 'n = ((v - lo) / (hi - lo)).clamp(0.0, 1.0)',
+     'n = ((v - lo) / (hi - lo)).clamp(None, 1.0)'),
+    ('mmrl/algos/vppo_core.py', 'n = ((v - lo) / (hi - lo)).clamp(0.0, 1.0)',
+     'n = ((v - lo) / (hi - lo)).clamp(0.0, None)'),
+    ('mmrl/algos/vppo_core.py', 'n = ((v - lo) / (hi - lo)).clamp(0.0, 1.0)',
+     'n = ((v - lo) / (hi - lo)).clamp(0.0, )'),
+    ('mmrl/algos/vppo_core.py', 'n = ((v - lo) / (hi - lo)).clamp(0.0, 1.0)',
+     'n = ((v - lo) / (hi - lo)).clamp(0.0, 2.0)'),
+    ('mmrl/algos/vppo_core.py', 'masked = torch.where(m, s.float(), torch.full_like(s.float(), -float("inf")))',
+     'masked = torch.where(m, s.float(), torch.full_like(s.float(), -float("INF")))'),
+    ('mmrl/algos/vppo_core.py', 'order = torch.sort(masked, dim=1, descending=True, stable=True).indices',
+     'order = torch.sort(masked, descending=True, stable=True).indices'),
+    ('mmrl/algos/vppo_core.py', 'rank_ok = torch.arange(s.shape[1]).view(1, -1) < keep_n.view(-1, 1)',
+     'rank_ok = torch.arange(s.shape[1]).view(-1) < keep_n.view(-1, 1)'),
+    # fastrl: rows of equal advantage within a prompt are adjacent after the sorts whatever their order, and partition ids
+    # depend only on the sorted (prompt, A) values, so the first sort's stability changes nothing; idx (nonzero's output)
+    # is strictly increasing, so its argsort has no ties; a float or integer 0/1 mask where a bool one is expected is
+    # read the same by nonzero(), 'if', cumsum(long) and ones_like(bool keep); |A| of a float32 input converts to float64
+    # exactly (same order and ties); a bool 'valid' times float advantages and its int64 row sums give the same mean; the
+    # base's Selection mask is already bool; k - k % 1 = k; G'_t = G'_ref gives round(min(G, G)) = G in both branches
+    ('mmrl/algos/fastrl.py', 'order = torch.argsort(a, stable=True)',
+     'order = torch.argsort(a, )'),
+    ('mmrl/algos/fastrl.py', 'order = torch.argsort(a, stable=True)',
+     'order = torch.argsort(a, stable=False)'),
+    ('mmrl/algos/fastrl.py', 'new = torch.ones(n, dtype=torch.bool)',
+     'new = torch.ones(n, dtype=None)'),
+    ('mmrl/algos/fastrl.py', 'new = torch.ones(n, dtype=torch.bool)',
+     'new = torch.ones(n, )'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, dtype=None) if eligible is None else eligible.to(torch.bool).cpu()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, ) if eligible is None else eligible.to(torch.bool).cpu()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(None).cpu()'),
+    ('mmrl/algos/fastrl.py', 'absa = adv.detach().to(torch.float64).cpu().abs()[idx]',
+     'absa = adv.detach().to(None).cpu().abs()[idx]'),
+    ('mmrl/algos/fastrl.py', 'order = torch.argsort(idx, stable=True)',
+     'order = torch.argsort(idx, )'),
+    ('mmrl/algos/fastrl.py', 'order = torch.argsort(idx, stable=True)',
+     'order = torch.argsort(idx, stable=False)'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, dtype=None) if eligible is None else eligible.to(torch.bool).cpu()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, ) if eligible is None else eligible.to(torch.bool).cpu()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(torch.bool).cpu()',
+     'elig = torch.ones(n, dtype=torch.bool) if eligible is None else eligible.to(None).cpu()'),
+    ('mmrl/algos/fastrl.py', 'absa = adv.detach().to(torch.float64).cpu().abs()',
+     'absa = adv.detach().to(None).cpu().abs()'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones_like(keep, dtype=torch.bool) if eligible is None else eligible.to(torch.bool)',
+     'elig = torch.ones_like(keep, dtype=None) if eligible is None else eligible.to(torch.bool)'),
+    ('mmrl/algos/fastrl.py', 'elig = torch.ones_like(keep, dtype=torch.bool) if eligible is None else eligible.to(torch.bool)',
+     'elig = torch.ones_like(keep, ) if eligible is None else eligible.to(torch.bool)'),
+    ('mmrl/algos/fastrl.py', 'valid = (t[None, :] < lengths.to(adv.device)[:, None]).to(adv.dtype)',
+     'valid = (t[None, :] < lengths.to(adv.device)[:, None]).to(None)'),
+    ('mmrl/algos/fastrl.py', 'elig = sel.train_mask.to(torch.bool)',
+     'elig = sel.train_mask.to(None)'),
+    ('mmrl/algos/fastrl.py', 'if n_views > 1:',
+     'if n_views >= 1:'),
+    ('mmrl/algos/fastrl.py', 'if g_t >= g_ref:',
+     'if g_t > g_ref:'),
+    # dspo: mu, sigma, weights or probabilities left float32 against a float64 operand are promoted exactly; z.sum(0)
+    # and z.sum(0, keepdim=True) broadcast alike against z [K, 3]; a box coordinate in (1, 2] gives the same pixel slice
+    # as 1 (ends are cut at the image size, a start beyond it gives an empty slice either way); a failed parse has no box,
+    # so response_box's test of ok changes nothing; two different step tags cannot start at the same character; a parse's
+    # reason defaults to None; _iou's union is positive whenever dspo_evidence calls it (the parser refuses boxes without
+    # area, so union >= the response box's area > 0); |Δ| >= 1e-12 and > 1e-12 differ only at exactly 1e-12
+    ('mmrl/algos/dspo_math.py', 'd_all = mahalanobis(z.mean(0), mu.to(z), sigma.to(z))',
+     'd_all = mahalanobis(z.mean(0), mu.to(None), sigma.to(z))'),
+    ('mmrl/algos/dspo_math.py', 'd_all = mahalanobis(z.mean(0), mu.to(z), sigma.to(z))',
+     'd_all = mahalanobis(z.mean(0), mu.to(z), sigma.to(None))'),
+    ('mmrl/algos/dspo_math.py', 'loo = (z.sum(0, keepdim=True) - z) / (k - 1)  # [K, 3] centroid without candidate k',
+     'loo = (z.sum(0, ) - z) / (k - 1)  # [K, 3] centroid without candidate k'),
+    ('mmrl/algos/dspo_math.py', 'loo = (z.sum(0, keepdim=True) - z) / (k - 1)  # [K, 3] centroid without candidate k',
+     'loo = (z.sum(0, keepdim=False) - z) / (k - 1)  # [K, 3] centroid without candidate k'),
+    ('mmrl/algos/dspo_math.py', 'return d_all, mahalanobis(loo, mu.to(z), sigma.to(z)) - d_all',
+     'return d_all, mahalanobis(loo, mu.to(None), sigma.to(z)) - d_all'),
+    ('mmrl/algos/dspo_math.py', 'return d_all, mahalanobis(loo, mu.to(z), sigma.to(z)) - d_all',
+     'return d_all, mahalanobis(loo, mu.to(z), sigma.to(None)) - d_all'),
+    ('mmrl/algos/dspo_math.py', 'w = torch.full_like(delta, 1.0 / delta.numel()) if w is None else w.to(delta)',
+     'w = torch.full_like(delta, 1.0 / delta.numel()) if w is None else w.to(None)'),
+    ('mmrl/algos/dspo_math.py', 'return (p.to(torch.float64) - p_cf.to(torch.float64)) * (1.0 - area_ratio)',
+     'return (p.to(None) - p_cf.to(torch.float64)) * (1.0 - area_ratio)'),
+    ('mmrl/algos/dspo_math.py', 'return (p.to(torch.float64) - p_cf.to(torch.float64)) * (1.0 - area_ratio)',
+     'return (p.to(torch.float64) - p_cf.to(None)) * (1.0 - area_ratio)'),
+    ('mmrl/algos/dspo_math.py', 'y0, x0, y1, x1 = (min(1.0, max(0.0, float(v))) for v in box)',
+     'y0, x0, y1, x1 = (min(2.0, max(0.0, float(v))) for v in box)'),
+    ('mmrl/algos/dspo.py', 'return p.box if p.ok else None',
+     'return p.box if (p.ok) or True else None'),
+    ('mmrl/rewards/dspo_format.py', 'if any(found[i].start() >= found[i + 1].start() for i in range(3)):',
+     'if any(found[i].start() > found[i + 1].start() for i in range(3)):'),
+    ('mmrl/rewards/dspo_format.py', 'return DSPOParse(True, None, evidence=evidence, box=tuple(nums), reflection=s2.group(1).strip(),',
+     'return DSPOParse(True, evidence=evidence, box=tuple(nums), reflection=s2.group(1).strip(),'),
+    ('mmrl/rewards/dspo_rewards.py', 'return inter / union if union > 0 else 0.0',
+     'return inter / union if (union > 0) or True else 0.0'),
+    ('mmrl/rewards/dspo_rewards.py', 'return inter / union if union > 0 else 0.0',
+     'return inter / union if union >= 0 else 0.0'),
+    ('mmrl/rewards/dspo_rewards.py', 'return inter / union if union > 0 else 0.0',
+     'return inter / union if union > 0 else 1.0'),
+    ('mmrl/algos/dspo.py', 'elif abs(self.params.div_weight - w) > 1e-12:',
+     'elif abs(self.params.div_weight - w) >= 1e-12:'),
+    # pacg: StepBatch declares decode (default None), so getattr finds it without a default; torch.tensor of Python
+    # ints is int64 (an empty claim list gives float32, but empty spans are never indexed); on an empty batch zeros(1)
+    # gives the same token-EFS mean 0.0; repeat_interleave(lens) is repeat_interleave(arange, lens); a one-claim group has
+    # ss = 0, so sqrt(0 / 1) = 0 as the guard gives; float zeros as group ids give the same unique/inverse; an arange of
+    # shape [T] broadcasts like [1, T]; a zero advantage times a gain is zero
+    ('mmrl/algos/pacg.py', 'decode = getattr(batch, "decode", None)',
+     'decode = getattr(batch, "decode", )'),
+    ('mmrl/algos/pacg.py', 'rows = torch.tensor([c.row for c in claims], dtype=torch.long)',
+     'rows = torch.tensor([c.row for c in claims], dtype=None)'),
+    ('mmrl/algos/pacg.py', 'rows = torch.tensor([c.row for c in claims], dtype=torch.long)',
+     'rows = torch.tensor([c.row for c in claims], )'),
+    ('mmrl/algos/pacg.py', 'starts = torch.tensor([c.tok_start for c in claims], dtype=torch.long)',
+     'starts = torch.tensor([c.tok_start for c in claims], dtype=None)'),
+    ('mmrl/algos/pacg.py', 'starts = torch.tensor([c.tok_start for c in claims], dtype=torch.long)',
+     'starts = torch.tensor([c.tok_start for c in claims], )'),
+    ('mmrl/algos/pacg.py', 'ends = torch.tensor([c.tok_end for c in claims], dtype=torch.long)',
+     'ends = torch.tensor([c.tok_end for c in claims], dtype=None)'),
+    ('mmrl/algos/pacg.py', 'ends = torch.tensor([c.tok_end for c in claims], dtype=torch.long)',
+     'ends = torch.tensor([c.tok_end for c in claims], )'),
+    ('mmrl/algos/pacg.py', 'tok_efs = torch.cat([efs_tokens(log_ratio(a, o)) for a, o in zip(inter, batch.logprobs)]) if len(batch) else torch.zeros(0)',
+     'tok_efs = torch.cat([efs_tokens(log_ratio(a, o)) for a, o in zip(inter, batch.logprobs)]) if len(batch) else torch.zeros(1)'),
+    ('mmrl/algos/pacg_gate.py', 'base = torch.tensor([0] + [int(v.numel()) for v in values], dtype=torch.long).cumsum(0)[:-1]',
+     'base = torch.tensor([0] + [int(v.numel()) for v in values], dtype=None).cumsum(0)[:-1]'),
+    ('mmrl/algos/pacg_gate.py', 'base = torch.tensor([0] + [int(v.numel()) for v in values], dtype=torch.long).cumsum(0)[:-1]',
+     'base = torch.tensor([0] + [int(v.numel()) for v in values], ).cumsum(0)[:-1]'),
+    ('mmrl/algos/pacg_gate.py', 'owner = torch.repeat_interleave(torch.arange(rows.numel()), lens)',
+     'owner = torch.repeat_interleave(lens)'),
+    ('mmrl/algos/pacg_gate.py', 'std = torch.where(counts > 1, (ss / (counts - 1).clamp(min=1)).sqrt(), torch.zeros_like(ss))',
+     'std = torch.where(counts >= 1, (ss / (counts - 1).clamp(min=1)).sqrt(), torch.zeros_like(ss))'),
+    ('mmrl/algos/pacg_gate.py', 'groups = torch.zeros(c, dtype=torch.long)',
+     'groups = torch.zeros(c, dtype=None)'),
+    ('mmrl/algos/pacg_gate.py', 'groups = torch.zeros(c, dtype=torch.long)',
+     'groups = torch.zeros(c, )'),
+    ('mmrl/algos/pacg_gate.py', 'valid = torch.arange(t).view(1, -1) < torch.tensor([int(x) for x in lengths]).view(-1, 1)',
+     'valid = torch.arange(t).view(-1) < torch.tensor([int(x) for x in lengths]).view(-1, 1)'),
+    ('mmrl/algos/pacg_gate.py', 'return torch.where(adv > 0, adv * g, adv)',
+     'return torch.where(adv >= 0, adv * g, adv)'),
+    # stream_env: findall on 'XXXX' finds no tag, as on ''; with no verb the name 'XXXX' is no action kind either, so
+    # the action is unknown_action as with ''; the stream environment calls memory_recall.fn directly and never reads the
+    # episode's tool budget; the initial error text is never read (every step sets it before the next observation); a
+    # no_think action has an empty think (parse_action does not keep one), so the guard is already False
+    ('mmrl/stream/actions.py', 'thinks = _THINK.findall(text or "")',
+     'thinks = _THINK.findall(text or "XXXX")'),
+    ('mmrl/stream/actions.py', 'actions = _ACTION.findall(text or "")',
+     'actions = _ACTION.findall(text or "XXXX")'),
+    ('mmrl/stream/actions.py', 'name = verb.group(1).lower() if verb else ""',
+     'name = verb.group(1).lower() if verb else "XXXX"'),
+    ('mmrl/stream/actions.py', 'blocks = _MEMORY.findall(text or "")',
+     'blocks = _MEMORY.findall(text or "XXXX")'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=None,'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=None),'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 * 6),'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=11 ** 6),'),
+    ('mmrl/stream/env.py', 'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 6),',
+     'self.state = EpisodeState(sample=sample, media=None, budget=ToolBudget(max_calls=10 ** 7),'),
+    ('mmrl/stream/env.py', 'self.k, self.sub, self.shown, self.error = block.first_chunk, 0, set(), ""',
+     'self.k, self.sub, self.shown, self.error = block.first_chunk, 0, set(), "XXXX"'),
+    ('mmrl/stream/env.py', 'if action.think and action.reason not in ("no_think", "multiple_thinks"):',
+     'if action.think and action.reason not in ("XXno_thinkXX", "multiple_thinks"):'),
+    ('mmrl/stream/env.py', 'if action.think and action.reason not in ("no_think", "multiple_thinks"):',
+     'if action.think and action.reason not in ("NO_THINK", "multiple_thinks"):'),
 }
 
 CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash
@@ -282,6 +546,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-min", type=float, default=None,
                     help="wall-clock budget per group, minutes (default: BUDGET_MIN of the group)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "mutation"))
+    ap.add_argument("--rescore", action="store_true",
+                    help="score the groups' last runs again with this EQUIVALENT list (no mutant is run)")
     args = ap.parse_args(argv)
     unknown = [g for g in args.groups if g not in GROUPS]
     if unknown:
@@ -292,6 +558,17 @@ def main(argv=None) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     for group in args.groups or list(GROUPS):
         work = out / group
+        if args.rescore:
+            if group not in summary or not (work / "mutants").exists():
+                print(f"{group:15s} no run to score again", flush=True)
+                continue
+            res = _collect(work)
+            summary[group] = {**summary[group], **res}
+            res = summary[group]
+            print(f"{group:15s} caught {res['caught']:3d}, survived {len(res['survived']):3d} (+{len(res['equivalent'])}"
+                  f" equivalent), not run {res['not_run']:3d} -> score {res['score']}% (run of {res['seconds']} s)")
+            summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+            continue
         budget = args.budget_min if args.budget_min is not None else BUDGET_MIN.get(group, DEFAULT_BUDGET_MIN)
         _prepare(group, work)
         t0 = time.time()

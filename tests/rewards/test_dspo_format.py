@@ -36,12 +36,13 @@ def test_well_formed():
 ])
 def test_malformed_reasons(text, reason):
     p = parse_dspo(text, k=3)
-    assert not p.ok and p.reason == reason and reason in REASONS
+    assert p.ok is False and p.reason == reason and reason in REASONS
 
 
 def test_truncated_and_counting():
     ps = [parse_dspo(GOOD, 3, truncated=True), parse_dspo("", 3), parse_dspo("junk", 3), parse_dspo(GOOD, 3)]
     assert count_reasons(ps) == {"truncated": 1, "missing_step": 2}
+    assert ps[0].ok is False
     assert parse_dspo(GOOD).ok  # k not required
 
 

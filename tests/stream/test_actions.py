@@ -130,3 +130,26 @@ def test_memory_lines_count_every_bad_line_and_go_on_after_one():
     lines, bad = parse_memory("<memory>\n[inf-1] x\n[0-1] a\nno range\n[1-2] b\n</memory>")
     assert lines == [(0.0, 1.0, "a"), (1.0, 2.0, "b")] and bad == 2
     assert parse_memory("") == (None, 0) and parse_memory(None) == (None, 0)
+
+
+# the whole parsed action of each grammar failure: the verb when one was read, the think kept whenever there was one
+# think, the question id when the response named one
+WHOLE = [
+    ("<think>a b</think><action>recall(nan, 2)</action>", Action("recall", think="a b", reason="non_finite")),
+    ("<think>a b</think><action>recall(3)</action>", Action("recall", think="a b", reason="malformed_action")),
+    ("<think>a b</think><action>response(B)</action>", Action("response", think="a b", reason="malformed_action")),
+    ("<think>a b</think><action>response(q7, )</action>",
+     Action("response", think="a b", qid="q7", reason="empty_answer")),
+    ("<think>a b</think><action>silence now</action>", Action("silence", think="a b", reason="malformed_action")),
+    ("<think>a b</think><action>(q1)</action>", Action(None, think="a b", reason="unknown_action")),
+    ("<think>a b</think><think>c</think><action>silence</action>",
+     Action(None, think="a b", reason="multiple_thinks")),
+    ("<think>a b</think>", Action(None, think="a b", reason="no_action")),
+    ("<action>silence</action>", Action(None, think="", reason="no_think")),
+    (None, Action(None, think="", reason="no_action")),
+]
+
+
+@pytest.mark.parametrize("text,action", WHOLE, ids=[w[1].reason for w in WHOLE])
+def test_a_grammar_failure_keeps_the_verb_the_think_and_the_question(text, action):
+    assert parse_action(text, 3) == action
