@@ -68,7 +68,7 @@ GROUPS = {
     "multiturn": (["mmrl/rollout/agent_loop_multi.py"], ["tests/rollout/test_agent_loop.py",
                                                          "tests/rollout/test_tool_episodes.py"]),
     # the scorer's tests run the tiny model (about a minute per mutant here); feature masking has model-free tests
-    "scorer": (["mmrl/models/scoring.py"],
+    "scorer": (["mmrl/models/scoring.py", "mmrl/models/prefill.py", "mmrl/models/sequence_scoring.py"],
                ["tests/models/test_scoring_temperature.py", "tests/models/test_scoring_strategies.py"]),
     "feature_mask": (["mmrl/models/feature_mask.py"], ["tests/models/test_feature_mask_tokens.py"]),
     "router": (["mmrl/retrieval/router_policy.py", "mmrl/retrieval/router_chain.py"],
