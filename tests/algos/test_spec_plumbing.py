@@ -27,8 +27,9 @@ if "test_binder" not in ALGORITHMS:
 
 
 def test_registration_names_the_class():
-    cls = ALGORITHMS.get("test_binder")
-    assert cls.name == "test_binder" and cls.__doc__.startswith("Records")
+    cls = ALGORITHMS.get("test_binder")  # the registry names the class; the decorator returns it unchanged
+    assert ALGORITHMS.name_of(cls) == "test_binder" and cls.__doc__.startswith("Records") and "name" not in vars(cls)
+    assert cls({}, LossParams()).name == "test_binder"
     assert build_spec("grpo", {}, LossParams()).name == "grpo"
     name = f"test_reg_{uuid.uuid4().hex}"  # registered while the test runs (the built-ins register on import)
 
@@ -36,7 +37,7 @@ def test_registration_names_the_class():
     class Fresh(AlgorithmSpec):
         pass
 
-    assert ALGORITHMS.get(name) is Fresh and Fresh.name == name
+    assert ALGORITHMS.get(name) is Fresh and ALGORITHMS.name_of(Fresh) == name and Fresh({}, LossParams()).name == name
 
 
 PARSE = [
