@@ -39,7 +39,8 @@ GROUPS = {
                                           "tests/views/test_view_cases.py"]),
     "annotations": (["mmrl/data/annotations.py"], ["tests/data/test_annotations.py",
                                                    "tests/data/test_annotation_validation.py"]),
-    "ovobench_score": (["mmrl/eval/benchmarks/ovobench/score.py"], ["tests/eval/test_eval_ovobench.py", "tests/eval/test_eval_ovo_small.py"]),
+    "ovobench_score": (["mmrl/eval/benchmarks/ovobench/score.py"], ["tests/eval/test_eval_ovobench.py", "tests/eval/test_eval_ovo_small.py",
+                                                                 "tests/eval/test_eval_ovo_exact.py"]),
     # the methods beyond the GRPO family (issue 30), one group per method family so each fits its budget
     "pacg": (["mmrl/algos/pacg.py", "mmrl/algos/pacg_gate.py"], ["tests/algos/test_pacg_core.py",
                                                                  "tests/algos/test_pacg_spec.py",
