@@ -16,6 +16,12 @@ Question types (``qtype``), each a multiple choice unless said otherwise:
 - ``caption`` (``answer_type: text``): "a red square on the left" (image) or "a red square moves up" (clip);
 - ``yesno``: "Is the square red?" / "Is the square on the left?" with ``Yes``/``No``, balanced.
 
+Direct answers (train split only, ``direct_rate``): each choice item is, with that probability, also written a
+second time over the same media as an open item without options whose answer is the value itself (``red``,
+``1 to 2 s``, ``cannot be determined``; ``answer_type: text``, ``meta.direct``). Naming the value is the perception
+alone; the letter of a shuffled option list also needs the value matched against the options, which a tiny model
+learns only once it sees (docs/base_model.md, "what we tried"). The held-out split keeps the letters.
+
 Clips have ``n_frames`` frames at 4 fps (``time``: 2 fps). Counts per type follow the ``mix`` weights (largest
 remainders), in a seeded random order. Deterministic given ``seed``; train and test come from independent streams.
 """
@@ -196,10 +202,18 @@ def _with_abstain_option(item: _Item, rng: np.random.Generator, rate: float) -> 
         item.candidates = item.candidates[:pos] + [ABSTAIN] + item.candidates[pos:]
 
 
+def direct_twin(entry: dict) -> dict:
+    """The direct-answer twin of a choice item: same media and question, no options, the value as an open answer."""
+    twin = {k: v for k, v in entry.items() if k != "candidates"}
+    twin.update(id=entry["id"] + "-direct", answer_type="text", meta=dict(entry["meta"], direct=True))
+    return twin
+
+
 def make_perception_corpus(out_dir: str, n_train: int, n_test: int, mix: Dict[str, float], seed: int = 0,
                            size: int = 112, n_frames: int = 8, abstain_option_rate: float = 0.25,
-                           codec: Optional[str] = None) -> dict:
-    """Write ``out_dir/{images,videos}/``, ``train.json`` and ``test.json``; returns the paths and per-type counts."""
+                           codec: Optional[str] = None, direct_rate: float = 0.0) -> dict:
+    """Write ``out_dir/{images,videos}/``, ``train.json`` and ``test.json``; returns the paths and per-type counts
+    (of drawn items; ``n_direct``: the train split's direct-answer twins, drawn from their own seeded stream)."""
     codec = codec or available_codec()
     for sub in ("images", "videos"):
         os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
@@ -212,6 +226,7 @@ def make_perception_corpus(out_dir: str, n_train: int, n_test: int, mix: Dict[st
         order = [order[i] for i in rng.permutation(len(order))]
         seen: Dict[str, int] = {}
         items = []
+        twins = np.random.default_rng(np.random.SeedSequence([int(seed), 7]))  # own stream: items do not move
         for i, qtype in enumerate(order):
             k = seen[qtype] = seen.get(qtype, -1) + 1
             it = draw_item(qtype, rng, bal, size, n_frames, video=bool(k % 2))
@@ -231,10 +246,15 @@ def make_perception_corpus(out_dir: str, n_train: int, n_test: int, mix: Dict[st
                 entry["answer_type"] = it.answer_type
             entry["meta"] = dict(it.meta, media="video" if "video" in entry else "image", seed=int(seed))
             items.append(entry)
+            if split == "train" and entry.get("candidates") and it.answer_type == "choice" \
+                    and float(twins.random()) < direct_rate:
+                items.append(direct_twin(entry))
         path = os.path.join(out_dir, f"{split}.json")
         write_json(items, path)
         result[split] = path
         result["counts"][split] = dict(sorted(alloc.items()))
+        if split == "train":
+            result["n_direct"] = sum(1 for e in items if e["meta"].get("direct"))
     return result
 
 

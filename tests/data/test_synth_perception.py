@@ -52,3 +52,22 @@ def test_time_clip_flashes_in_the_answered_second(tmp_path):
         lit = [i for i in range(8) if it.pixels[i, :40].mean() > 60]  # the flash covers the frame but its bottom
         k = int(it.meta["flash"][0])
         assert lit == [2 * k, 2 * k + 1] and it.fps == 2.0  # 2 frames at 2 fps: the second [k, k + 1)
+
+
+def test_direct_twins_name_the_value_over_the_same_media_and_leave_the_draws_alone(tmp_path):
+    mix = {"color": 1, "time": 1, "null": 1, "caption": 1}
+    make_perception_corpus(str(tmp_path / "a"), 12, 4, mix, seed=2, size=56, codec="mpeg4")
+    r = make_perception_corpus(str(tmp_path / "b"), 12, 4, mix, seed=2, size=56, codec="mpeg4", direct_rate=1.0)
+    plain = json.loads((tmp_path / "a" / "train.json").read_text())
+    both = json.loads((tmp_path / "b" / "train.json").read_text())
+    twins = {e["id"]: e for e in both if e["meta"].get("direct")}
+    assert [e for e in both if not e["meta"].get("direct")] == plain  # the drawn items do not move
+    choice = [e for e in plain if e.get("answer_type", "choice") == "choice"]
+    assert r["n_direct"] == len(twins) == len(choice) == 9  # every choice item at rate 1, captions never
+    for e in choice:
+        t = twins[e["id"] + "-direct"]
+        assert "candidates" not in t and t["answer_type"] == "text" and t["answer"] == e["answer"]
+        assert t.get("image") == e.get("image") and t.get("video") == e.get("video") and t["question"] == e["question"]
+    assert not any(e["meta"].get("direct") for e in json.loads((tmp_path / "b" / "test.json").read_text()))
+    samples, skipped = load_samples(r["train"], None)
+    assert not skipped and sum(1 for s in samples if s.meta.get("direct")) == 9
