@@ -17,7 +17,7 @@ from typing import Dict
 
 from mmrl.errors import ConfigError
 
-BUILD_VERSION = 2  # bump when the corpus generator or the build changes what a recipe produces
+BUILD_VERSION = 3  # bump when the corpus generator or the build changes what a recipe produces
 PERCEPTION_ATTRS = ("color", "shape", "count", "location", "direction", "order", "time", "emblem", "null",
                     "caption", "yesno")
 RECIPE_FILE = "mmrl_base_recipe.json"
@@ -49,9 +49,10 @@ class BaseRecipe:
     n_test: int = 440  # held out: 36-55 per attribute with the default mix
     mix: Dict[str, float] = field(default_factory=_default_mix)
     abstain_option_rate: float = 0.25  # share of answerable choice items that also list "cannot be determined"
+    fixed_options: bool = True  # every choice lists its whole pool in canonical order (a letter = a value)
     direct_rate: float = 0.5  # share of train choice items also asked for the value itself (no options)
     # SFT (mmrl.train.sft)
-    steps: int = 2000
+    steps: int = 1200
     batch_size: int = 32
     lr: float = 3e-4  # 1e-3 collapses the vision features to a constant (docs/base_model.md)
     warmup_steps: int = 30
@@ -115,6 +116,8 @@ def recipe_from_dict(data: dict, where: str = "base recipe") -> BaseRecipe:
     kw = {}
     for k, v in data.items():
         default = getattr(BaseRecipe(), k)
+        if isinstance(default, bool) and not isinstance(v, bool):
+            raise ConfigError(f"{where}: key '{k}' = {v!r} is not a bool (true or false)")
         try:
             kw[k] = _mix(v) if k == "mix" else type(default)(v)
         except (TypeError, ValueError):

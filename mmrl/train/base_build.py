@@ -96,7 +96,7 @@ def build_base(recipe: BaseRecipe, force: bool = False, quiet: bool = False,
         make_perception_corpus(str(work / "corpus"), recipe.n_train, recipe.n_test, recipe.mix, seed=recipe.seed,
                                size=recipe.size, n_frames=recipe.n_frames,
                                abstain_option_rate=recipe.abstain_option_rate, codec="mpeg4",
-                               direct_rate=recipe.direct_rate)
+                               direct_rate=recipe.direct_rate, fixed_options=recipe.fixed_options)
         log(f"base {digest}: corpus written ({recipe.n_train} train, {recipe.n_test} held-out items) "
             f"in {time.perf_counter() - t0:.0f} s")
     if not (work / "init" / "config.json").is_file():

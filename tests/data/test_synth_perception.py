@@ -71,3 +71,25 @@ def test_direct_twins_name_the_value_over_the_same_media_and_leave_the_draws_alo
     assert not any(e["meta"].get("direct") for e in json.loads((tmp_path / "b" / "test.json").read_text()))
     samples, skipped = load_samples(r["train"], None)
     assert not skipped and sum(1 for s in samples if s.meta.get("direct")) == 9
+
+
+def test_fixed_options_list_the_whole_pool_in_order_with_abstention_last(tmp_path):
+    from mmrl.data.synth_perception import EMBLEM_COLOURS, NULL_POOLS
+    from mmrl.data.synth_vhop import SHAPES
+
+    mix = {k: 1 for k in ("color", "count", "direction", "emblem", "null", "order", "shape", "time", "yesno")}
+    make_perception_corpus(str(tmp_path), 36, 18, mix, seed=4, size=56, codec="mpeg4", abstain_option_rate=0.5,
+                           fixed_options=True)
+    pools = [list(p) for p in NULL_POOLS.values()] + [list(EMBLEM_COLOURS), list(SHAPES), ["Yes", "No"],
+                                                      [f"{k} to {k + 1} s" for k in range(4)]]
+    items = [e for split in ("train", "test") for e in json.loads((tmp_path / f"{split}.json").read_text())]
+    with_abstain = 0
+    for e in items:
+        cands = e["candidates"]
+        if cands[-1] == ABSTAIN:
+            with_abstain += 1
+            cands = cands[:-1]
+        assert cands in pools and ABSTAIN not in cands, e  # the whole pool, canonical order, abstention last
+    assert with_abstain > 8  # the null items and about half of the others
+    golds = [e["candidates"].index(e["answer"]) for e in items if e["qtype"] == "color"]
+    assert len(set(golds)) == 4  # the gold is balanced over the values, so no letter is a free answer
