@@ -52,7 +52,7 @@ class BaseRecipe:
     fixed_options: bool = True  # every choice lists its whole pool in canonical order (a letter = a value)
     direct_rate: float = 0.5  # share of train choice items also asked for the value itself (no options)
     # SFT (mmrl.train.sft)
-    steps: int = 1600
+    steps: int = 2000
     batch_size: int = 32
     lr: float = 3e-4  # 1e-3 collapses the vision features to a constant (docs/base_model.md)
     warmup_steps: int = 30
