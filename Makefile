@@ -21,7 +21,7 @@ demo: setup
 # The tiny base that can see (docs/base_model.md): built once per recipe, cached under its hash in $MMRL_CACHE
 # (~/.cache/mmrl); RECIPE= a recipe YAML, BASE_ARGS= recipe overrides (e.g. BASE_ARGS="steps=10 n_train=16").
 base: setup
-	OMP_NUM_THREADS=2 $(PY) -m mmrl base build $(if $(RECIPE),--recipe $(RECIPE)) $(BASE_ARGS)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m mmrl base build $(if $(RECIPE),--recipe $(RECIPE)) $(BASE_ARGS)
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
