@@ -16,6 +16,18 @@ Question types (``qtype``), each a multiple choice unless said otherwise:
 - ``caption`` (``answer_type: text``): "a red square on the left" (image) or "a red square moves up" (clip);
 - ``yesno``: "Is the square red?" / "Is the square on the left?" with ``Yes``/``No``, balanced.
 
+Fixed options (``fixed_options``, both splits): every choice lists its whole pool in the pool's canonical order
+(``Balancer(fixed_options=True)``, as the demo's world), ``cannot be determined`` last where it is listed, so a
+letter always names the same value of a question: seeing is then enough to answer. With shuffled options the letter
+also needs the seen value matched against the option list, which the tiny base had not learned after 800 steps
+while it named some values directly (docs/base_model.md, "what we tried").
+
+Direct answers (train split only, ``direct_rate``): each choice item is, with that probability, also written a
+second time over the same media as an open item without options whose answer is the value itself (``red``,
+``1 to 2 s``, ``cannot be determined``; ``answer_type: text``, ``meta.direct``). Naming the value is the perception
+alone; the letter of a shuffled option list also needs the value matched against the options, which a tiny model
+learns only once it sees (docs/base_model.md, "what we tried"). The held-out split keeps the letters.
+
 Clips have ``n_frames`` frames at 4 fps (``time``: 2 fps). Counts per type follow the ``mix`` weights (largest
 remainders), in a seeded random order. Deterministic given ``seed``; train and test come from independent streams.
 """
@@ -137,7 +149,7 @@ def _null(rng, bal, size, n, video: bool) -> _Item:
         video = True
     pool = NULL_POOLS[qtype]
     shown = bal.candidates(pool[int(rng.integers(len(pool)))], pool)
-    pos = int(rng.integers(len(shown) + 1))
+    pos = len(shown) if bal.fixed_options else int(rng.integers(len(shown) + 1))
     level = int(rng.integers(256))
     img = np.full((size, size, 3), level, dtype=np.uint8)
     question = SHAPE_QUESTION if qtype == "shape" else QUESTIONS[qtype]
@@ -189,33 +201,42 @@ def draw_item(qtype: str, rng: np.random.Generator, bal: Balancer, size: int, n:
     raise ValueError(f"unknown perception question type {qtype!r}")
 
 
-def _with_abstain_option(item: _Item, rng: np.random.Generator, rate: float) -> None:
+def _with_abstain_option(item: _Item, rng: np.random.Generator, rate: float, fixed: bool = False) -> None:
     if item.answer_type == "choice" and item.answer != ABSTAIN and item.candidates != ["Yes", "No"] \
             and float(rng.random()) < rate:
-        pos = int(rng.integers(len(item.candidates) + 1))
+        pos = len(item.candidates) if fixed else int(rng.integers(len(item.candidates) + 1))
         item.candidates = item.candidates[:pos] + [ABSTAIN] + item.candidates[pos:]
+
+
+def direct_twin(entry: dict) -> dict:
+    """The direct-answer twin of a choice item: same media and question, no options, the value as an open answer."""
+    twin = {k: v for k, v in entry.items() if k != "candidates"}
+    twin.update(id=entry["id"] + "-direct", answer_type="text", meta=dict(entry["meta"], direct=True))
+    return twin
 
 
 def make_perception_corpus(out_dir: str, n_train: int, n_test: int, mix: Dict[str, float], seed: int = 0,
                            size: int = 112, n_frames: int = 8, abstain_option_rate: float = 0.25,
-                           codec: Optional[str] = None) -> dict:
-    """Write ``out_dir/{images,videos}/``, ``train.json`` and ``test.json``; returns the paths and per-type counts."""
+                           codec: Optional[str] = None, direct_rate: float = 0.0, fixed_options: bool = False) -> dict:
+    """Write ``out_dir/{images,videos}/``, ``train.json`` and ``test.json``; returns the paths and per-type counts
+    (of drawn items; ``n_direct``: the train split's direct-answer twins, drawn from their own seeded stream)."""
     codec = codec or available_codec()
     for sub in ("images", "videos"):
         os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
     result = {"out_dir": out_dir, "counts": {}}
     for split, n in (("train", n_train), ("test", n_test)):
         rng = split_rng(seed, split)
-        bal = Balancer(rng)
+        bal = Balancer(rng, fixed_options=fixed_options)
         alloc = allocate(n, mix)
         order = [q for q in sorted(alloc) for _ in range(alloc[q])]
         order = [order[i] for i in rng.permutation(len(order))]
         seen: Dict[str, int] = {}
         items = []
+        twins = np.random.default_rng(np.random.SeedSequence([int(seed), 7]))  # own stream: items do not move
         for i, qtype in enumerate(order):
             k = seen[qtype] = seen.get(qtype, -1) + 1
             it = draw_item(qtype, rng, bal, size, n_frames, video=bool(k % 2))
-            _with_abstain_option(it, rng, abstain_option_rate)
+            _with_abstain_option(it, rng, abstain_option_rate, fixed_options)
             entry = {"id": f"{split}-{i:05d}", "question": it.question, "answer": it.answer, "qtype": qtype}
             if it.pixels.ndim == 4:
                 rel = f"videos/{split}_{i:05d}.mp4"
@@ -231,10 +252,15 @@ def make_perception_corpus(out_dir: str, n_train: int, n_test: int, mix: Dict[st
                 entry["answer_type"] = it.answer_type
             entry["meta"] = dict(it.meta, media="video" if "video" in entry else "image", seed=int(seed))
             items.append(entry)
+            if split == "train" and entry.get("candidates") and it.answer_type == "choice" \
+                    and float(twins.random()) < direct_rate:
+                items.append(direct_twin(entry))
         path = os.path.join(out_dir, f"{split}.json")
         write_json(items, path)
         result[split] = path
         result["counts"][split] = dict(sorted(alloc.items()))
+        if split == "train":
+            result["n_direct"] = sum(1 for e in items if e["meta"].get("direct"))
     return result
 
 

@@ -17,7 +17,7 @@ from typing import Dict
 
 from mmrl.errors import ConfigError
 
-BUILD_VERSION = 1  # bump when the corpus generator or the build changes what a recipe produces
+BUILD_VERSION = 3  # bump when the corpus generator or the build changes what a recipe produces
 PERCEPTION_ATTRS = ("color", "shape", "count", "location", "direction", "order", "time", "emblem", "null",
                     "caption", "yesno")
 RECIPE_FILE = "mmrl_base_recipe.json"
@@ -32,31 +32,33 @@ def _default_mix() -> Dict[str, float]:
 @dataclass
 class BaseRecipe:
     # model (mmrl.models.tiny.TinySpec fields)
-    text_hidden: int = 256
-    text_layers: int = 4
+    text_hidden: int = 128
+    text_layers: int = 3
     text_heads: int = 4
     text_kv_heads: int = 2
-    text_intermediate: int = 512
-    vision_hidden: int = 128
-    vision_layers: int = 4
-    vision_heads: int = 4
-    vision_intermediate: int = 256
+    text_intermediate: int = 256
+    vision_hidden: int = 64
+    vision_layers: int = 2
+    vision_heads: int = 2
+    vision_intermediate: int = 128
     bpe_vocab: int = 600
     # corpus (mmrl.data.synth_perception)
-    size: int = 112  # frame side in pixels
+    size: int = 56  # frame side in pixels (the VHOP shapes and emblem stay legible at 56)
     n_frames: int = 8  # frames per clip (time clips: 2 fps, others 4 fps)
-    n_train: int = 2400
+    n_train: int = 4000
     n_test: int = 440  # held out: 36-55 per attribute with the default mix
     mix: Dict[str, float] = field(default_factory=_default_mix)
     abstain_option_rate: float = 0.25  # share of answerable choice items that also list "cannot be determined"
+    fixed_options: bool = True  # every choice lists its whole pool in canonical order (a letter = a value)
+    direct_rate: float = 0.5  # share of train choice items also asked for the value itself (no options)
     # SFT (mmrl.train.sft)
-    steps: int = 480
-    batch_size: int = 12
-    lr: float = 5e-4
+    steps: int = 2000
+    batch_size: int = 32
+    lr: float = 3e-4  # 1e-3 collapses the vision features to a constant (docs/base_model.md)
     warmup_steps: int = 30
-    eval_every: int = 160  # an intermediate held-out eval every N steps (0 = at the end only)
+    eval_every: int = 400  # an intermediate held-out eval every N steps (0 = at the end only)
     seed: int = 0
-    num_threads: int = 2  # torch intra-op threads (pinned: the build is bit-identical only at the same count)
+    num_threads: int = 1  # torch intra-op threads (pinned: the build is bit-identical only at the same count)
 
     def validate(self) -> "BaseRecipe":
         bad = [k for k in self.mix if k not in PERCEPTION_ATTRS]
@@ -78,6 +80,8 @@ class BaseRecipe:
             raise ConfigError(f"base recipe 'n_frames' must be even and >= 8, got {self.n_frames}")
         if not 0.0 <= self.abstain_option_rate < 1.0:
             raise ConfigError(f"base recipe 'abstain_option_rate' must be in [0, 1), got {self.abstain_option_rate}")
+        if not 0.0 <= self.direct_rate <= 1.0:
+            raise ConfigError(f"base recipe 'direct_rate' must be in [0, 1], got {self.direct_rate}")
         if self.lr <= 0:
             raise ConfigError(f"base recipe 'lr' must be > 0, got {self.lr}")
         return self
@@ -112,6 +116,8 @@ def recipe_from_dict(data: dict, where: str = "base recipe") -> BaseRecipe:
     kw = {}
     for k, v in data.items():
         default = getattr(BaseRecipe(), k)
+        if isinstance(default, bool) and not isinstance(v, bool):
+            raise ConfigError(f"{where}: key '{k}' = {v!r} is not a bool (true or false)")
         try:
             kw[k] = _mix(v) if k == "mix" else type(default)(v)
         except (TypeError, ValueError):

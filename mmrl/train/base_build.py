@@ -9,7 +9,8 @@ and print the held-out accuracy per attribute after every stage (``mmrl.eval.per
 
 Rebuilt identically from its seed: one seed seeds the corpus, the init and the SFT order; the torch thread count is
 pinned (``num_threads``) because CPU kernels sum in a thread-dependent order. An interrupted build resumes from its
-work folder (``base-<hash>.build``) on the next call.
+work folder (``base-<hash>.build``) on the next call: finished stages (their evaluations in ``evals.json``) are not
+run again, the current stage continues from its latest checkpoint.
 """
 from __future__ import annotations
 
@@ -94,20 +95,26 @@ def build_base(recipe: BaseRecipe, force: bool = False, quiet: bool = False,
     if not (work / "corpus" / "test.json").is_file():
         make_perception_corpus(str(work / "corpus"), recipe.n_train, recipe.n_test, recipe.mix, seed=recipe.seed,
                                size=recipe.size, n_frames=recipe.n_frames,
-                               abstain_option_rate=recipe.abstain_option_rate, codec="mpeg4")
+                               abstain_option_rate=recipe.abstain_option_rate, codec="mpeg4",
+                               direct_rate=recipe.direct_rate, fixed_options=recipe.fixed_options)
         log(f"base {digest}: corpus written ({recipe.n_train} train, {recipe.n_test} held-out items) "
             f"in {time.perf_counter() - t0:.0f} s")
     if not (work / "init" / "config.json").is_file():
         make_tiny_model(work / "init", recipe.tiny_spec())
-    history = []
+    evals = work / "evals.json"
+    history = [h for h in (json.loads(evals.read_text()) if evals.is_file() else []) if h["step"] <= recipe.steps]
+    done = {h["step"] for h in history}
+    t0 -= history[-1]["seconds"] if history else 0.0  # a resumed build's clock continues (an unfinished stage's part is lost)
     for end in stage_ends(recipe):
+        if end in done:  # a resumed build: this stage and its evaluation are finished (its checkpoint is gone)
+            continue
         cfg = sft_config(recipe, work, end)
         run_sft(cfg, quiet=quiet, resume="auto")  # continues the previous stage (or an interrupted build)
         rows = _eval(Path(cfg.train.out_dir) / "final", work, cfg.data)
         history.append({"step": end, "rows": rows, "seconds": time.perf_counter() - t0})
         log(perception_table(rows, title=f"base {digest}: held-out perception after step {end}/{recipe.steps} "
                                          f"({(time.perf_counter() - t0) / 60:.1f} min)"))
-        (work / "evals.json").write_text(json.dumps(history, indent=1))
+        evals.write_text(json.dumps(history, indent=1))
     export = Path(sft_config(recipe, work, recipe.steps).train.out_dir) / "final"
     tmp = final.with_name(final.name + f".tmp{os.getpid()}")
     if tmp.exists():

@@ -52,3 +52,44 @@ def test_time_clip_flashes_in_the_answered_second(tmp_path):
         lit = [i for i in range(8) if it.pixels[i, :40].mean() > 60]  # the flash covers the frame but its bottom
         k = int(it.meta["flash"][0])
         assert lit == [2 * k, 2 * k + 1] and it.fps == 2.0  # 2 frames at 2 fps: the second [k, k + 1)
+
+
+def test_direct_twins_name_the_value_over_the_same_media_and_leave_the_draws_alone(tmp_path):
+    mix = {"color": 1, "time": 1, "null": 1, "caption": 1}
+    make_perception_corpus(str(tmp_path / "a"), 12, 4, mix, seed=2, size=56, codec="mpeg4")
+    r = make_perception_corpus(str(tmp_path / "b"), 12, 4, mix, seed=2, size=56, codec="mpeg4", direct_rate=1.0)
+    plain = json.loads((tmp_path / "a" / "train.json").read_text())
+    both = json.loads((tmp_path / "b" / "train.json").read_text())
+    twins = {e["id"]: e for e in both if e["meta"].get("direct")}
+    assert [e for e in both if not e["meta"].get("direct")] == plain  # the drawn items do not move
+    choice = [e for e in plain if e.get("answer_type", "choice") == "choice"]
+    assert r["n_direct"] == len(twins) == len(choice) == 9  # every choice item at rate 1, captions never
+    for e in choice:
+        t = twins[e["id"] + "-direct"]
+        assert "candidates" not in t and t["answer_type"] == "text" and t["answer"] == e["answer"]
+        assert t.get("image") == e.get("image") and t.get("video") == e.get("video") and t["question"] == e["question"]
+    assert not any(e["meta"].get("direct") for e in json.loads((tmp_path / "b" / "test.json").read_text()))
+    samples, skipped = load_samples(r["train"], None)
+    assert not skipped and sum(1 for s in samples if s.meta.get("direct")) == 9
+
+
+def test_fixed_options_list_the_whole_pool_in_order_with_abstention_last(tmp_path):
+    from mmrl.data.synth_perception import EMBLEM_COLOURS, NULL_POOLS
+    from mmrl.data.synth_vhop import SHAPES
+
+    mix = {k: 1 for k in ("color", "count", "direction", "emblem", "null", "order", "shape", "time", "yesno")}
+    make_perception_corpus(str(tmp_path), 36, 18, mix, seed=4, size=56, codec="mpeg4", abstain_option_rate=0.5,
+                           fixed_options=True)
+    pools = [list(p) for p in NULL_POOLS.values()] + [list(EMBLEM_COLOURS), list(SHAPES), ["Yes", "No"],
+                                                      [f"{k} to {k + 1} s" for k in range(4)]]
+    items = [e for split in ("train", "test") for e in json.loads((tmp_path / f"{split}.json").read_text())]
+    with_abstain = 0
+    for e in items:
+        cands = e["candidates"]
+        if cands[-1] == ABSTAIN:
+            with_abstain += 1
+            cands = cands[:-1]
+        assert cands in pools and ABSTAIN not in cands, e  # the whole pool, canonical order, abstention last
+    assert with_abstain > 8  # the null items and about half of the others
+    golds = [e["candidates"].index(e["answer"]) for e in items if e["qtype"] == "color"]
+    assert len(set(golds)) == 4  # the gold is balanced over the values, so no letter is a free answer

@@ -18,6 +18,8 @@ def _changed(name: str, value):
     """Another valid value of the field."""
     if name == "mix":
         return dict(value, color=value["color"] + 1.0)
+    if isinstance(value, bool):
+        return not value
     if isinstance(value, float):
         return value * 0.5 + 0.01
     return {"size": value + 28, "seed": value + 1}.get(name, value * 2)
@@ -56,6 +58,8 @@ def test_overrides_and_yaml(tmp_path):
     ({"n_frames": 6}, "'n_frames'"),
     ({"steps": "many"}, "'steps'"),
     ({"steps": 0}, "'steps' must be >= 1"),
+    ({"fixed_options": "no"}, "'fixed_options' = 'no' is not a bool"),
+    ({"direct_rate": 1.5}, "'direct_rate' must be in"),
 ])
 def test_bad_recipes_are_one_line_errors(data, msg):
     with pytest.raises(ConfigError, match=msg):

@@ -50,3 +50,27 @@ def test_micro_build_is_bit_identical_cached_and_tabled(tmp_path, monkeypatch, c
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     init = load_file(str(tmp_path / "b" / f"base-{recipe_hash(recipe)}.build" / "init" / "model.safetensors"))
     assert any(not torch.equal(a[k], init[k]) for k in a if k in init)  # and it did train
+
+
+@pytest.mark.slow
+def test_a_resumed_build_skips_finished_stages_and_matches_a_fresh_one(tmp_path, monkeypatch, capsys):
+    """A build stopped after its first stage (here: the work folder of the same recipe cut at that stage) continues
+    from the checkpoint without running that stage or its evaluation again, and ends on the fresh build's weights."""
+    import shutil
+
+    from mmrl.models.base_recipe import base_path
+    from mmrl.train.base_build import build_base
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "a"))
+    full, cut = BaseRecipe(**MICRO), BaseRecipe(**dict(MICRO, steps=2))  # constant lr: the first 2 steps are equal
+    build_base(cut, quiet=True)
+    work = base_path(recipe_hash(full)).with_name(f"base-{recipe_hash(full)}.build")
+    shutil.copytree(base_path(recipe_hash(cut)).with_name(f"base-{recipe_hash(cut)}.build"), work)
+    capsys.readouterr()
+    resumed = build_base(full, quiet=True)
+    out = capsys.readouterr().out
+    assert "after step 4/4" in out and "after step 2/4" not in out  # stage 1 and its evaluation not run again
+    assert [e["step"] for e in json.loads((resumed / "perception.json").read_text())["evals"]] == [2, 4]
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "b"))
+    a, b = _weights(resumed), _weights(build_base(full, quiet=True))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
