@@ -72,6 +72,16 @@ def temporal_bonus_spread(acc, group_ids, is_shuffled, mu: float = 0.8, bonus: f
     return {"bonus_differs": sum(differs) / g, "bonus_on": sum(on) / g, "has_shuffled": sum(has) / g} if g else {}
 
 
+def bonus_spread_by_qtype(acc, group_ids, is_shuffled, qtypes, **kw) -> Dict[str, Dict[str, float]]:
+    """``temporal_bonus_spread`` within each question type (``qtypes``: one per response; a group has one type)."""
+    out = {}
+    for q in sorted(set(qtypes)):
+        idx = [i for i, t in enumerate(qtypes) if t == q]
+        out[q] = temporal_bonus_spread([acc[i] for i in idx], [group_ids[i] for i in idx],
+                                       [is_shuffled[i] for i in idx], **kw)
+    return out
+
+
 def _trainer(files: Sequence[str], overrides: List[str]):
     from mmrl.config import load_config
     from mmrl.train.rl_trainer import RLTrainer
@@ -117,15 +127,18 @@ def run_seed(seed: int, args, out: Path) -> Dict:
 
     t0, plan = time.time(), seed_plan(seed)
     world = out / "world"
-    info = make_video_world(str(world), args.n_train, args.n_test, seed=plan.world_seed, prior="tint",
-                            prior_strength=args.prior_strength, fixed_options=True, **CLIP_WORLD)
     abst = load_config([str(DEMO)], list(args.overrides)).data.prompt.abstain_text
-    train, test = world / "train_abst.json", world / "test_abst.json"
-    add_abstain_option(info["train"], str(train), abst)
-    add_abstain_option(info["test"], str(test), abst)
-    sft_train = world / "sft_train.json"
-    n_null = add_null_sft_items(str(train), str(sft_train), args.sft_null_share, abst, world, plan.world_seed,
-                                clip_world=CLIP_WORLD)
+    train, test, sft_train = world / "train_abst.json", world / "test_abst.json", world / "sft_train.json"
+    reuse = args.reuse_sft and (out / "sft" / "final").is_dir()
+    if reuse:  # the world and the SFT start of an earlier run of this seed (same settings assumed)
+        n_null = sum(1 for it in json.loads(sft_train.read_text()) if (it.get("meta") or {}).get("null"))
+    else:
+        info = make_video_world(str(world), args.n_train, args.n_test, seed=plan.world_seed, prior="tint",
+                                prior_strength=args.prior_strength, fixed_options=True, **CLIP_WORLD)
+        add_abstain_option(info["train"], str(train), abst)
+        add_abstain_option(info["test"], str(test), abst)
+        n_null = add_null_sft_items(str(train), str(sft_train), args.sft_null_share, abst, world, plan.world_seed,
+                                    clip_world=CLIP_WORLD)
     data = [f"data.nframes={CLIP_WORLD['n_frames']}", f"data.max_pixels={CLIP_WORLD['size'] ** 2}",
             f"data.train={train}", f"data.test={test}", "train.save_every=0"]
     log(f"[seed {seed}] world {args.n_train}/{args.n_test} ready ({time.time() - t0:.0f} s); SFT {args.sft_steps} steps "
@@ -134,8 +147,12 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     sft_cfg = load_config([str(DEMO)], data + ["model.path=base", f"train.seed={plan.sft_seed}",
                                                f"train.out_dir={out / 'sft'}", f"sft.steps={args.sft_steps}",
                                                f"data.train={sft_train}"] + list(args.overrides))
-    run_sft(sft_cfg, quiet=True, overwrite=True)
+    if not reuse:
+        run_sft(sft_cfg, quiet=True, overwrite=True)
     sft_path, sft_min = str(out / "sft" / "final"), (time.time() - t) / 60
+    if reuse:  # keep the earlier run's SFT minutes
+        old = out / "preflight.json"
+        sft_min = json.loads(old.read_text())["minutes"]["sft"] if old.exists() else float("nan")
     log(f"[seed {seed}] SFT done ({sft_min:.1f} min)")
 
     t = time.time()
@@ -159,8 +176,10 @@ def run_seed(seed: int, args, out: Path) -> Dict:
         groups.rewards.append([total[i] for i in ordered])
         groups.correct.append([comps["accuracy"][i] for i in ordered])
         groups.qtypes.append(trajs[ordered[0]].qtype)
-    tstats = temporal_bonus_spread(comps["accuracy"], [x.group_id for x in trajs],
-                                   [x.role == "shuffled" for x in trajs], p.mu, p.bonus, p.acc_threshold)
+    targs = (comps["accuracy"], [x.group_id for x in trajs], [x.role == "shuffled" for x in trajs])
+    kw = dict(mu=p.mu, bonus=p.bonus, acc_threshold=p.acc_threshold)
+    tstats = temporal_bonus_spread(*targs, **kw)
+    by_q = bonus_spread_by_qtype(*targs, [x.qtype for x in trajs], **kw)
     del tg
     bp = _trainer([BPO_CFG], rl)
     btrajs, bcomps, _ = _rollout(bp, samples)
@@ -175,7 +194,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
                     "null_abstain_sampled": sum(a for _, a in null) / max(len(null), 1),
                     "null_mixed": sum(1 for v in per.values() if max(v) != min(v)) / max(len(per), 1)}}
     log(f"[seed {seed}] rollouts done ({roll_min:.1f} min): {mech}")
-    rec = {"seed": seed, "plan": vars(plan) if hasattr(plan, "__dict__") else list(plan), "per_qtype": res["per_qtype"],
+    rec = {"tgrpo_by_qtype": by_q, "seed": seed, "plan": vars(plan) if hasattr(plan, "__dict__") else list(plan), "per_qtype": res["per_qtype"],
            "macro": res["macro_accuracy"], "accuracy": res["accuracy"], "groups": vars(groups), "mechanism": mech,
            "n_null_sft": n_null, "minutes": {"sft": sft_min, "eval": eval_min, "rollout": roll_min,
                                              "total": (time.time() - t0) / 60},
@@ -228,6 +247,12 @@ def render(recs: Sequence[Dict], command: str) -> str:
               "kept): " + ", ".join(f"seed {r['seed']} {100 * r['macro']:.1f}% / {100 * r['macro_biased']:.1f}%"
                                     for r in recs), ""]
     lines += preflight_lines(pfs["tgrpo"], "T-GRPO")[2:]
+    qs = sorted({q for r in recs for q in r.get("tgrpo_by_qtype", {})})
+    if qs:
+        lines += ["T-GRPO's `bonus_differs` per question type (share of that type's groups):", "",
+                  "| seed | " + " | ".join(qs) + " |", "|---|" + "---:|" * len(qs)]
+        lines += [f"| {r['seed']} | " + " | ".join(f"{100 * r['tgrpo_by_qtype'].get(q, {}).get('bonus_differs', float('nan')):.1f}%"
+                                                  for q in qs) + " |" for r in recs] + [""]
     lines += ["BPO's mechanism (greedy abstention on `views/bpo_eval.yaml`'s null canvases; sampled abstention on "
               "BPO's training null view `blank`; share of prompts whose null-view responses disagree):", "",
               "| seed | null abstain greedy | null abstain sampled | null mixed | can act |", "|---|---|---|---|---|"]
@@ -250,6 +275,7 @@ def main(argv=None) -> None:
     ap.add_argument("--smoke", action="store_true", help="allow a test set under the protocol's minimum")
     ap.add_argument("--out", default="runs/bpo_preflight")
     ap.add_argument("--render-only", action="store_true", help="print the tables from OUT/seed<S>/preflight.json")
+    ap.add_argument("--reuse-sft", action="store_true", help="reuse OUT/seed<S>'s world and SFT start if present")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     if args.n_test < MIN_TEST and not args.smoke:

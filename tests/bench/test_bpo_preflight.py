@@ -39,3 +39,14 @@ def test_mechanism_verdicts():
     ok, why = B.bpo_can_act({"null_abstain_sampled": 0.9, "null_abstain_greedy": 1.0})
     assert not ok and "nothing left" in why
     assert B.bpo_can_act({"null_abstain_sampled": 0.2, "null_abstain_greedy": 0.5}) == (True, "ok")
+
+
+def test_bonus_spread_by_qtype_splits_groups_by_type():
+    # a "direction" group whose bonus differs and an "order" group where it is on for all: 100% vs 0% differs
+    acc = [1, 0, 0, 0] + [1, 1, 1, 0]
+    gid = [0, 0, 0, 0, 1, 1, 1, 1]
+    shuf = [False, False, True, True] * 2
+    qt = ["direction"] * 4 + ["order"] * 4
+    by = B.bonus_spread_by_qtype(acc, gid, shuf, qt, mu=0.8, bonus=0.3, acc_threshold=0.1)
+    assert by["direction"]["bonus_differs"] == 1.0 and by["order"]["bonus_differs"] == 0.0
+    assert by["order"]["bonus_on"] == 1.0
