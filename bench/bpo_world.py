@@ -15,7 +15,8 @@ def add_abstain_option(src: str, dst: str, text: str) -> None:
     Path(dst).write_text(json.dumps(items, indent=1) + "\n")
 
 
-def add_null_sft_items(train: str, dst: str, share: float, text: str, world: Path, seed: int) -> int:
+def add_null_sft_items(train: str, dst: str, share: float, text: str, world: Path, seed: int,
+                       clip_world: dict = None) -> int:
     """Write the SFT data: ``train`` plus ``round(share * len(train))`` "nothing to see" items whose clip is the
     world's empty background (no squares) and whose answer is the abstention option. Returns their count.
 
@@ -28,12 +29,14 @@ def add_null_sft_items(train: str, dst: str, share: float, text: str, world: Pat
     from mmrl.data.synth_video import render, write_mp4
     from mmrl.demo import WORLD
 
+    cw = clip_world or WORLD  # the empty clip's size, n_frames and fps (default: the demo's world)
+
     items = json.loads(Path(train).read_text())
     k = int(round(share * len(items)))
     if k:
         clip = "videos/empty.mp4"
-        frames = np.stack([render([], WORLD["size"]) for _ in range(WORLD["n_frames"])])
-        write_mp4(str(world / clip), frames, WORLD["fps"])
+        frames = np.stack([render([], cw["size"]) for _ in range(cw["n_frames"])])
+        write_mp4(str(world / clip), frames, cw["fps"])
         rng = np.random.default_rng(seed)
         for j, i in enumerate(rng.choice(len(items), size=k, replace=False)):
             src = items[int(i)]
