@@ -66,7 +66,8 @@ GROUPS = {
     "stream_env": (["mmrl/stream/env.py", "mmrl/stream/actions.py"], ["tests/stream/test_env.py",
                                                                      "tests/stream/test_actions.py",
                                                                      "tests/stream/test_env_record.py"]),
-    "multiturn": (["mmrl/rollout/agent_loop_multi.py"], ["tests/rollout/test_agent_loop.py",
+    "multiturn": (["mmrl/rollout/agent_loop_multi.py"], ["tests/rollout/test_episode_tail.py",
+                                                         "tests/rollout/test_agent_loop.py",
                                                          "tests/rollout/test_tool_episodes.py"]),
     # the scorer's tests run the tiny model (about a minute per mutant here); feature masking has model-free tests
     "scorer": (["mmrl/models/scoring.py", "mmrl/models/prefill.py", "mmrl/models/sequence_scoring.py"],
