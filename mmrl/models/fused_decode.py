@@ -16,7 +16,10 @@ tensor operations, so the hidden states are the same floats (``tests/rollout/tes
 
 ``TextDecoder.build(core)`` returns None where that is not ``transformers``' arithmetic, and the engine keeps its
 forward: an attention other than SDPA, a sliding window, a rotary type other than the default, forward hooks on the
-text stack (DeepSpeed ZeRO-3 gathers weights through them).
+text stack (DeepSpeed ZeRO-3 gathers weights through them), and a ``transformers`` release older than
+``SAME_FLOATS_FROM``: the step follows 5.24's order of operations, and under 5.16.1 the log-probs differ from
+``transformers``' forward in the last bits (every family; measured with ``make test-lowest``), so older releases keep
+``transformers``' forward (same tokens and floats as before, without the speed-up).
 """
 from __future__ import annotations
 
@@ -24,6 +27,11 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+import transformers
+from packaging.version import Version
+
+SAME_FLOATS_FROM = Version("5.24.0")  # the oldest release whose forward this step equals bit for bit (tested)
+SAME_FLOATS = Version(transformers.__version__) >= SAME_FLOATS_FROM
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -47,6 +55,8 @@ class TextDecoder:
     @classmethod
     def build(cls, core) -> Optional["TextDecoder"]:
         """A decoder for ``core``'s text stack, or None where ``transformers``' forward must be kept."""
+        if not SAME_FLOATS:
+            return None
         lm = getattr(core, "language_model", None)
         if lm is None or not hasattr(lm, "layers") or not hasattr(lm, "rotary_emb"):
             return None
