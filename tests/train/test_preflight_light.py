@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mmrl.cli import main
+from support import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "qwen_vl_utils", "deepspeed", "peft", "vllm")
@@ -27,24 +28,15 @@ print(json.dumps(out))
 """
 
 
+# each bad file the fail-fast bench times (bench/fail_fast.py) and what its one-line error must name
+CULPRITS = {"missing video": "gone.mp4", "missing field": "'answer': missing", "empty file": "empty",
+            "corrupt MP4": "broken.mp4"}
+
+
 def _bad_files(video_world, root: Path) -> dict:
-    items = json.loads((video_world / "train.json").read_text())
-    for it in items:
-        it["video"] = str(video_world / it["video"])
-
-    def write(name, edit):
-        copy = json.loads(json.dumps(items))
-        edit(copy)
-        (root / name).write_text(json.dumps(copy))
-        return root / name
-
-    data = open(items[3]["video"], "rb").read()
-    (root / "broken.mp4").write_bytes(data[: len(data) // 2])
-    (root / "empty.json").write_text("")
-    return {"missing-video": (write("a.json", lambda c: c[2].update(video=str(root / "gone.mp4"))), "gone.mp4"),
-            "missing-field": (write("b.json", lambda c: c[5].pop("answer")), "'answer': missing"),
-            "empty": (root / "empty.json", "empty"),
-            "corrupt-mp4": (write("c.json", lambda c: c[3].update(video=str(root / "broken.mp4"))), "broken.mp4")}
+    """``{case: (annotation file, what the error names)}`` of ``bench/fail_fast.py``'s bad files."""
+    files = load_bench("fail_fast").bad_data(video_world, root)
+    return {case: (files[case], culprit) for case, culprit in CULPRITS.items()}
 
 
 def test_bad_data_stops_before_any_heavy_import(video_world, tmp_path):
@@ -97,7 +89,7 @@ def test_the_launcher_stops_bad_data_before_the_deepspeed_launcher(video_world, 
     for name, body in (("python", f'exec {sys.executable} "$@"'), ("deepspeed", f'echo "$@" > {marker}; exit 99')):
         (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_ / name).chmod((bin_ / name).stat().st_mode | stat.S_IEXEC)
-    bad = _bad_files(video_world, tmp_path)["missing-field"][0]
+    bad = _bad_files(video_world, tmp_path)["missing field"][0]
 
     def launch(data):
         env = dict(os.environ, PY=str(bin_ / "python"), MODEL_PATH="tiny", DATA_PATH=str(data),
