@@ -184,11 +184,11 @@ def complete_config(cfg: Config) -> Config:
     costs no torch import (``load_config(..., registries=False)``)."""
     from mmrl.algos.spec import build_algorithm, derive_params
 
-    _check_agent_loop(cfg)
-    _derive(cfg)
+    caps = _loop_capabilities(cfg)
+    _check_agent_loop(cfg, caps)
+    _derive(cfg, caps)
     derive_params(cfg.algorithm, cfg)
     spec = build_algorithm(cfg.algorithm, cfg)  # unknown algorithm names and params are ConfigErrors naming the key
-    caps = _loop_capabilities(cfg)
     if caps is not None and caps.multi_turn and spec.needs().rescore:
         raise ConfigError(f"config key 'algorithm.name' = {cfg.algorithm.name!r} re-scores responses under an "
                           f"intervened view, which multi-turn trajectories (rollout.agent_loop=multi_turn) do not "
@@ -218,11 +218,11 @@ def _loop_capabilities(cfg: Config):
         return None
 
 
-def _check_agent_loop(cfg: Config) -> None:
+def _check_agent_loop(cfg: Config, caps) -> None:
     """What ``rollout.agent_loop`` (its declared ``capabilities``) and ``rollout.tools`` need of the rest of the
     config. The suite file is loaded by ``mmrl.rollout.agent_loop_tools.check_rollout_config``, which the trainer
     calls before it loads the model."""
-    r, caps = cfg.rollout, _loop_capabilities(cfg)
+    r = cfg.rollout
     if caps is None:
         return
     if caps.tools == "suite" and not r.tools:
@@ -299,11 +299,10 @@ def load_config(files: List[str] | None = None, overrides: List[str] | None = No
     return complete_config(cfg) if registries else cfg
 
 
-def _derive(cfg: Config) -> None:
+def _derive(cfg: Config, caps) -> None:
     """Keys that follow from another one unless set: Dr.GRPO's normaliser L_max (``algorithm.max_response_len``,
     of ``seq-mean-token-sum-norm``) is the response budget ``rollout.max_new_tokens`` of a single-turn run."""
     a = cfg.algorithm
-    caps = _loop_capabilities(cfg)
     if (a.max_response_len is None and caps is not None and not caps.multi_turn
             and "seq-mean-token-sum-norm" in (a.loss_agg, a.gspo_loss_agg)):
         a.max_response_len = cfg.rollout.max_new_tokens
