@@ -112,6 +112,29 @@ def test_real_shape_sampler_matches_the_scorer(real):
     assert rep.sequences == 4 and rep.ok(5e-5), rep
 
 
+def test_real_shape_fused_decode_equals_transformers_forward(real):
+    """The engine's decode step without transformers' wrappers (``mmrl.models.fused_decode``) at the published
+    widths, heads, KV heads and head sizes: the same tokens and bit-identical log-probs as the eager decode, in both
+    layouts (on releases where it is on; older ones keep transformers' forward)."""
+    from mmrl.models.fused_decode import SAME_FLOATS, TextDecoder
+    from mmrl.models.scoring import backbone
+
+    name, model, proc = real
+    model.eval()
+    assert (TextDecoder.build(backbone(model)[0]) is not None) == SAME_FLOATS
+    reqs, params = _requests(proc), SamplingParams(max_new_tokens=6, temperature=1.0)
+    for layout in ("expand", "packed"):
+        out = []
+        for fast in (False, True):
+            torch.manual_seed(3)
+            out.append(build_engine("hf", model=model, processor=proc, layout=layout, fast_decode=fast)
+                       .generate(reqs, params))
+        eager, fused = out
+        assert [t.response_ids.tolist() for t in eager] == [t.response_ids.tolist() for t in fused], (name, layout)
+        for a, b in zip(eager, fused):
+            assert torch.equal(a.logprobs, b.logprobs), (name, layout, float((a.logprobs - b.logprobs).abs().max()))
+
+
 def test_real_shape_rl_step_with_lora_and_gradient_checkpointing(real):
     from mmrl.config import LoraConfig, load_config
     from mmrl.models.loading import prepare_model
