@@ -2,7 +2,9 @@
 (a) GRPO without tools on the overview, (b) GRPO with ``tools/video_seek.yaml``, (c) rectified bootstrapping
 (``mmrl rectify``: (b)'s run, then rectify -> multi-turn SFT -> RL, the SFT setting (lr x steps x teacher mix)
 chosen by accuracy on a validation split of training clips no stage trains on, ``rectify.val``,
-``mmrl.tools.rectify_select``), each from an SFT warm-up of the same budget
+``mmrl.tools.rectify_select``), (b') its control (``rectify.control``: the same SFT grid, choice and RL from (b)'s
+run on the teacher scripts of the samples (c) rewrote, no rectification; (c) - (b') isolates rectification), each
+from an SFT warm-up of the same budget
 (teacher episodes for the tool arms, the overview's answers for (a)), with tool-call validity, calls per
 episode, seek IoU and tokens per episode, per seed and mean ± 95% CI. The overview alone is checked against
 chance (mean 1 / number of options of the test questions).
@@ -25,8 +27,9 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 REPO = Path(__file__).resolve().parent.parent
 SUITE = str(REPO / "tools" / "video_seek.yaml")
-ARMS = ("a", "b", "c")
-ARM_LABEL = {"a": "(a) GRPO, no tools (overview)", "b": "(b) GRPO + video_seek", "c": "(c) rectified bootstrapping"}
+ARMS = ("a", "b", "b2", "c")
+ARM_LABEL = {"a": "(a) GRPO, no tools (overview)", "b": "(b) GRPO + video_seek",
+             "b2": "(b') control: (c)'s SFT grid on teacher scripts, no rectification", "c": "(c) rectified bootstrapping"}
 
 
 def base_overrides(args, world: dict, out: Path, seed: int) -> list:
@@ -155,6 +158,8 @@ def run_seed(args, seed: int) -> dict:
     out["rectify"] = run_pipeline(c, quiet=True, say=lambda _: None, seek=args.teacher_seek)
     out["b"] = eval_tools(out["rectify"]["rl1"] + "/final", c)
     out["c"] = eval_tools(out["rectify"]["final"], c)
+    if "control" in out["rectify"]:
+        out["b2"] = eval_tools(out["rectify"]["control"]["final"], c)
     from mmrl.data.annotations import load_samples
 
     test, _ = load_samples(world["test"])
@@ -164,13 +169,16 @@ def run_seed(args, seed: int) -> dict:
 
 
 def select_overrides(args, world: dict) -> list:
-    """The ``rectify.*`` keys of (c): candidates chosen on the world's val split (none without ``--n-val``)."""
+    """The ``rectify.*`` keys of (c) and (b'): candidates chosen on the world's val split (none without
+    ``--n-val``), and the control (b') unless ``--no-control``."""
+    control = [f"rectify.teacher={world['teacher']}", "rectify.control=true"] if args.control else []
     if not args.n_val:
-        return []
+        return control
     grid = [f"rectify.val={world['val']}", f"rectify.lr=[{','.join(map(str, args.rectify_lrs))}]",
             f"rectify.steps=[{','.join(map(str, args.rectify_steps))}]",
             f"rectify.teacher_mix=[{','.join(map(str, args.rectify_mix))}]"]
-    return grid + ([f"rectify.teacher={world['teacher']}"] if any(m > 0 for m in args.rectify_mix) else [])
+    mix = any(m > 0 for m in args.rectify_mix) and not args.control
+    return grid + control + ([f"rectify.teacher={world['teacher']}"] if mix else [])
 
 
 def fmt_num(xs: list) -> str:
@@ -191,7 +199,7 @@ def table(results: list, cmd: str, args) -> str:
             ("tokens_per_episode", "tokens / episode", 1)]
     rows = ["| arm | " + " | ".join(c[1] for c in cols) + " | per-seed acc % |", "|" + "---|" * (len(cols) + 2)]
     for arm, lab in [("sft_plain", "SFT warm-up, overview (no RL)"), ("sft_tools", "SFT warm-up, teacher episodes (no RL)")] + \
-            [(a, ARM_LABEL[a]) for a in ARMS]:
+            [(a, ARM_LABEL[a]) for a in arms_of(results)]:
         cells = []
         for key, _, scale in cols:
             xs = [r[arm][key] for r in results]
@@ -206,7 +214,9 @@ def table(results: list, cmd: str, args) -> str:
              f"{'all 4 colours as options in fixed order' if args.fixed_options else 'balanced options'}; tool list "
              f"`prompt: {args.prompt}`, teacher and rectified seeks `{args.teacher_seek}`; SFT warm-up {args.sft_steps} steps x {args.sft_batch}; "
              f"GRPO {args.rl_steps} steps x {args.prompts} prompts x {args.n}; (c): (b)'s run, rectify, {rect}, "
-             f"{args.rl_steps} more GRPO steps. Seeds {args.seeds}; mean with 95% "
+             f"{args.rl_steps} more GRPO steps" + ("; (b'): the same from (b)'s run on the teacher scripts of the samples "
+                                                   "(c) rewrote, no rectification" if "b2" in arms_of(results) else "") +
+             f". Seeds {args.seeds}; mean with 95% "
              f"t-interval over seeds. Chance (1 / options, test): " + ", ".join(f"{x:.1f}%" for x in chance) + ".", ""]
     tt = {k: [r["teacher_tokens"][k] for r in results] for k in ("full", "compact")}
     lines += rows + ["", "Tokens per teacher episode (32 train scripts replayed, no model), tool list `prompt: full` "
@@ -222,6 +232,11 @@ def table(results: list, cmd: str, args) -> str:
     return "\n".join(lines)
 
 
+def arms_of(results: list) -> list:
+    """The arms every seed's results hold ((b') only where the control ran)."""
+    return [a for a in ARMS if all(a in r for r in results)]
+
+
 def selection_lines(results: list) -> list:
     """(c) - (a) and (c) - (b) per seed with the 95% interval over seeds, and the setting each seed's validation
     split chose (``select.json``: every candidate's validation accuracy, and (b)'s own as the reference)."""
@@ -231,13 +246,17 @@ def selection_lines(results: list) -> list:
     cb = [r["c"]["accuracy"] - r["b"]["accuracy"] for r in results]
     lines = ["", f"(c) - (a): {fmt_ci(ca, signed=True)} pp (per seed " + ", ".join(f"{100 * x:+.1f}" for x in ca) +
              f"); (c) - (b): {fmt_ci(cb, signed=True)} pp (per seed " + ", ".join(f"{100 * x:+.1f}" for x in cb) + ")."]
+    if "b2" in arms_of(results):
+        cc = [r["c"]["accuracy"] - r["b2"]["accuracy"] for r in results]
+        lines.append(f"(c) - (b'), what rectification adds over the same SFT grid on teacher scripts: "
+                     f"{fmt_ci(cc, signed=True)} pp (per seed " + ", ".join(f"{100 * x:+.1f}" for x in cc) + ").")
     for r in results:
-        sel = r["rectify"].get("selection")
-        if not sel:
-            continue
-        cands = ", ".join(f"{c['tag']} {100 * c['val']['accuracy']:.1f}" for c in sel["candidates"])
-        lines.append(f"- seed {r['seed']}: chose `{sel['chosen']}` on {sel['n_val']} validation clips; validation acc %: "
-                     f"(b) {100 * sel['reference']['val']['accuracy']:.1f}; candidates {cands}")
+        for arm, sel in (("(c)", r["rectify"].get("selection")), ("(b')", r["rectify"].get("control", {}).get("selection"))):
+            if not sel:
+                continue
+            cands = ", ".join(f"{c['tag']} {100 * c['val']['accuracy']:.1f}" for c in sel["candidates"])
+            lines.append(f"- seed {r['seed']}: {arm} chose `{sel['chosen']}` on {sel['n_val']} validation clips; "
+                         f"validation acc %: (b) {100 * sel['reference']['val']['accuracy']:.1f}; candidates {cands}")
     return lines
 
 
@@ -263,6 +282,8 @@ def main(argv=None) -> str:
     ap.add_argument("--rectify-steps", type=int, nargs="+", default=[10, 30])
     ap.add_argument("--rectify-mix", type=float, nargs="+", default=[0.0, 1.0],
                     help="teacher scripts per rectified sample mixed into (c)'s SFT set")
+    ap.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
+                    help="run (b'): (c)'s SFT grid and RL on the teacher scripts of the samples (c) rewrote")
     ap.add_argument("--prompt", choices=["full", "compact"], default="compact",
                     help="the suite's system-turn tool list (tools/video_seek.yaml's `prompt`)")
     ap.add_argument("--teacher-seek", choices=["whole", "exact"], default="whole",
@@ -290,7 +311,8 @@ def main(argv=None) -> str:
             results[-1]["teacher_tokens"] = teacher_tokens(Path(args.out) / f"seed{seed}" / "world",
                                                            args.model or ensure_tiny_model())
         r = results[-1]
-        print(f"seed {seed}: " + ", ".join(f"{k} {100 * r[k]['accuracy']:.1f}%" for k in ("sft_plain", "sft_tools") + ARMS)
+        print(f"seed {seed}: " + ", ".join(f"{k} {100 * r[k]['accuracy']:.1f}%" for k in ("sft_plain", "sft_tools") + ARMS
+                                           if k in r)
               + f" ({r['minutes']:.1f} min)", flush=True)
     text = table(results, cmd, args)
     print(text)

@@ -132,6 +132,7 @@ class RectifyConfig:
     steps: List[int] = field(default_factory=list)  # candidate sft.steps values
     teacher: Optional[str] = None  # teacher scripts (JSONL {id, turns}) mixed into the rectified set
     teacher_mix: List[float] = field(default_factory=list)  # candidate teacher scripts per rectified sample
+    control: bool = False  # also run the control (b'): the same SFT stage on rectify.teacher's scripts, no rectification
 
 
 @dataclass
@@ -268,9 +269,12 @@ def _check_rectify(r: RectifyConfig, test: Optional[str]) -> None:
             raise ConfigError(f"config key '{key}' = {list(values)}: values must be > 0 (teacher_mix: >= 0)")
     if r.val and test and r.val == test:
         raise ConfigError(f"config key 'rectify.val' = {r.val!r} is data.test: select on a validation split")
-    if any(m > 0 for m in r.teacher_mix) != bool(r.teacher):
-        raise ConfigError("config key 'rectify.teacher' and a rectify.teacher_mix value > 0 go together "
-                          f"(teacher={r.teacher!r}, teacher_mix={list(r.teacher_mix)})")
+    if r.control and not r.teacher:
+        raise ConfigError("config key 'rectify.control' = true needs rectify.teacher: the control fine-tunes on the "
+                          "teacher scripts of the samples rectify rewrote")
+    if any(m > 0 for m in r.teacher_mix) != bool(r.teacher) and not (r.control and r.teacher):
+        raise ConfigError("config key 'rectify.teacher' and a rectify.teacher_mix value > 0 (or rectify.control) go "
+                          f"together (teacher={r.teacher!r}, teacher_mix={list(r.teacher_mix)})")
 
 
 def load_config(files: List[str] | None = None, overrides: List[str] | None = None, registries: bool = True) -> Config:

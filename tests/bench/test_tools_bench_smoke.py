@@ -17,7 +17,7 @@ def test_tools_bench_smoke(tiny_model_path, tmp_path):
     for label in bench.ARM_LABEL.values():
         assert f"| {label} |" in table
     res = json.loads((out / "results_seed0.json").read_text())
-    assert all(res[k]["n"] == 3 for k in ("sft_plain", "sft_tools", "a", "b", "c"))
+    assert all(res[k]["n"] == 3 for k in ("sft_plain", "sft_tools", "a", "b", "b2", "c"))
     assert res["rectify"]["episodes"] == 4 and Path(res["rectify"]["final"]).exists()
     sel = res["rectify"]["selection"]  # (c)'s SFT setting chosen on the 2 validation clips among 2 lr x 2 mixes
     assert [c["tag"] for c in sel["candidates"]] == ["lr0.0001_steps1_mix0", "lr0.0001_steps1_mix1",
@@ -28,7 +28,15 @@ def test_tools_bench_smoke(tiny_model_path, tmp_path):
     assert res["rectify"]["sft"].endswith(sel["chosen"]) and f"chose `{sel['chosen']}`" in table
     val_ids = {x["id"] for x in json.loads((out / "seed0" / "world" / "val.json").read_text())}
     assert val_ids == {"val-00000", "val-00001"}
-    assert 0 < res["chance"] < 1 and (tmp_path / "table.md").read_text().count("| (") == 3
+    assert 0 < res["chance"] < 1 and (tmp_path / "table.md").read_text().count("| (") == 4
+    # (b'): the same candidates and choice rule from (b)'s run on the teacher scripts of the rewritten samples
+    ctl = res["rectify"]["control"]
+    rewritten = [json.loads(x)["id"] for x in (out / "seed0" / "c" / "rectified.jsonl").read_text().splitlines()]
+    assert [json.loads(x)["id"] for x in Path(ctl["scripts"]).read_text().splitlines()] == list(dict.fromkeys(rewritten))
+    assert ctl["samples"] == len(set(rewritten)) and Path(ctl["final"]).exists()
+    assert [c["tag"] for c in ctl["selection"]["candidates"]] == [c["tag"] for c in sel["candidates"]]
+    assert ctl["selection"]["reference"]["model"] == sel["reference"]["model"]
+    assert "(c) - (b'), what rectification adds" in table and f"(b') chose `{ctl['selection']['chosen']}`" in table
     # a second call reads the seed's results instead of rerunning it: the same rows
     again = bench.main(["--seeds", "0", "--out", str(out), "--results", str(tmp_path / "again.md")])
     rows = lambda text: [x for x in text.splitlines() if x.startswith("| ")]  # noqa: E731

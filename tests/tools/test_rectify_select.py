@@ -9,6 +9,8 @@ import pytest
 from mmrl.config import load_config
 from mmrl.data.synth_seek import make_seek_world
 from mmrl.errors import ConfigError
+from mmrl.errors import DataError
+from mmrl.tools.rectify_pipeline import teacher_scripts_of
 from mmrl.tools.rectify_select import candidates, load_val, mix_scripts
 
 from support import REPO
@@ -78,6 +80,8 @@ def test_mix_adds_teacher_scripts_of_other_training_samples(worlds, tmp_path):
     (["VAL", "rectify.teacher_mix=[0,1]"], "rectify.teacher"),
     (["VAL", "TEACHER", "rectify.teacher_mix=[0]"], "rectify.teacher"),
     (["rectify.val=TEST"], "rectify.val"),
+    (["rectify.control=true"], "rectify.control"),
+    (["VAL", "rectify.control=true", "rectify.teacher_mix=[0,1]"], "rectify.control"),
 ])
 def test_config_errors_name_the_key(worlds, extra, key):
     w = worlds / "val"
@@ -99,3 +103,28 @@ def test_validation_sharing_a_clip_with_train_or_test_is_refused(worlds, tmp_pat
         bad.write_text(json.dumps(items))
         with pytest.raises(ConfigError, match=f"rectify.val.*also in data.{split}"):
             load_val(_cfg(w, f"rectify.val={bad}"))
+
+
+def test_control_takes_the_teacher_without_a_mix(worlds):
+    """rectify.control uses rectify.teacher, so the teacher alone (mix 0) is no longer an unused key."""
+    w = worlds / "val"
+    cfg = _cfg(w, f"rectify.val={w / 'val.json'}", f"rectify.teacher={w / 'teacher.jsonl'}", "rectify.control=true")
+    assert cfg.rectify.control and cfg.rectify.teacher_mix == []
+    assert not _cfg(w).rectify.control  # off by default
+
+
+def test_control_scripts_are_the_teachers_of_the_rewritten_samples(worlds, tmp_path):
+    """(b'): the teacher script of every rewritten sample, in the rectified file's order, each id once."""
+    w = worlds / "val"
+    teacher = {t["id"]: t["turns"] for t in map(json.loads, (w / "teacher.jsonl").read_text().splitlines())}
+    rect = tmp_path / "rectified.jsonl"
+    rect.write_text("".join(json.dumps({"id": i, "turns": ["rewritten"]}) + "\n"
+                            for i in ("train-00002", "train-00000", "train-00002")))
+    out = tmp_path / "control" / "teacher_of_rectified.jsonl"
+    assert teacher_scripts_of(str(rect), str(w / "teacher.jsonl"), out) == 2
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert lines == [{"id": "train-00002", "turns": teacher["train-00002"]},
+                     {"id": "train-00000", "turns": teacher["train-00000"]}]
+    rect.write_text(json.dumps({"id": "train-99999", "turns": ["x"]}) + "\n")
+    with pytest.raises(DataError, match=r"no teacher script for 1 rewritten samples \(e\.g\. 'train-99999'\)"):
+        teacher_scripts_of(str(rect), str(w / "teacher.jsonl"), out)
