@@ -58,6 +58,7 @@ class Groups:
     rewards: List[List[float]] = field(default_factory=list)
     correct: List[List[float]] = field(default_factory=list)
     qtypes: List[str] = field(default_factory=list)
+    components: Dict[str, List[List[float]]] = field(default_factory=dict)  # reward component -> per group
 
 
 def sample_groups(trainer, samples, correct_key: str = "accuracy") -> Groups:
@@ -82,6 +83,8 @@ def sample_groups(trainer, samples, correct_key: str = "accuracy") -> Groups:
         out.rewards.append([float(total[i]) for i in idx])
         out.correct.append([float(correct[i]) if correct is not None else float("nan") for i in idx])
         out.qtypes.append(si.samples[trajs[idx[0]].sample_id].qtype)
+        for name, vals in comps.items():
+            out.components.setdefault(name, []).append([float(vals[i]) for i in idx])
     return out
 
 

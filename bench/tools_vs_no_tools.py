@@ -1,44 +1,61 @@
-"""Tools against no tools on the seek world (issue 11): held-out accuracy of
-(a) GRPO without tools on the overview, (b) GRPO with ``tools/video_seek.yaml``, (c) rectified bootstrapping
-(``mmrl rectify``: (b)'s run, then rectify -> multi-turn SFT -> RL, the SFT setting (lr x steps x teacher mix)
-chosen by accuracy on a validation split of training clips no stage trains on, ``rectify.val``,
-``mmrl.tools.rectify_select``), (b') its control (``rectify.control``: the same SFT grid, choice and RL from (b)'s
-run on the teacher scripts of the samples (c) rewrote, no rectification; (c) - (b') isolates rectification), each
-from an SFT warm-up of the same budget
-(teacher episodes for the tool arms, the overview's answers for (a)), with tool-call validity, calls per
-episode, seek IoU and tokens per episode, per seed and mean ± 95% CI. The overview alone is checked against
-chance (mean 1 / number of options of the test questions).
+"""Tools against no tools on the seek world, under the miniature protocol (``docs/miniatures.md``, issues 11 and 28).
+
+Per protocol seed (``seed_plan``: its own world, SFT warm-ups and RL seed), from the tiny base that sees
+(``--model base``, ``docs/base_model.md``): a seek world (``make_seek_world``: train, >= 400 test clips, and a
+validation split of the train stream's next clips that no stage trains on), two SFT warm-ups of the same budget
+(teacher tool episodes; the overview's answers), the pre-flight on the tool warm-up (start vs chance, pass@k, zero
+spread, and whether rectification has episodes to rewrite), then the RL setting (lr x KL) chosen on the validation
+split by (b)'s true-reward run and used by every arm, and the arms:
+
+- ``sft`` / ``sft_overview``: the two warm-ups, no RL;
+- ``coin_flip``: (b) with the ``coin_flip`` reward in place of ``accuracy`` (seek IoU and tool format kept): the control;
+- ``a``: GRPO without tools on the overview, from ``sft_overview``;
+- ``b``: GRPO with ``tools/video_seek.yaml`` (accuracy, 0.5 seek IoU, 0.1 tool format), from ``sft``;
+- ``c``: rectified bootstrapping (``mmrl rectify``: (b)'s run, rectify, multi-turn SFT with the setting (lr x steps x
+  teacher mix) chosen on the validation split, ``mmrl.tools.rectify_select``, then as many RL steps again);
+- ``b2``: (b'), its control (``rectify.control``): the same SFT grid, choice and RL from (b)'s run on the teacher
+  scripts of the samples (c) rewrote, no rectification. (c) - (b') isolates rectification.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/tools_vs_no_tools.py [--seeds 0 1 2] [--out runs/tools_vs_no_tools]
+        [--prepare-only]   # world, warm-ups and pre-flight of --seeds only (run seeds as separate processes)
 
-Writes ``bench/results/tools_vs_no_tools.md`` (with this command line) and ``<out>/results_seed<S>.json``; a seed
-whose results file exists is read instead of rerun, so seeds can run as separate processes (``--seeds 1``) and
-one last call with all of them prints the table.
+Every stage whose output exists is read, not rerun (``<out>/seed<S>/...``, ``preflight_seed<S>.json``,
+``selection.json``, ``results_seed<S>.json``), so seeds can be prepared in parallel processes and one last call
+with all seeds runs the selection, the arms and writes the results file (default ``docs/results/tools.md``) whole.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+from _preflight import Mechanism, build_preflight, sample_groups, stop_if_cannot_act  # noqa: E402
+from _protocol import (Results, SFT_ARM, COIN_ARM, Selection, add_protocol_args, apply_setting,  # noqa: E402
+                       arm_val_score, coin_flip_config, protocol_from_args, seed_plan, select_setting, setting_lines)
+
 REPO = Path(__file__).resolve().parent.parent
 SUITE = str(REPO / "tools" / "video_seek.yaml")
-ARMS = ("a", "b", "b2", "c")
-ARM_LABEL = {"a": "(a) GRPO, no tools (overview)", "b": "(b) GRPO + video_seek",
-             "b2": "(b') control: (c)'s SFT grid on teacher scripts, no rectification", "c": "(c) rectified bootstrapping"}
+ARM_LABEL = {SFT_ARM: "SFT warm-up, teacher episodes (no RL)", "sft_overview": "SFT warm-up, overview (no RL)",
+             COIN_ARM: "coin-flip control: (b) with a coin-flip accuracy reward", "a": "(a) GRPO, no tools (overview)",
+             "b": "(b) GRPO + video_seek", "b2": "(b') control: (c)'s SFT grid on teacher scripts, no rectification",
+             "c": "(c) rectified bootstrapping"}
+TOOL_ARMS = (SFT_ARM, COIN_ARM, "b", "b2", "c")  # the arms that answer with tools (call validity, seek IoU)
+PAIRS = [("c", "b2"), ("c", "b"), ("b", "a"), ("b", COIN_ARM), ("b", SFT_ARM), ("a", "sft_overview")]
 
 
 def base_overrides(args, world: dict, out: Path, seed: int) -> list:
-    from mmrl.models.tiny import ensure_tiny_model
+    model = args.model
+    if model == "tiny":
+        from mmrl.models.tiny import ensure_tiny_model
 
-    return [f"model.path={args.model or ensure_tiny_model()}", f"data.train={world['train']}", f"data.test={world['test']}",
+        model = ensure_tiny_model()
+    return [f"model.path={model}", f"data.train={world['train']}", f"data.test={world['test']}",
             "data.nframes=4", "data.max_pixels=3136", f"train.seed={seed}", "train.num_threads=1",
             f"train.out_dir={out}", f"train.steps={args.rl_steps}", f"train.prompts_per_step={args.prompts}",
-            f"rollout.n={args.n}", "train.micro_batch=16", f"train.lr={args.rl_lr}", f"sft.batch_size={args.sft_batch}",
+            f"rollout.n={args.n}", "train.micro_batch=16", f"sft.batch_size={args.sft_batch}",
             f"sft.lr={args.sft_lr}", "train.eval_every=0"]
 
 
@@ -124,56 +141,155 @@ def teacher_tokens(world: Path, model: str, limit: int = 32) -> dict:
     return out
 
 
-def run_seed(args, seed: int) -> dict:
-    from mmrl.config import load_config
+def world_of(args, seed: int) -> dict:
+    """The seed's seek world (deterministic in ``seed_plan(seed).world_seed``; the val clips continue the train
+    stream, so train and test do not depend on ``--n-val``)."""
     from mmrl.data.synth_seek import make_seek_world
-    from mmrl.tools.rectify_pipeline import run_pipeline
-    from mmrl.train.rl_trainer import RLTrainer
+
+    root = Path(args.out) / f"seed{seed}" / "world"
+    if (root / "val.json").exists():
+        return {k: str(root / f) for k, f in (("train", "train.json"), ("test", "test.json"), ("val", "val.json"),
+                                             ("teacher", "teacher.jsonl"))}
+    return make_seek_world(str(root), args.n_train, args.n_test, seed=seed_plan(seed).world_seed, n_val=args.n_val,
+                           teacher_seek=args.teacher_seek, time_in_question=args.time_in_question,
+                           fixed_options=args.fixed_options)
+
+
+def warmups(args, seed: int, world: dict) -> dict:
+    """The two SFT warm-ups of the same budget (``sft_seed``): teacher tool episodes, and the overview's answers."""
+    from mmrl.config import load_config
     from mmrl.train.sft import run_sft
 
-    root = Path(args.out) / f"seed{seed}"
-    t0 = time.time()
-    # deterministic given the seed; the val clips continue the train stream (train and test do not depend on n_val)
-    world = make_seek_world(str(root / "world"), args.n_train, args.n_test, seed=seed, n_val=args.n_val,
-                            teacher_seek=args.teacher_seek, time_in_question=args.time_in_question,
-                            fixed_options=args.fixed_options)
-    suite = suite_file(args.prompt, Path(args.out))
-    ov = lambda name: base_overrides(args, world, root / name, seed)  # noqa: E731
-    warm = f"sft.steps={args.sft_steps}"
-    # a stage whose final model exists is kept (an interrupted seed continues where it stopped)
+    root, sft_seed = Path(args.out) / f"seed{seed}", seed_plan(seed).sft_seed
+    ov = lambda name: base_overrides(args, world, root / name, sft_seed)  # noqa: E731
+    warm, suite = f"sft.steps={args.sft_steps}", suite_file(args.prompt, Path(args.out))
     if not (root / "sft_tools" / "final").exists():
         run_sft(tool_cfg(ov("sft_tools"), suite, warm, f"sft.turns={world['teacher']}"), quiet=True, overwrite=True)
     if not (root / "sft_plain" / "final").exists():
         run_sft(load_config([], ov("sft_plain") + PLAIN + [warm]), quiet=True, overwrite=True)
-    out = {"seed": seed, "chance": None}
-    out["sft_plain"] = eval_plain(str(root / "sft_plain" / "final"), load_config([], ov("x") + PLAIN), root / "sft_plain")
-    out["sft_tools"] = eval_tools(str(root / "sft_tools" / "final"), tool_cfg(ov("x"), suite))
-    a = load_config([], ov("a") + PLAIN + [f"model.path={root / 'sft_plain' / 'final'}"])
-    if not (root / "a" / "final").exists():
-        RLTrainer(a, quiet=True).run(overwrite=True)
-    out["a"] = eval_plain(str(root / "a" / "final"), a, root / "a")
-    # (b) is the pipeline's first RL stage: (c) continues from it (rectify -> SFT -> RL)
-    c = tool_cfg(ov("c"), suite, f"model.path={root / 'sft_tools' / 'final'}", f"sft.steps={args.rectify_sft_steps}",
-                 *select_overrides(args, world))
-    out["rectify"] = run_pipeline(c, quiet=True, say=lambda _: None, seek=args.teacher_seek)
-    out["b"] = eval_tools(out["rectify"]["rl1"] + "/final", c)
-    out["c"] = eval_tools(out["rectify"]["final"], c)
-    if "control" in out["rectify"]:
-        out["b2"] = eval_tools(out["rectify"]["control"]["final"], c)
-    from mmrl.data.annotations import load_samples
+    return {"tools": str(root / "sft_tools" / "final"), "plain": str(root / "sft_plain" / "final")}
 
+
+def rl_configs(args, seed: int, world: dict, start: dict, sel: Selection | None = None) -> dict:
+    """The RL configs of one seed (``rl_seed``), at the selected lr and KL when ``sel`` is given: ``b`` (also the
+    pipeline of (c) and (b'), with its rectify grid and control), ``coin_flip`` and ``a``."""
+    from mmrl.config import load_config
+
+    root, rl_seed = Path(args.out) / f"seed{seed}", seed_plan(seed).rl_seed
+    ov = lambda name: base_overrides(args, world, root / name, rl_seed)  # noqa: E731
+    suite = suite_file(args.prompt, Path(args.out))
+    cfgs = {"b": tool_cfg(ov("c"), suite, f"model.path={start['tools']}", f"sft.steps={args.rectify_sft_steps}",
+                          *select_overrides(args, world)),
+            COIN_ARM: coin_flip_config(tool_cfg(ov("coin_flip"), suite, f"model.path={start['tools']}")),
+            "a": load_config([], ov("a") + PLAIN + [f"model.path={start['plain']}"])}
+    return {k: apply_setting(c, sel) for k, c in cfgs.items()} if sel is not None else cfgs
+
+
+def rewrite_stats(ctx: dict) -> dict:
+    """Rectification's mechanism on the start's sampled episodes: the share it would rewrite (wrong answer or seek
+    IoU 0), and the share of groups whose seek IoU differs (where (b)'s seek reward can act)."""
+    comps = ctx["groups"].components
+    acc = [x for g in comps.get("accuracy", []) for x in g]
+    iou_groups = comps.get("seek_iou", [])
+    iou = [x for g in iou_groups for x in g]
+    if not acc or len(acc) != len(iou):
+        return {"rewrite_share": float("nan"), "wrong_share": float("nan"), "iou0_share": float("nan"),
+                "iou_spread_groups": float("nan")}
+    n = len(acc)
+    return {"rewrite_share": sum(1 for a, i in zip(acc, iou) if a <= 0 or i <= 0) / n,
+            "wrong_share": sum(1 for a in acc if a <= 0) / n, "iou0_share": sum(1 for i in iou if i <= 0) / n,
+            "iou_spread_groups": sum(1 for g in iou_groups if max(g) - min(g) > 1e-9) / len(iou_groups)}
+
+
+def rewrite_can_act(st: dict) -> tuple:
+    share = st.get("rewrite_share", float("nan"))
+    if not share == share:
+        return False, "no accuracy / seek IoU components in the sampled episodes"
+    if share < 0.02:
+        return False, f"rectify would rewrite {100 * share:.1f}% of the start's episodes (< 2%): nothing to rectify"
+    return True, f"rectify would rewrite {100 * share:.1f}% of the start's episodes"
+
+
+def preflight_seed(args, seed: int, world: dict, start: dict):
+    """The seed's pre-flight (cached in ``preflight_seed<S>.json``): the tool warm-up's greedy test accuracy per type,
+    and ``--preflight-groups`` groups of (b)'s rollout on validation prompts."""
+    from _preflight import Preflight
+    from mmrl.data.annotations import load_samples
+    from mmrl.train.rl_trainer import RLTrainer
+
+    path = Path(args.out) / f"preflight_seed{seed}.json"
+    if path.exists():
+        d = json.loads(path.read_text())
+        return Preflight(**{**d, "pass_at": {int(k): v for k, v in d["pass_at"].items()}})
+    b = rl_configs(args, seed, world, start)["b"]
+    res = eval_tools(start["tools"], b)
+    test, _ = load_samples(world["test"])
+    val, _ = load_samples(world["val"])
+    trainer = RLTrainer(b, quiet=True)
+    groups = sample_groups(trainer, val[: args.preflight_groups])
+    del trainer
+    pf = build_preflight(seed, res["per_qtype"], test, groups, ks=(1, args.n),
+                         mechanism=Mechanism("rectification", rewrite_stats, rewrite_can_act))
+    path.write_text(json.dumps(pf.__dict__, indent=2))
+    return pf
+
+
+def selection(args, proto, worlds: dict, starts: dict) -> Selection:
+    """lr x KL chosen on the validation split by (b)'s true-reward run (``--select-steps`` steps), every score
+    cached in ``selection.json`` so an interrupted grid continues."""
+    path = Path(args.out) / "selection.json"
+    done = json.loads(path.read_text()) if path.exists() else {}
+    cfgs = {}
+    for s in proto.seeds:
+        c = rl_configs(args, s, worlds[s], starts[s])["b"]
+        c.train.out_dir = str(Path(args.out) / f"seed{s}" / "select")
+        cfgs[s] = c
+    score = arm_val_score(cfgs, args.select_steps, {s: worlds[s]["val"] for s in proto.seeds})
+
+    def cached(lr: float, kl: float) -> float:
+        key = f"{lr:g},{kl:g}"
+        if key not in done:
+            done[key] = score(lr, kl)
+            path.write_text(json.dumps(done, indent=2))
+        return done[key]
+
+    return select_setting(proto, cached)
+
+
+def run_arms(args, seed: int, world: dict, start: dict, sel: Selection) -> dict:
+    """Every arm of one seed at the selected setting (a finished stage is kept); returns the seed's results."""
+    from mmrl.config import load_config
+    from mmrl.data.annotations import load_samples
+    from mmrl.tools.rectify_pipeline import run_pipeline
+    from mmrl.train.rl_trainer import RLTrainer
+
+    root, t0 = Path(args.out) / f"seed{seed}", time.time()
+    cfgs = rl_configs(args, seed, world, start, sel)
+    out = {"seed": seed, "lr": sel.lr, "kl": sel.kl}
+    plain_eval = load_config([], base_overrides(args, world, root / "x", 0) + PLAIN)
+    out["sft_overview"] = eval_plain(start["plain"], plain_eval, root / "sft_plain")
+    out[SFT_ARM] = eval_tools(start["tools"], cfgs["b"])
+    for arm in (COIN_ARM, "a"):
+        if not (Path(cfgs[arm].train.out_dir) / "final").exists():
+            RLTrainer(cfgs[arm], quiet=True).run(overwrite=True)
+    out[COIN_ARM] = eval_tools(cfgs[COIN_ARM].train.out_dir + "/final", cfgs["b"])
+    out["a"] = eval_plain(cfgs["a"].train.out_dir + "/final", cfgs["a"], root / "a")
+    out["rectify"] = run_pipeline(cfgs["b"], quiet=True, say=lambda _: None, seek=args.teacher_seek)
+    out["b"] = eval_tools(out["rectify"]["rl1"] + "/final", cfgs["b"])
+    out["c"] = eval_tools(out["rectify"]["final"], cfgs["b"])
+    if "control" in out["rectify"]:
+        out["b2"] = eval_tools(out["rectify"]["control"]["final"], cfgs["b"])
     test, _ = load_samples(world["test"])
     out["chance"] = sum(1 / len(s.candidates) for s in test) / len(test)
+    out["teacher_tokens"] = teacher_tokens(Path(world["train"]).parent, start["tools"])
     out["minutes"] = (time.time() - t0) / 60
     return out
 
 
 def select_overrides(args, world: dict) -> list:
-    """The ``rectify.*`` keys of (c) and (b'): candidates chosen on the world's val split (none without
-    ``--n-val``), and the control (b') unless ``--no-control``."""
+    """The ``rectify.*`` keys of (c) and (b'): candidates chosen on the world's val split, and the control (b')
+    unless ``--no-control``."""
     control = [f"rectify.teacher={world['teacher']}", "rectify.control=true"] if args.control else []
-    if not args.n_val:
-        return control
     grid = [f"rectify.val={world['val']}", f"rectify.lr=[{','.join(map(str, args.rectify_lrs))}]",
             f"rectify.steps=[{','.join(map(str, args.rectify_steps))}]",
             f"rectify.teacher_mix=[{','.join(map(str, args.rectify_mix))}]"]
@@ -181,107 +297,86 @@ def select_overrides(args, world: dict) -> list:
     return grid + control + ([f"rectify.teacher={world['teacher']}"] if mix else [])
 
 
-def fmt_num(xs: list) -> str:
-    """Mean [95% t-interval] with two decimals (counts and IoUs), ``bpo_table.fmt_ci`` on the raw scale."""
-    from bpo_table import fmt_ci
+def direction(d: list, claim: str) -> str:
+    """The paper's direction for one claim from the paired differences' 95% interval."""
+    from bpo_table import ci95
 
-    return fmt_ci(xs, scale=1.0, digits=2)
+    m, lo, hi = ci95([100 * x for x in d])
+    if lo != lo:  # one seed: no interval
+        return f"- {claim}: **not resolved** (mean {m:+.1f} points; one seed, no interval)"
+    word = "reproduced" if lo > 0 else "reversed" if hi < 0 else "not resolved"
+    return f"- {claim}: **{word}** (mean {m:+.1f} points, 95% CI [{lo:+.1f}, {hi:+.1f}])"
 
 
-def table(results: list, cmd: str, args) -> str:
-    from bpo_table import fmt_ci
-
-    rect = (f"SFT setting chosen by accuracy on {args.n_val} validation clips (the train stream's next clips; no stage "
-            f"trains on them) among lr {args.rectify_lrs} x steps {args.rectify_steps} x teacher scripts per "
-            f"rectified sample {args.rectify_mix}" if args.n_val else f"{args.rectify_sft_steps} SFT steps")
-    cols = [("accuracy", "held-out acc %", 100), ("call_validity", "call validity %", 100),
-            ("calls_per_episode", "calls / episode", 1), ("seek_iou", "seek IoU", 1), ("seek_hit", "IoU > 0 %", 100),
-            ("tokens_per_episode", "tokens / episode", 1)]
-    rows = ["| arm | " + " | ".join(c[1] for c in cols) + " | per-seed acc % |", "|" + "---|" * (len(cols) + 2)]
-    for arm, lab in [("sft_plain", "SFT warm-up, overview (no RL)"), ("sft_tools", "SFT warm-up, teacher episodes (no RL)")] + \
-            [(a, ARM_LABEL[a]) for a in arms_of(results)]:
-        cells = []
-        for key, _, scale in cols:
-            xs = [r[arm][key] for r in results]
-            cells.append(fmt_ci(xs, scale=100.0) if scale == 100 else fmt_num(xs))
-        per = ", ".join(f"{100 * r[arm]['accuracy']:.1f}" for r in results)
-        rows.append(f"| {lab} | " + " | ".join(cells) + f" | {per} |")
-    chance = [100 * r["chance"] for r in results]
-    lines = [f"Command: `{cmd}`", "",
-             f"Scale: tiny Qwen2.5-VL (random init), seek world {args.n_train} train / {args.n_test} test clips of 32 s "
-             f"at 4 fps (flash 0.5 s), overview 4 frames; question "
-             f"{'naming the 2 s window that holds the flash' if args.time_in_question else 'without a time'}, "
-             f"{'all 4 colours as options in fixed order' if args.fixed_options else 'balanced options'}; tool list "
-             f"`prompt: {args.prompt}`, teacher and rectified seeks `{args.teacher_seek}`; SFT warm-up {args.sft_steps} steps x {args.sft_batch}; "
-             f"GRPO {args.rl_steps} steps x {args.prompts} prompts x {args.n}; (c): (b)'s run, rectify, {rect}, "
-             f"{args.rl_steps} more GRPO steps" + ("; (b'): the same from (b)'s run on the teacher scripts of the samples "
-                                                   "(c) rewrote, no rectification" if "b2" in arms_of(results) else "") +
-             f". Seeds {args.seeds}; mean with 95% "
-             f"t-interval over seeds. Chance (1 / options, test): " + ", ".join(f"{x:.1f}%" for x in chance) + ".", ""]
-    tt = {k: [r["teacher_tokens"][k] for r in results] for k in ("full", "compact")}
-    lines += rows + ["", "Tokens per teacher episode (32 train scripts replayed, no model), tool list `prompt: full` "
-                     f"{fmt_num(tt['full'])} against `prompt: compact` {fmt_num(tt['compact'])}.", ""]
+def render(args, proto, results: list, sel: Selection, res: Results) -> None:
+    seeds = [r["seed"] for r in results]
+    arms = [a for a in ARM_LABEL if all(a in r for r in results)]
+    acc = {a: {r["seed"]: r[a]["accuracy"] for r in results} for a in arms}
+    chance = ", ".join(f"{100 * r['chance']:.1f}%" for r in results)
+    res.add([f"Scale: `{args.model}` model; seek world {args.n_train} train / {args.n_test} test / {args.n_val} "
+             f"validation clips of 32 s at 4 fps (a 0.5 s flash of colour the 4-frame overview never samples); the "
+             f"question names the 2 s window holding the flash: {args.time_in_question}; fixed option order: "
+             f"{args.fixed_options}; tool list `prompt: {args.prompt}`; SFT warm-ups {args.sft_steps} steps x "
+             f"{args.sft_batch} at lr {args.sft_lr:g}; GRPO {args.rl_steps} steps x {args.prompts} prompts x {args.n} "
+             f"per RL stage; rectify SFT grid lr {args.rectify_lrs} x steps {args.rectify_steps} x teacher mix "
+             f"{args.rectify_mix}, chosen on the validation split (the same grid for (b')). Chance (1 / options, "
+             f"test): {chance}.", ""])
+    res.add(setting_lines(sel))
+    res.add(["Arms: " + "; ".join(f"`{a}` {ARM_LABEL[a]}" for a in arms) + ".", ""])
+    res.add(res.arms_table("held-out accuracy % (greedy, with tools where the arm has them)", acc))
+    tool_arms = [a for a in TOOL_ARMS if a in arms]
+    for key, label, scale, which in (("call_validity", "call validity %", 100.0, tool_arms),
+                                     ("seek_iou", "seek IoU x 100", 100.0, tool_arms),
+                                     ("tokens_per_episode", "tokens per episode", 1.0, arms)):
+        res.add(res.arms_table(label, {a: {r["seed"]: r[a][key] for r in results} for a in which}, scale=scale))
+    pairs = [(x, y) for x, y in PAIRS if x in arms and y in arms]
+    res.add(res.paired_table("held-out accuracy", acc, pairs))
+    claims = [("c", "b2", "rectification adds accuracy over the same SFT grid on teacher scripts (AdSeek's rectified "
+                          "bootstrapping), (c) - (b')"),
+              ("b", "a", "tools help where the overview misses the evidence, (b) - (a)"),
+              ("b", COIN_ARM, "(b) learns from the accuracy reward, not from reward noise, (b) - coin flip")]
+    res.add(["## The claims, direction per claim", ""]
+            + [direction([acc[x][s] - acc[y][s] for s in seeds], claim) for x, y, claim in claims
+               if x in acc and y in acc] + [""])
+    lines = ["## Per seed", ""]
     for r in results:
-        diff_b, diff_c = 100 * (r["b"]["accuracy"] - r["a"]["accuracy"]), 100 * (r["c"]["accuracy"] - r["a"]["accuracy"])
         rc = r["rectify"]
-        lines.append(f"- seed {r['seed']}: (b) - (a) {diff_b:+.1f} pp, (c) - (a) {diff_c:+.1f} pp; rectify rewrote "
-                     f"{rc['rewritten']} of {rc['episodes']} episodes (wrong answer {rc['wrong_answer']}, IoU 0 "
-                     f"{rc['no_evidence']}, both {rc['both']}, duplicates {rc['duplicates']}, turns kept "
-                     f"{rc['turns_kept']}, dropped {rc['turns_dropped']}); {r['minutes']:.1f} min")
-    lines += selection_lines(results)
-    return "\n".join(lines)
-
-
-def arms_of(results: list) -> list:
-    """The arms every seed's results hold ((b') only where the control ran)."""
-    return [a for a in ARMS if all(a in r for r in results)]
-
-
-def selection_lines(results: list) -> list:
-    """(c) - (a) and (c) - (b) per seed with the 95% interval over seeds, and the setting each seed's validation
-    split chose (``select.json``: every candidate's validation accuracy, and (b)'s own as the reference)."""
+        lines.append(f"- seed {r['seed']}: rectify rewrote {rc['rewritten']} of {rc['episodes']} episodes (wrong "
+                     f"answer {rc['wrong_answer']}, IoU 0 {rc['no_evidence']}, both {rc['both']}); (b') trained on "
+                     f"{rc.get('control', {}).get('samples', 0)} teacher scripts of the same samples; "
+                     f"{r['minutes']:.1f} min")
+        for arm, s in (("(c)", rc.get("selection")), ("(b')", rc.get("control", {}).get("selection"))):
+            if s:
+                cands = ", ".join(f"{c['tag']} {100 * c['val']['accuracy']:.1f}" for c in s["candidates"])
+                lines.append(f"  - {arm} chose `{s['chosen']}` on {s['n_val']} validation clips; validation acc %: "
+                             f"(b) {100 * s['reference']['val']['accuracy']:.1f}; candidates {cands}")
+    tt = {k: [r["teacher_tokens"][k] for r in results] for k in ("full", "compact")}
     from bpo_table import fmt_ci
 
-    ca = [r["c"]["accuracy"] - r["a"]["accuracy"] for r in results]
-    cb = [r["c"]["accuracy"] - r["b"]["accuracy"] for r in results]
-    lines = ["", f"(c) - (a): {fmt_ci(ca, signed=True)} pp (per seed " + ", ".join(f"{100 * x:+.1f}" for x in ca) +
-             f"); (c) - (b): {fmt_ci(cb, signed=True)} pp (per seed " + ", ".join(f"{100 * x:+.1f}" for x in cb) + ")."]
-    if "b2" in arms_of(results):
-        cc = [r["c"]["accuracy"] - r["b2"]["accuracy"] for r in results]
-        lines.append(f"(c) - (b'), what rectification adds over the same SFT grid on teacher scripts: "
-                     f"{fmt_ci(cc, signed=True)} pp (per seed " + ", ".join(f"{100 * x:+.1f}" for x in cc) + ").")
-    for r in results:
-        for arm, sel in (("(c)", r["rectify"].get("selection")), ("(b')", r["rectify"].get("control", {}).get("selection"))):
-            if not sel:
-                continue
-            cands = ", ".join(f"{c['tag']} {100 * c['val']['accuracy']:.1f}" for c in sel["candidates"])
-            lines.append(f"- seed {r['seed']}: {arm} chose `{sel['chosen']}` on {sel['n_val']} validation clips; "
-                         f"validation acc %: (b) {100 * sel['reference']['val']['accuracy']:.1f}; candidates {cands}")
-    return lines
+    lines += ["", f"Tokens per teacher episode (32 train scripts replayed, no model): tool list `prompt: full` "
+              f"{fmt_ci(tt['full'], scale=1.0, digits=1)}, `prompt: compact` {fmt_ci(tt['compact'], scale=1.0, digits=1)}.", ""]
+    res.add(lines)
 
 
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", help="initial checkpoint (default: the embedded tiny model)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    add_protocol_args(ap, n_test=400, n_val=64)
+    ap.add_argument("--model", default="base", help="initial checkpoint: base (default), tiny, or a path")
     ap.add_argument("--out", default="runs/tools_vs_no_tools")
     ap.add_argument("--n-train", type=int, default=256)
-    ap.add_argument("--n-test", type=int, default=96)
     ap.add_argument("--sft-steps", type=int, default=600)
     ap.add_argument("--sft-batch", type=int, default=8)
-    ap.add_argument("--sft-lr", type=float, default=1e-3)
-    ap.add_argument("--rl-steps", type=int, default=4)
-    ap.add_argument("--rl-lr", type=float, default=1e-4)
+    ap.add_argument("--sft-lr", type=float, default=3e-4)
+    ap.add_argument("--rl-steps", type=int, default=20)
+    ap.add_argument("--select-steps", type=int, default=10, help="RL steps of each grid point on validation")
     ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--rectify-sft-steps", type=int, default=10, help="(c)'s SFT steps without --n-val")
-    ap.add_argument("--n-val", type=int, default=64,
-                    help="validation clips (the train stream's next clips, no stage trains on them) choosing (c)'s "
-                         "SFT setting; 0: --rectify-sft-steps at --sft-lr on the rectified scripts alone")
-    ap.add_argument("--rectify-lrs", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3])
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--preflight-groups", type=int, default=32, help="validation prompts sampled in the pre-flight")
+    ap.add_argument("--rectify-sft-steps", type=int, default=10)
+    ap.add_argument("--rectify-lrs", type=float, nargs="+", default=[1e-4, 3e-4])
     ap.add_argument("--rectify-steps", type=int, nargs="+", default=[10, 30])
     ap.add_argument("--rectify-mix", type=float, nargs="+", default=[0.0, 1.0],
-                    help="teacher scripts per rectified sample mixed into (c)'s SFT set")
+                    help="teacher scripts per rectified sample mixed into (c)'s and (b')'s SFT sets")
     ap.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
                     help="run (b'): (c)'s SFT grid and RL on the teacher scripts of the samples (c) rewrote")
     ap.add_argument("--prompt", choices=["full", "compact"], default="compact",
@@ -292,32 +387,35 @@ def main(argv=None) -> str:
                     help="the question names the 2 s window holding the flash (make_seek_world(time_in_question=))")
     ap.add_argument("--fixed-options", action=argparse.BooleanOptionalAction, default=True,
                     help="every question lists all 4 colours in canonical order (make_seek_world(fixed_options=))")
-    ap.add_argument("--results", default=str(REPO / "bench" / "results" / "tools_vs_no_tools.md"))
+    ap.add_argument("--prepare-only", action="store_true", help="world, warm-ups and pre-flight of --seeds, then stop")
+    ap.add_argument("--results", default=str(REPO / "docs" / "results" / "tools.md"))
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
-    cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/tools_vs_no_tools.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    proto = protocol_from_args(args, "bench/tools_vs_no_tools.py", argv)
+    res = Results(proto, "Tools: video seek, rectified bootstrapping and its control (b')")
+    worlds = {s: world_of(args, s) for s in proto.seeds}
+    starts = {s: warmups(args, s, worlds[s]) for s in proto.seeds}
+    pfs = [preflight_seed(args, s, worlds[s], starts[s]) for s in proto.seeds]
+    if args.prepare_only:
+        return ""
+    if stop_if_cannot_act(pfs, res, args.results, "rectification"):
+        return res.render()
+    sel = selection(args, proto, worlds, starts)
     results = []
-    for seed in args.seeds:  # a seed whose results file exists is read, not rerun (seeds may run as separate processes)
-        done = Path(args.out) / f"results_seed{seed}.json"
-        if not done.exists():
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            done.write_text(json.dumps(run_seed(args, seed), indent=2, default=str))
+    for s in proto.seeds:
+        done = Path(args.out) / f"results_seed{s}.json"
+        prev = json.loads(done.read_text()) if done.exists() else None
+        if prev is None or (prev["lr"], prev["kl"]) != (sel.lr, sel.kl):
+            done.write_text(json.dumps(run_arms(args, s, worlds[s], starts[s], sel), indent=2, default=str))
         results.append(json.loads(done.read_text()))
-        if "teacher_tokens" not in results[-1]:  # cheap (no model): measured again on the seed's world
-            from mmrl.models.tiny import ensure_tiny_model
-
-            results[-1]["teacher_tokens"] = teacher_tokens(Path(args.out) / f"seed{seed}" / "world",
-                                                           args.model or ensure_tiny_model())
         r = results[-1]
-        print(f"seed {seed}: " + ", ".join(f"{k} {100 * r[k]['accuracy']:.1f}%" for k in ("sft_plain", "sft_tools") + ARMS
-                                           if k in r)
-              + f" ({r['minutes']:.1f} min)", flush=True)
-    text = table(results, cmd, args)
+        print(f"seed {s}: " + ", ".join(f"{k} {100 * r[k]['accuracy']:.1f}%" for k in ARM_LABEL if k in r), flush=True)
+    render(args, proto, results, sel, res)
+    res.write(args.results)
+    text = res.render()
     print(text)
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.results).write_text("# Tools vs no tools (bench/tools_vs_no_tools.py)\n\n" + text + "\n")
     return text
 
 
