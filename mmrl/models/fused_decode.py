@@ -15,23 +15,38 @@ tensor operations, so the hidden states are the same floats (``tests/rollout/tes
 - residuals around attention (``o_proj``) and the MLP; the final norm.
 
 ``TextDecoder.build(core)`` returns None where that is not ``transformers``' arithmetic, and the engine keeps its
-forward: an attention other than SDPA, a sliding window, a rotary type other than the default, forward hooks on the
-text stack (DeepSpeed ZeRO-3 gathers weights through them), and a ``transformers`` release older than
-``SAME_FLOATS_FROM``: the step follows 5.24's order of operations, and under 5.16.1 the log-probs differ from
-``transformers``' forward in the last bits (every family; measured with ``make test-lowest``), so older releases keep
-``transformers``' forward (same tokens and floats as before, without the speed-up).
+forward (``eager_step``): an attention other than SDPA, a sliding window, a rotary type other than the default,
+forward hooks on the text stack or the core (DeepSpeed ZeRO-3 gathers weights through them), and a step that does
+not give the same floats as that forward here. The step follows transformers 5.24's order of operations; other
+releases may round differently (5.16.1 did, in the last bits, for every family). So instead of a version gate,
+``self_check`` runs both once through the real model (its weights, dtype and device), cached per text model,
+module layout, dtype and device: one prefill of two right-padded rows of fixed token ids, then three decode steps
+in each layout (one token per row, with a masked column; two samples side by side per row under a block mask),
+each step fed to ``eager_step`` and to ``TextDecoder.step`` over copies of the same cache; the fused step is used
+only if every step's hidden states (final norm applied, which the LM head maps to the logits) are ``torch.equal``.
+Otherwise one warning line says why and the engine decodes with ``transformers``' forward (same tokens and floats,
+without the speed-up). The check runs under ``no_grad`` in eval mode on a forked RNG, and restores each module's
+training flag and the core's ``rope_deltas``. It proves equality on its input only; the other shapes go through
+the same modules and tensor operations (``tests/rollout/test_fused_decode.py`` compares whole decodes).
 """
 from __future__ import annotations
 
+import logging
+import weakref
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 import transformers
-from packaging.version import Version
 
-SAME_FLOATS_FROM = Version("5.24.0")  # the oldest release whose forward this step equals bit for bit (tested)
-SAME_FLOATS = Version(transformers.__version__) >= SAME_FLOATS_FROM
+from mmrl.models.compat import cache_kwargs, output_cache
+from mmrl.models.kv_cache import growing_cache
+from mmrl.models.prefill import positions
+
+LOG = logging.getLogger(__name__)
+CHECK_ROWS, CHECK_PROMPT, CHECK_STEPS, CHECK_SAMPLES = 2, 6, 3, 2  # the self-check's input (see the docstring)
+_ABSENT = object()
+_VERDICTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # text model -> {signature: None or why not}
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -55,8 +70,15 @@ class TextDecoder:
     @classmethod
     def build(cls, core) -> Optional["TextDecoder"]:
         """A decoder for ``core``'s text stack, or None where ``transformers``' forward must be kept."""
-        if not SAME_FLOATS:
+        lm = cls.text_stack(core)
+        if lm is None:
             return None
+        dec = cls(lm)
+        return dec if verdict(core, dec) is None else None
+
+    @staticmethod
+    def text_stack(core):
+        """``core``'s text model when the step's structure is ``transformers``' (see the module docstring), else None."""
         lm = getattr(core, "language_model", None)
         if lm is None or not hasattr(lm, "layers") or not hasattr(lm, "rotary_emb"):
             return None
@@ -65,6 +87,8 @@ class TextDecoder:
             return None
         rope = getattr(cfg, "rope_parameters", None) or {}
         if rope.get("rope_type", "default") != "default" or getattr(lm.rotary_emb, "rope_type", "default") != "default":
+            return None
+        if core._forward_hooks or core._forward_pre_hooks:  # the step does not go through the core's forward
             return None
         for m in lm.modules():
             if m._forward_hooks or m._forward_pre_hooks:
@@ -75,7 +99,7 @@ class TextDecoder:
                 return None
             if getattr(a, "sliding_window", None) is not None:
                 return None
-        return cls(lm)
+        return lm
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor, cache, mask: torch.Tensor) -> torch.Tensor:
         """Hidden states (final norm applied) after feeding tokens ``ids`` at text positions ``pos``: ``[B]`` (one
@@ -117,3 +141,77 @@ def _repeat(x: torch.Tensor, n: int) -> torch.Tensor:
         return x
     B, KV, L, D = x.shape
     return x[:, :, None].expand(B, KV, n, L, D).reshape(B, KV * n, L, D)
+
+
+def eager_step(core, ids: torch.Tensor, pos: torch.Tensor, cache, mask: torch.Tensor) -> torch.Tensor:
+    """``TextDecoder.step`` by ``transformers``' forward of the core (the reference, and the engine's decode where the
+    fused step is off): the same arguments and result."""
+    single = ids.dim() == 1
+    ids, pos = ids.view(ids.shape[0], -1), pos.view(pos.shape[0], -1)
+    hid = core(input_ids=ids, attention_mask=mask, position_ids=pos.unsqueeze(0).expand(3, -1, -1), use_cache=True,
+               **cache_kwargs(cache)).last_hidden_state
+    return hid[:, 0] if single else hid
+
+
+def verdict(core, dec: TextDecoder) -> Optional[str]:
+    """``self_check(core, dec)``, run once per text model, module layout, dtype and device (cached); a failed check
+    logs one warning line with the reason."""
+    lm = dec.lm
+    key = (tuple(type(m) for m in lm.modules()), frozenset((p.dtype, p.device) for p in lm.parameters()))
+    seen = _VERDICTS.setdefault(lm, {})
+    if key not in seen:
+        seen[key] = why = self_check(core, dec)
+        if why is not None:
+            p = next(lm.parameters())
+            LOG.warning("mmrl: the fused decode step is off for %s (%s, %s, transformers %s): %s; decoding with "
+                        "transformers' forward (same tokens, without the speed-up)", type(core).__name__, p.dtype,
+                        p.device, transformers.__version__, why)
+    return seen[key]
+
+
+def self_check(core, dec: TextDecoder) -> Optional[str]:
+    """None when ``dec.step`` gives the same floats as ``eager_step`` through ``core`` (every decode step of the
+    check's input, both layouts: see the module docstring), else why not. Leaves the RNG, the modules' training
+    flags and the core's ``rope_deltas`` as they were."""
+    device = next(dec.lm.parameters()).device
+    B, P, T, K, V = CHECK_ROWS, CHECK_PROMPT, CHECK_STEPS, CHECK_SAMPLES, dec.lm.config.vocab_size
+    modes = [(m, m.training) for m in core.modules()]
+    deltas = core.__dict__.get("rope_deltas", _ABSENT)
+    try:
+        core.eval()
+        with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            ids = (torch.arange(B * P, device=device).view(B, P) * 7 + 3) % V
+            lengths = torch.tensor([P, P - 2], device=device)
+            mask = torch.arange(P, device=device).view(1, P) < lengths.view(B, 1)  # row 1 right-padded
+            out = core(input_ids=ids, attention_mask=mask.long(), position_ids=positions(lengths * 0, P),
+                       use_cache=True)
+            prefill, rows = output_cache(out), torch.arange(B, device=device)
+            for layout, S in (("expand", 1), ("packed", K)):
+                caches = [growing_cache(prefill, rows, P + T * S) for _ in range(2)]
+                cols = mask[:, None, None, :].expand(B, 1, S, P)
+                for t in range(T):
+                    tok = (torch.arange(B * S, device=device).view(B, S) * 5 + 11 * t + 1) % V
+                    new = torch.eye(S, dtype=torch.bool, device=device).view(1, 1, S, S).expand(B, 1, S, S).clone()
+                    if layout == "expand" and t == T - 1:
+                        new[1] = False  # a finished row's token: its column is padding
+                    cols = torch.cat([cols, new], dim=-1)
+                    p = (lengths + t).view(B, 1).expand(B, S)
+                    if S == 1:
+                        tok, p = tok[:, 0], p[:, 0]
+                    ref = eager_step(core, tok, p, caches[0], cols)
+                    try:
+                        got = dec.step(tok, p, caches[1], cols)
+                    except Exception as e:  # a release whose modules the step does not know
+                        return f"the fused step raised {type(e).__name__}: {e}"
+                    if not torch.equal(ref, got):
+                        diff = float((ref.float() - got.float()).abs().max()) if ref.shape == got.shape else float("nan")
+                        return (f"its hidden states differ from transformers' forward at {layout} step {t + 1} "
+                                f"(max |difference| {diff:.1e})")
+    finally:
+        for m, mode in modes:
+            m.training = mode
+        if deltas is not _ABSENT:
+            core.rope_deltas = deltas
+        else:
+            core.__dict__.pop("rope_deltas", None)
+    return None
