@@ -10,20 +10,21 @@ tensor operations, so the hidden states are the same floats (``tests/rollout/tes
 - M-RoPE at a text position ``p``, the same on the three axes while decoding, so the recomposition of the axes is
   the identity: ``cos/sin(p * inv_freq)`` on both halves, ``x * cos + rotate_half(x) * sin``;
 - Qwen3-VL: the per-head query/key norms before the rotation;
-- keys/values appended to the row's cache layer, SDPA under the boolean key mask with the query heads packed per key
-  head for one query per row (``transformers``' ``pack_gqa``), the key heads repeated for several (``repeat_kv``);
+- keys/values appended to the row's cache layer, SDPA under the boolean key mask; for one query per row the query
+  heads packed per key head (``gqa = "pack"``, 5.24's ``pack_gqa``) or the key heads repeated (``"repeat"``,
+  ``repeat_kv``, what releases before 5.24 do), for several the key heads repeated;
 - residuals around attention (``o_proj``) and the MLP; the final norm.
 
 ``TextDecoder.build(core)`` returns None where that is not ``transformers``' arithmetic, and the engine keeps its
 forward (``eager_step``): an attention other than SDPA, a sliding window, a rotary type other than the default,
 forward hooks on the text stack or the core (DeepSpeed ZeRO-3 gathers weights through them), and a step that does
-not give the same floats as that forward here. The step follows transformers 5.24's order of operations; other
-releases may round differently (5.16.1 did, in the last bits, for every family). So instead of a version gate,
-``self_check`` runs both once through the real model (its weights, dtype and device), cached per text model,
-module layout, dtype and device: one prefill of two right-padded rows of fixed token ids, then three decode steps
+not give the same floats as that forward here. Releases differ in how they round (5.16.1-5.23 repeat the key heads
+where 5.24 packs the query heads, which changes the last bits), and a version gate cannot know the releases it was
+not tried on. So ``verdict`` runs ``self_check`` once per text model, module layout, dtype and device (cached),
+for each form of ``GQA_FORMS`` in turn until one passes, through the real model (its weights, dtype and device): one prefill of two right-padded rows of fixed token ids, then three decode steps
 in each layout (one token per row, with a masked column; two samples side by side per row under a block mask),
 each step fed to ``eager_step`` and to ``TextDecoder.step`` over copies of the same cache; the fused step is used
-only if every step's hidden states (final norm applied, which the LM head maps to the logits) are ``torch.equal``.
+(in that form) only if every step's hidden states (final norm applied, which the LM head maps to the logits) are ``torch.equal``.
 Otherwise one warning line says why and the engine decodes with ``transformers``' forward (same tokens and floats,
 without the speed-up). The check runs under ``no_grad`` in eval mode on a forked RNG, and restores each module's
 training flag and the core's ``rope_deltas``. It proves equality on its input only; the other shapes go through
@@ -44,6 +45,7 @@ from mmrl.models.kv_cache import growing_cache
 from mmrl.models.prefill import positions
 
 LOG = logging.getLogger(__name__)
+GQA_FORMS = ("pack", "repeat")  # one query per row: 5.24's pack_gqa, then earlier releases' repeat_kv
 CHECK_ROWS, CHECK_PROMPT, CHECK_STEPS, CHECK_SAMPLES = 2, 6, 3, 2  # the self-check's input (see the docstring)
 _ABSENT = object()
 _VERDICTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # text model -> {signature: None or why not}
@@ -66,6 +68,7 @@ class TextDecoder:
         self.inv_freq = lm.rotary_emb.inv_freq
         self.attention_scaling = lm.rotary_emb.attention_scaling
         self.qk_norm = hasattr(a, "q_norm")
+        self.gqa = GQA_FORMS[0]  # set by ``verdict``
 
     @classmethod
     def build(cls, core) -> Optional["TextDecoder"]:
@@ -106,7 +109,7 @@ class TextDecoder:
         token per row, the ``expand`` rows; returns ``[B, hidden]``) or ``[B, S]`` (the ``packed`` rows; returns
         ``[B, S, hidden]``). Each layer's keys/values are appended to ``cache.layers[i]`` and attention reads the
         cache under the boolean ``mask [B, 1, S, L]``. One query per row: the query heads packed per key head
-        (``transformers``' ``pack_gqa``); several: the key heads repeated (``repeat_kv``), as ``transformers`` does."""
+        (``pack_gqa``) or the key heads repeated (``repeat_kv``), by ``self.gqa``; several: the key heads repeated."""
         single = ids.dim() == 1
         ids, pos = ids.view(ids.shape[0], -1), pos.view(pos.shape[0], -1)
         (B, S), H, KV, D = ids.shape, self.H, self.KV, self.D
@@ -123,7 +126,7 @@ class TextDecoder:
                 q, k = a.q_norm(q), a.k_norm(k)
             q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
             keys, values = cache.layers[i].update(k, v.transpose(1, 2))
-            if S == 1:
+            if S == 1 and self.gqa == "pack":
                 q = q.reshape(B, KV, H // KV, D)
             else:
                 keys, values = _repeat(keys, H // KV), _repeat(values, H // KV)
@@ -154,19 +157,28 @@ def eager_step(core, ids: torch.Tensor, pos: torch.Tensor, cache, mask: torch.Te
 
 
 def verdict(core, dec: TextDecoder) -> Optional[str]:
-    """``self_check(core, dec)``, run once per text model, module layout, dtype and device (cached); a failed check
-    logs one warning line with the reason."""
+    """None when ``self_check`` passed for one of ``GQA_FORMS`` (``dec.gqa`` set to the first that did), else why
+    not (one warning line logged); run once per text model, module layout, dtype and device (cached)."""
     lm = dec.lm
     key = (tuple(type(m) for m in lm.modules()), frozenset((p.dtype, p.device) for p in lm.parameters()))
     seen = _VERDICTS.setdefault(lm, {})
     if key not in seen:
-        seen[key] = why = self_check(core, dec)
-        if why is not None:
+        whys = []
+        for form in GQA_FORMS:
+            dec.gqa = form
+            why = self_check(core, dec)
+            if why is None:
+                seen[key] = (form, None)
+                break
+            whys.append(f"{form}: {why}")
+        else:
+            seen[key] = (GQA_FORMS[0], "; ".join(whys))
             p = next(lm.parameters())
             LOG.warning("mmrl: the fused decode step is off for %s (%s, %s, transformers %s): %s; decoding with "
                         "transformers' forward (same tokens, without the speed-up)", type(core).__name__, p.dtype,
-                        p.device, transformers.__version__, why)
-    return seen[key]
+                        p.device, transformers.__version__, seen[key][1])
+    dec.gqa, why = seen[key]
+    return why
 
 
 def self_check(core, dec: TextDecoder) -> Optional[str]:

@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from mmrl.config import LoraConfig
 from mmrl.models import fused_decode
-from mmrl.models.fused_decode import TextDecoder, self_check
+from mmrl.models.fused_decode import GQA_FORMS, TextDecoder, self_check
 from mmrl.models.loading import load_model, load_processor, prepare_model
 from mmrl.models.scoring import backbone
 from mmrl.rollout.base import SamplingParams, build_engine
@@ -53,25 +53,27 @@ def _equal_decodes(proc, model, layout="expand"):
         assert torch.equal(x.logprobs, y.logprobs), (x.logprobs - y.logprobs).abs().max()
 
 
-def _check(model):
+def _check(model, gqa=GQA_FORMS[0]):
     core = backbone(model)[0]
-    return self_check(core, TextDecoder(TextDecoder.text_stack(core)))
+    dec = TextDecoder(TextDecoder.text_stack(core))
+    dec.gqa = gqa
+    return self_check(core, dec)
 
 
-def _forced(monkeypatch):
-    """The fused step on whatever its self-check says."""
-    monkeypatch.setattr(fused_decode, "verdict", lambda core, dec: None)
+def _forced(monkeypatch, gqa):
+    """The fused step in form ``gqa``, whatever its self-check says."""
+    monkeypatch.setattr(fused_decode, "verdict", lambda core, dec: setattr(dec, "gqa", gqa))
 
 
 def test_every_family_decodes_as_transformers_does(family_model_path, monkeypatch):  # Qwen2-VL, 2.5-VL, 3-VL
     proc, model = load_processor(family_model_path), load_model(family_model_path)
-    why = _check(model)
-    assert why is None or not WRITTEN_FOR, why
+    whys = {gqa: _check(model, gqa) for gqa in GQA_FORMS}
+    assert whys["pack"] is None or not WRITTEN_FOR, whys
     for layout in ("expand", "packed"):  # one query per row; a group's samples side by side in its prompt's row
         _equal_decodes(proc, model, layout)
-    _forced(monkeypatch)  # the check's verdict is the whole decode's: forced on, the step equals iff the check passed
-    for layout in ("expand", "packed"):
-        assert _same_floats(*_decodes(proc, model, layout)) == (why is None), (layout, why)
+    for gqa, why in whys.items():  # the check's verdict is the whole decode's: forced on, equal iff the check passed
+        _forced(monkeypatch, gqa)
+        assert _same_floats(*_decodes(proc, model)) == (why is None), (gqa, why)
 
 
 def test_mixture_of_experts_decodes_as_transformers_does(mmrl_cache):
@@ -111,6 +113,7 @@ def _rotate_in_float64(x, cos, sin):
 
 def test_a_step_that_rounds_otherwise_fails_the_check_and_the_engine_falls_back(tiny_model_path, monkeypatch, caplog):
     proc, model = load_processor(tiny_model_path), load_model(tiny_model_path)
+    passing = [gqa for gqa in GQA_FORMS if _check(model, gqa) is None]  # before the change
     monkeypatch.setattr(fused_decode, "_rotate", _rotate_in_float64)
     with caplog.at_level(logging.WARNING, logger=fused_decode.__name__):
         _equal_decodes(proc, model)  # 6 decodes, one check
@@ -118,8 +121,10 @@ def test_a_step_that_rounds_otherwise_fails_the_check_and_the_engine_falls_back(
     lines = [r.getMessage() for r in caplog.records if r.name == fused_decode.__name__]
     assert len(lines) == 1 and "\n" not in lines[0], lines
     assert "differ from transformers' forward at expand step 1" in lines[0] and "transformers' forward" in lines[0]
-    _forced(monkeypatch)  # what the check kept out: forced on, this step changes the log-probs
-    assert not _same_floats(*_decodes(proc, model))
+    assert lines[0].count("differ from transformers' forward") == len(GQA_FORMS)  # every form tried
+    for gqa in passing:  # what the check kept out: forced on, the changed step changes the log-probs
+        _forced(monkeypatch, gqa)
+        assert not _same_floats(*_decodes(proc, model)), gqa
 
 
 def test_the_self_check_leaves_the_rng_and_the_model_as_they_were(tiny_model_path):
