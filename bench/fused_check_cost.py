@@ -5,7 +5,8 @@
 The check runs once per model, dtype and device, when the HF engine first builds its decoder. Models: ``tiny`` (the
 embedded tiny Qwen2.5-VL: hidden 128, 2 layers) and ``real3b`` (Qwen2.5-VL-3B's text widths: hidden
 2048, 16 heads / 2 KV heads, MLP 11008, vocabulary 151936, at text depth 2; vision 1 block; random init). Printed
-per model, CPU seconds of this process (median of ``--reps``): the check (its verdict too), one fused decode step
+per model, CPU seconds of this process (median of ``--reps``): the whole check (``fused_decode.verdict`` uncached:
+each form of ``GQA_FORMS`` until one passes; its verdict too), one fused decode step
 of the check's own size (2 rows) and one decode step of ``bench/decode_speed.py``'s batch (16 prompts x 8 samples
 = 128 rows over a 96-column cache: the fused step, the LM head and the log-softmax), and the check over each.
 """
@@ -47,15 +48,21 @@ def measure(name: str, reps: int) -> tuple:
     import torch
 
     from mmrl.models.compat import output_cache
-    from mmrl.models.fused_decode import TextDecoder, self_check
+    from mmrl.models import fused_decode
+    from mmrl.models.fused_decode import TextDecoder, verdict
     from mmrl.models.kv_cache import growing_cache
     from mmrl.models.scoring import backbone
 
     model = build(name).eval()
     core, head = backbone(model)
     dec = TextDecoder(TextDecoder.text_stack(core))
-    why = self_check(core, dec)  # the first call, untimed: allocations of a fresh process
-    check = cpu(lambda: self_check(core, dec), reps)
+
+    def check():  # the whole check: each form of GQA_FORMS until one passes, uncached
+        fused_decode._VERDICTS.clear()
+        return verdict(core, dec)
+
+    why = check()  # the first call, untimed: allocations of a fresh process
+    seconds = cpu(check, reps)
     V, hid = dec.lm.config.vocab_size, dec.lm.config.hidden_size
 
     def step(rows: int, cols: int, with_head: bool):
@@ -79,9 +86,10 @@ def measure(name: str, reps: int) -> tuple:
         return statistics.median(times)
 
     small, big = step(2, 6, False), step(128, 96, True)
-    print(f"[fused_check_cost] {name}: check {check:.4f} s ({why or 'passed'}), 2-row step {small:.5f} s, "
+    form = "transformers' forward" if why else f"fused ({dec.gqa})"
+    print(f"[fused_check_cost] {name}: check {seconds:.4f} s ({why or form}), 2-row step {small:.5f} s, "
           f"128-row step {big:.4f} s", flush=True)
-    return name, hid, V, check, why, small, big
+    return name, hid, V, seconds, form, small, big
 
 
 def main(argv=None) -> str:
@@ -98,9 +106,9 @@ def main(argv=None) -> str:
              f"(median of {a.reps}).", "",
              "| model | hidden | vocabulary | verdict | check s | 2-row step s | check / 2-row step | "
              "128-row step s (with head) | check / 128-row step |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, hid, V, check, why, small, big in rows:
-        lines.append(f"| {name} | {hid} | {V} | {'fused' if why is None else 'transformers forward'} | {check:.4f} | "
-                     f"{small:.5f} | {check / small:.1f} | {big:.4f} | {check / big:.2f} |")
+    for name, hid, V, check, form, small, big in rows:
+        lines.append(f"| {name} | {hid} | {V} | {form} | {check:.4f} | {small:.5f} | {check / small:.1f} | "
+                     f"{big:.4f} | {check / big:.2f} |")
     table = "\n".join(lines)
     print("\n" + table)
     return table

@@ -18,17 +18,18 @@ tensor operations, so the hidden states are the same floats (``tests/rollout/tes
 ``TextDecoder.build(core)`` returns None where that is not ``transformers``' arithmetic, and the engine keeps its
 forward (``eager_step``): an attention other than SDPA, a sliding window, a rotary type other than the default,
 forward hooks on the text stack or the core (DeepSpeed ZeRO-3 gathers weights through them), and a step that does
-not give the same floats as that forward here. Releases differ in how they round (5.16.1-5.23 repeat the key heads
-where 5.24 packs the query heads, which changes the last bits), and a version gate cannot know the releases it was
-not tried on. So ``verdict`` runs ``self_check`` once per text model, module layout, dtype and device (cached),
-for each form of ``GQA_FORMS`` in turn until one passes, through the real model (its weights, dtype and device): one prefill of two right-padded rows of fixed token ids, then three decode steps
-in each layout (one token per row, with a masked column; two samples side by side per row under a block mask),
-each step fed to ``eager_step`` and to ``TextDecoder.step`` over copies of the same cache; the fused step is used
-(in that form) only if every step's hidden states (final norm applied, which the LM head maps to the logits) are ``torch.equal``.
-Otherwise one warning line says why and the engine decodes with ``transformers``' forward (same tokens and floats,
-without the speed-up). The check runs under ``no_grad`` in eval mode on a forked RNG, and restores each module's
-training flag and the core's ``rope_deltas``. It proves equality on its input only; the other shapes go through
-the same modules and tensor operations (``tests/rollout/test_fused_decode.py`` compares whole decodes).
+not give the same floats as that forward here. Releases round differently (5.16.1 and 5.20.2 repeat the key heads
+where 5.24 packs the query heads: the last bits change), and a version gate cannot know the releases it was not
+tried on. So ``verdict`` runs ``self_check`` once per text model, module layout, dtype and device (cached), for each
+form of ``GQA_FORMS`` in turn until one passes, through the real model (its weights, dtype and device): one prefill
+of two right-padded rows of fixed token ids, then three decode steps in each layout (one token per row, with a
+masked column; two samples side by side per row under a block mask), each fed to ``eager_step`` and to
+``TextDecoder.step`` over copies of the same cache. The fused step is used (in that form) only if every step's
+hidden states (final norm applied; the LM head maps them to the logits) are ``torch.equal``; otherwise one warning
+line says why and the engine decodes with ``transformers``' forward (same tokens, without the speed-up). The check
+runs under ``no_grad`` in eval mode on a forked RNG, and restores each module's training flag and the core's
+``rope_deltas``. It proves equality on its own input; other shapes go through the same modules and tensor
+operations (``tests/rollout/test_fused_decode.py`` compares whole decodes, ``bench/fused_check_cost.py`` its cost).
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ LOG = logging.getLogger(__name__)
 GQA_FORMS = ("pack", "repeat")  # one query per row: 5.24's pack_gqa, then earlier releases' repeat_kv
 CHECK_ROWS, CHECK_PROMPT, CHECK_STEPS, CHECK_SAMPLES = 2, 6, 3, 2  # the self-check's input (see the docstring)
 _ABSENT = object()
-_VERDICTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # text model -> {signature: None or why not}
+_VERDICTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # text model -> {signature: (form, why not)}
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -81,7 +82,7 @@ class TextDecoder:
 
     @staticmethod
     def text_stack(core):
-        """``core``'s text model when the step's structure is ``transformers``' (see the module docstring), else None."""
+        """``core``'s text model where the step's structure is ``transformers``' (module docstring), else None."""
         lm = getattr(core, "language_model", None)
         if lm is None or not hasattr(lm, "layers") or not hasattr(lm, "rotary_emb"):
             return None
@@ -214,9 +215,10 @@ def self_check(core, dec: TextDecoder) -> Optional[str]:
                     try:
                         got = dec.step(tok, p, caches[1], cols)
                     except Exception as e:  # a release whose modules the step does not know
-                        return f"the fused step raised {type(e).__name__}: {e}"
+                        return f"the fused step raised {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
                     if not torch.equal(ref, got):
-                        diff = float((ref.float() - got.float()).abs().max()) if ref.shape == got.shape else float("nan")
+                        same_shape = ref.shape == got.shape
+                        diff = float((ref.float() - got.float()).abs().max()) if same_shape else float("nan")
                         return (f"its hidden states differ from transformers' forward at {layout} step {t + 1} "
                                 f"(max |difference| {diff:.1e})")
     finally:
