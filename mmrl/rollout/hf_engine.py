@@ -15,7 +15,8 @@ trade-off as the scorer's):
   every token, is the same as without dropping).
 
 Each decode step (both layouts) runs the text stack without ``transformers``' wrappers
-(``mmrl.models.fused_decode.TextDecoder``: the model's own modules in ``transformers``' order, the same floats) and
+(``mmrl.models.fused_decode.TextDecoder``: the model's own modules in ``transformers``' order, the same floats;
+switched on per model by a self-check against ``transformers``' forward, ``fused_decode.self_check``) and
 draws its tokens with ``mmrl.rollout.sampling.multinomial_rows`` (``torch.multinomial``'s draw, bit for bit, at
 less cost): the same tokens and log-probs as the eager decode kept behind ``fast_decode=False``, faster on CPU
 (``bench/decode_speed.py``, ``docs/performance.md``).
@@ -29,6 +30,7 @@ layout and keep each row's cache for the episode's next turn (``_decode_rows(kee
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 from typing import List
 
 import torch
@@ -36,11 +38,10 @@ import torch
 from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
-from mmrl.models.compat import cache_kwargs
-from mmrl.models.fused_decode import TextDecoder
+from mmrl.models.fused_decode import TextDecoder, eager_step
 from mmrl.models.kv_cache import episode_rows, growing_cache
 from mmrl.models.mrope import trained_numbering
-from mmrl.models.scoring import backbone, positions, prefill_prompts, scoring_strategy
+from mmrl.models.scoring import backbone, prefill_prompts, scoring_strategy
 from mmrl.rollout.sampling import multinomial_rows
 
 
@@ -170,6 +171,13 @@ class HFEngine(RolloutEngine):
         lps.append(torch.log_softmax(scaled, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
         return nxt, done | (nxt == self.eos_id)
 
+    def _decode_step(self, core):
+        """The decode step: ``TextDecoder.step`` where it was built and passed its self-check against
+        ``transformers``' forward on this model (once per model, dtype and device), else that forward
+        (``eager_step``); always the forward with ``fast_decode=False``."""
+        fused = TextDecoder.build(core) if self.fast_decode else None
+        return fused.step if fused is not None else partial(eager_step, core)
+
     def _decode_packed(self, core, head, logits, cache, mask, start, owner, slot, params: SamplingParams):
         """Samples side by side in their prompt's cache row (one key column per sample and step, block mask: a
         sample sees the prompt and its own tokens)."""
@@ -178,7 +186,7 @@ class HFEngine(RolloutEngine):
         own = torch.eye(K, dtype=torch.bool, device=mask.device)
         done = torch.zeros(len(owner), dtype=torch.bool, device=mask.device)
         toks, lps = [], []
-        fused = TextDecoder.build(core) if self.fast_decode else None  # None: transformers' forward
+        step = self._decode_step(core)
         for t in range(params.max_new_tokens):
             nxt, done = self._step(logits, done, params, toks, lps)
             if bool(done.all()) or t == params.max_new_tokens - 1:
@@ -186,11 +194,7 @@ class HFEngine(RolloutEngine):
             ids = nxt.new_full((U, K), self.pad_id)
             ids[owner, slot] = nxt
             attn = torch.cat([prompt_keys, own.repeat(1, t + 1).expand(U, 1, K, K * (t + 1))], dim=-1)
-            if fused is not None:
-                hid = fused.step(ids, (start + t).view(U, 1).expand(U, K), cache, attn)
-            else:
-                hid = core(input_ids=ids, attention_mask=attn, position_ids=positions(start + t, 1).expand(3, U, K),
-                           use_cache=True, **cache_kwargs(cache)).last_hidden_state
+            hid = step(ids, (start + t).view(U, 1).expand(U, K), cache, attn)
             logits = head(hid[owner, slot]).float()
         return toks, lps
 
@@ -215,7 +219,7 @@ class HFEngine(RolloutEngine):
         keys[:, 0, 0, :C] = keymask
         done = torch.zeros(N, dtype=torch.bool, device=device)
         toks, lps = [], []
-        fused = TextDecoder.build(core) if self.fast_decode else None  # None: transformers' forward
+        step = self._decode_step(core)
 
         def stash(local, fed):
             valid = keys[local, 0, 0, : C + fed]
@@ -236,12 +240,7 @@ class HFEngine(RolloutEngine):
                 cache.batch_select_indices(kept)
                 keys, pos = keys[kept], pos[kept]
             keys[:, 0, 0, C + t] = ~before[live]  # the token fed now belongs to the row's turn
-            if fused is not None:
-                hid = fused.step(nxt[live], pos + t, cache, keys[..., : C + t + 1])
-            else:
-                hid = core(input_ids=nxt[live].view(-1, 1), attention_mask=keys[..., : C + t + 1],
-                           position_ids=positions(pos + t, 1), use_cache=True,
-                           **cache_kwargs(cache)).last_hidden_state[:, 0]
+            hid = step(nxt[live], pos + t, cache, keys[..., : C + t + 1])
             if len(live) == N:
                 logits = head(hid).float()
             else:

@@ -115,13 +115,17 @@ def test_real_shape_sampler_matches_the_scorer(real):
 def test_real_shape_fused_decode_equals_transformers_forward(real):
     """The engine's decode step without transformers' wrappers (``mmrl.models.fused_decode``) at the published
     widths, heads, KV heads and head sizes: the same tokens and bit-identical log-probs as the eager decode, in both
-    layouts (on releases where it is on; older ones keep transformers' forward)."""
-    from mmrl.models.fused_decode import SAME_FLOATS, TextDecoder
+    layouts (where its self-check against transformers' forward passes, which it must from 5.24 on; elsewhere the
+    engine keeps that forward)."""
+    import transformers
+    from packaging.version import Version
+
+    from mmrl.models.fused_decode import TextDecoder
     from mmrl.models.scoring import backbone
 
     name, model, proc = real
     model.eval()
-    assert (TextDecoder.build(backbone(model)[0]) is not None) == SAME_FLOATS
+    assert TextDecoder.build(backbone(model)[0]) is not None or Version(transformers.__version__) < Version("5.24.0")
     reqs, params = _requests(proc), SamplingParams(max_new_tokens=6, temperature=1.0)
     for layout in ("expand", "packed"):
         out = []
