@@ -36,7 +36,13 @@ GROUPS = {
     "checkpoint": (["mmrl/train/checkpoint.py", "mmrl/train/optim.py"], ["tests/train/test_checkpoint.py"]),
     "views": (["mmrl/views/transforms.py", "mmrl/views/video_transforms.py", "mmrl/views/image_transforms.py",
                "mmrl/views/viewset.py"], ["tests/views/test_transforms.py", "tests/views/test_viewset.py",
-                                          "tests/views/test_view_cases.py"]),
+                                          "tests/views/test_view_cases.py",
+                                          "tests/views/test_region_transforms.py",
+                                          "tests/views/test_declared_effects.py",
+                                          "tests/views/test_viewset_spec.py",
+                                          "tests/views/test_viewset_expand_spec.py",
+                                          "tests/views/test_if_unchanged.py",
+                                          "tests/views/test_transform_math.py"]),
     "annotations": (["mmrl/data/annotations.py"], ["tests/data/test_annotations.py",
                                                    "tests/data/test_annotation_validation.py"]),
     "ovobench_score": (["mmrl/eval/benchmarks/ovobench/score.py"], ["tests/eval/test_eval_ovobench.py", "tests/eval/test_eval_ovo_small.py",
@@ -66,12 +72,13 @@ GROUPS = {
     "stream_env": (["mmrl/stream/env.py", "mmrl/stream/actions.py"], ["tests/stream/test_env.py",
                                                                      "tests/stream/test_actions.py",
                                                                      "tests/stream/test_env_record.py"]),
-    "multiturn": (["mmrl/rollout/agent_loop_multi.py"], ["tests/rollout/test_episode_tail.py",
-                                                         "tests/rollout/test_agent_loop.py",
-                                                         "tests/rollout/test_tool_episodes.py"]),
-    # the scorer's tests run the tiny model (about a minute per mutant here); feature masking has model-free tests
+    # multiturn and scorer run their fast tests per mutant: a model-free processor and scripted engine
+    # (tests/rollout/fake_turns.py), a micro model built in memory (tests/models/micro_model.py); the tiny-model tests
+    # of the same code (test_agent_loop.py, test_tool_episodes.py, test_scoring_*.py) stay in the suite, not here
+    "multiturn": (["mmrl/rollout/agent_loop_multi.py"], ["tests/rollout/test_multi_turn_spec.py",
+                                                         "tests/rollout/test_episode_tail.py"]),
     "scorer": (["mmrl/models/scoring.py", "mmrl/models/prefill.py", "mmrl/models/sequence_scoring.py"],
-               ["tests/models/test_scoring_temperature.py", "tests/models/test_scoring_strategies.py"]),
+               ["tests/models/test_scorer_pieces.py", "tests/models/test_scorer_micro.py"]),
     "feature_mask": (["mmrl/models/feature_mask.py"], ["tests/models/test_feature_mask_tokens.py"]),
     "router": (["mmrl/retrieval/router_policy.py", "mmrl/retrieval/router_chain.py"],
                ["tests/retrieval/test_router_policy.py", "tests/retrieval/test_router_math.py"]),
