@@ -265,6 +265,20 @@ def render(recs: Sequence[Dict], proto, args) -> Results:
     return res
 
 
+MARK = "<!-- end of the section written by bench/pacg_preflight.py; everything below is earlier -->"
+
+
+def write_top(path: Path, text: str) -> Path:
+    """Write ``text`` as the top section of ``path``: it replaces the section an earlier run wrote (above ``MARK``)
+    and keeps everything below; a file without the mark is kept whole below it."""
+    path = Path(path)
+    old = path.read_text() if path.exists() else ""
+    rest = old.split(MARK, 1)[1].lstrip("\n") if MARK in old else old
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.rstrip("\n") + "\n\n" + MARK + ("\n\n" + rest if rest else "\n"))
+    return path
+
+
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_protocol_args(ap, n_test=512, n_val=64)
@@ -278,7 +292,8 @@ def main(argv=None) -> str:
     ap.add_argument("--intervention", choices=INTERVENTIONS, default="full")
     ap.add_argument("--out", default="runs/pacg_preflight")
     ap.add_argument("--render-only", action="store_true", help="render OUT/seed<S>/preflight.json of every seed")
-    ap.add_argument("--report", help="write the results file here (e.g. docs/results/pacg_preflight.md)")
+    ap.add_argument("--report", help="write the results as the top section of this file (docs/results/pacg.md), "
+                                     "replacing an earlier run's section and keeping what is below it")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     proto = protocol_from_args(args, "bench/pacg_preflight.py", argv)
@@ -292,7 +307,7 @@ def main(argv=None) -> str:
     text = res.render()
     print(text, end="", flush=True)
     if args.report:
-        res.write(args.report)
+        write_top(Path(args.report), text)
     return text
 
 

@@ -65,8 +65,23 @@ def test_one_seed_on_the_tiny_model_fails_the_truncation_rule_then_renders(tiny_
     rec["claims"] = [_row(True, 0.2), _row(True, 0.3), _row(False, 0.25), _row(False, 0.95)]
     (out / "seed0" / "preflight.json").write_text(json.dumps(rec))
     report = tmp_path / "report.md"
+    report.write_text("# Earlier results\n\nold table\n")
     text = b.main(args + ["--render-only", "--report", str(report)])
-    assert report.read_text() == text and "SMOKE RUN" in text
+    assert report.read_text() == text.rstrip("\n") + "\n\n" + b.MARK + "\n\n# Earlier results\n\nold table\n"
+    b.main(args + ["--render-only", "--report", str(report)])  # a rerun replaces its own section only
+    assert report.read_text().count(b.MARK) == 1 and report.read_text().count("old table") == 1
+    assert "SMOKE RUN" in text
     assert "## Pre-flight (SFT start, before any RL)" in text and "PACG (content, full)" in text
     assert "| 0 | content | full | 4 | 25.0 | 0.755 | 0.0 | 50.0 |" in text
     assert "## Can PACG act?" in text and "can act on seed(s) [0]" in text
+
+
+def test_write_top_keeps_the_earlier_tables_below(tmp_path):
+    b = _bench()
+    f = tmp_path / "pacg.md"
+    b.write_top(f, "# new\n")
+    assert f.read_text() == "# new\n\n" + b.MARK + "\n"
+    f.write_text("# Earlier\n\nold\n")
+    b.write_top(f, "# run 1\n")
+    b.write_top(f, "# run 2\n")
+    assert f.read_text() == "# run 2\n\n" + b.MARK + "\n\n# Earlier\n\nold\n"
