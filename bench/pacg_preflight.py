@@ -2,7 +2,7 @@
 (``docs/miniatures.md``): no RL, only the statistics that say whether PACG's gate could act.
 
     .venv/bin/python bench/pacg_preflight.py [--seeds 0 1 2] [--n-test 512] [--n-val 64] [--n-train 1024]
-        [--sft-steps 300] [--max-new-tokens 64] [--group-size 8] [--out runs/pacg_preflight] [--render-only]
+        [--sft-steps 300] [--max-new-tokens 96] [--group-size 8] [--out runs/pacg_preflight] [--render-only]
         [--smoke] [--report FILE] [overrides ...]
 
 Per protocol seed (``seed_plan``: its own world and SFT seed): the claims world with prior-driven unsupported claims
@@ -150,7 +150,10 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     if not (sft_path / "config.json").exists():
         log(f"[seed {seed}] SFT {args.sft_steps} steps from base on {args.n_train} traces (longest {longest} tokens)")
         run_sft(sft_cfg, quiet=True, overwrite=True)
-    sft_min = (time.time() - t) / 60
+        sft_min = (time.time() - t) / 60
+    else:  # reused: the earlier run's SFT minutes
+        prev = out / "preflight.json"
+        sft_min = json.loads(prev.read_text())["minutes"]["sft"] if prev.exists() else float("nan")
     log(f"[seed {seed}] SFT ready ({sft_min:.1f} min)")
 
     t = time.time()
@@ -286,7 +289,8 @@ def main(argv=None) -> str:
     ap.add_argument("--n-train", type=int, default=1024)
     ap.add_argument("--sft-steps", type=int, default=300)
     ap.add_argument("--sft-lr", type=float, default=3e-4)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=int, default=96,
+                    help="above the 50-token traces; at 64, 5.7%% of the sampled responses were cut (seed 0)")
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--persistence", choices=PERSISTENCES, default="content")
     ap.add_argument("--intervention", choices=INTERVENTIONS, default="full")
