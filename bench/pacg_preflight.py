@@ -9,8 +9,8 @@ Per protocol seed (``seed_plan``: its own world and SFT seed): the claims world 
 (``synth_claims``, ``unsupported_source="prior"``) at the base's resolution (56 px), SFT on its traces from
 ``model.path=base``, then on the SFT start:
 
-- greedy responses on the ``--n-test`` held-out images (``mmrl.diagnose``), re-scored under VPPO's 14 px patch
-  blackening and under ``full_mask``; per claim the persistence of the whole sentence (``persistence: claim``, the
+- greedy responses, and one response sampled at temperature 1 (what RL trains on), on each of the ``--n-test``
+  held-out images (``mmrl.diagnose``), re-scored under VPPO's 14 px patch blackening and under ``full_mask``; per claim the persistence of the whole sentence (``persistence: claim``, the
   paper's) and of its content word (``persistence: content``, ``synth_claims.claim_content``), labelled supported
   or not by the world;
 - PACG's z-gate (``pacg_gate.persistence_gate``, κ = 1, γ = η = 0.5, statistics over all claims of the split) on
@@ -21,7 +21,7 @@ Per protocol seed (``seed_plan``: its own world and SFT seed): the claims world 
   pass@k, the zero-spread share and the truncation share, which must stay <= 5% (``_preflight.check_truncation``;
   the greedy responses too). ``--max-new-tokens`` must exceed the longest SFT trace (``check_trace_room``).
 
-PACG "can act" on a seed when its gate under ``--persistence`` / ``--intervention`` (default content / full_mask,
+PACG "can act" on a seed when its gate on the sampled responses' claims under ``--persistence`` / ``--intervention`` (default content / full_mask,
 the pair the RL arms would use) flags at least ``MIN_FLAGGED`` of the claims at a mean gain of at most
 ``MAX_GAIN``. Each seed writes ``OUT/seed<S>/preflight.json``; ``--render-only`` renders the saved seeds.
 """
@@ -159,15 +159,20 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     t = time.time()
     samples, _ = load_samples(str(world / "test.json"), str(world))
     model, proc = load_model(str(sft_path)), load_processor(str(sft_path))
-    recs = diagnose_samples(model, proc, samples, sft_cfg.data, VPPO_PATCH, max_new_tokens=args.max_new_tokens,
-                            labeler=claim_support, extractor=claim_content, seed=plan.rl_seed, also={"full": FULL_MASK})
+    kw = dict(max_new_tokens=args.max_new_tokens, labeler=claim_support, extractor=claim_content,
+              also={"full": FULL_MASK})
+    recs = diagnose_samples(model, proc, samples, sft_cfg.data, VPPO_PATCH, seed=plan.rl_seed, **kw)
+    # what RL trains on: one response per test image sampled at temperature 1 (the rollout's), same re-scoring
+    sampled = diagnose_samples(model, proc, samples, sft_cfg.data, VPPO_PATCH, seed=plan.rl_seed + 1, greedy=False,
+                               temperature=float(sft_cfg.rollout.temperature), **kw)
     del model
     diag_min = (time.time() - t) / 60
     per_type: Dict[str, List[float]] = {}
     for r in recs:
         per_type.setdefault(r["qtype"], []).append(float(r["correct"]))
-    rows = claim_rows(recs)
-    log(f"[seed {seed}] greedy diagnosis of {len(recs)} responses, {len(rows)} claims ({diag_min:.1f} min)")
+    rows, rows_s = claim_rows(recs), claim_rows(sampled)
+    log(f"[seed {seed}] diagnosis of {len(recs)} greedy and {len(sampled)} sampled responses, {len(rows)} and "
+        f"{len(rows_s)} claims ({diag_min:.1f} min)")
 
     t = time.time()
     val, _ = load_samples(str(world / "val.json"), str(world))
@@ -180,8 +185,10 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     groups = sample_groups(RLTrainer(rl_cfg, quiet=True), val)
     roll_min = (time.time() - t) / 60
     rec = {"seed": seed, "plan": [plan.world_seed, plan.sft_seed, plan.rl_seed], "test": str(world / "test.json"),
-           "per_qtype": {q: sum(v) / len(v) for q, v in sorted(per_type.items())}, "claims": rows,
-           "greedy_truncated": [r["truncated"] for r in recs], "greedy_lengths": [r["length"] for r in recs],
+           "per_qtype": {q: sum(v) / len(v) for q, v in sorted(per_type.items())},
+           "claims": {"greedy": rows, "sampled": rows_s}, "sampled_accuracy": sum(r["correct"] for r in sampled) / len(sampled),
+           "truncated": {"greedy": [r["truncated"] for r in recs], "sampled": [r["truncated"] for r in sampled]},
+           "lengths": {"greedy": [r["length"] for r in recs], "sampled": [r["length"] for r in sampled]},
            "groups": vars(groups), "longest_trace": longest, "sft_steps": args.sft_steps, "sft_lr": args.sft_lr,
            "max_new_tokens": args.max_new_tokens, "minutes": {"sft": sft_min, "diagnose": diag_min, "rollout": roll_min,
                                                                "total": (time.time() - t0) / 60}}
@@ -191,13 +198,15 @@ def run_seed(seed: int, args, out: Path) -> Dict:
 
 
 def mechanism_stats(rec: Dict, persistence: str, intervention: str) -> Dict[str, float]:
-    g = gate_stats(rec["claims"], f"{persistence}_{intervention}")
+    """The gate on the sampled responses' claims (what RL trains on) and the truncation shares."""
+    g = gate_stats(rec["claims"]["sampled"], f"{persistence}_{intervention}")
     flat = [x for grp in rec["groups"]["truncated"] for x in grp]
+    share = lambda xs: sum(xs) / max(len(xs), 1)  # noqa: E731
     return {"flagged": g.get("flagged", float("nan")), "gain_flagged": g.get("gain_flagged", float("nan")),
             "flagged_unsup": g.get("flagged_unsupported", float("nan")),
             "flagged_sup": g.get("flagged_supported", float("nan")),
-            "trunc_sampled": sum(flat) / max(len(flat), 1),
-            "trunc_greedy": sum(rec["greedy_truncated"]) / max(len(rec["greedy_truncated"]), 1)}
+            "trunc_groups": share(flat), "trunc_sampled": share(rec["truncated"]["sampled"]),
+            "trunc_greedy": share(rec["truncated"]["greedy"])}
 
 
 def can_act(s: Dict[str, float]) -> Tuple[bool, str]:
@@ -208,16 +217,21 @@ def can_act(s: Dict[str, float]) -> Tuple[bool, str]:
     return True, "ok"
 
 
-def pacg_lines(recs: Sequence[Dict]) -> List[str]:
-    """The gate on each (persistence, intervention) pair and the persistence of unsupported vs supported claims."""
-    lines = ["## PACG's gate on the SFT start (greedy test responses; κ = 1, γ = η = 0.5, statistics over all claims)",
-             "", "| seed | persistence | intervention | claims | flagged % | gain of flagged | flagged % of supported "
+def pacg_lines(recs: Sequence[Dict], source: str) -> List[str]:
+    """The gate on each (persistence, intervention) pair and the persistence of unsupported vs supported claims, on
+    the claims of the ``source`` responses (``sampled`` or ``greedy``)."""
+    what = {"sampled": "one response per test image sampled at temperature 1, what RL trains on",
+            "greedy": "greedy test responses"}[source]
+    lines = [f"## PACG's gate on the SFT start: {source} ({what}; κ = 1, γ = η = 0.5, statistics over all claims)",
+             "", "Claims per seed: " + ", ".join(
+                 f"seed {r['seed']} {len(r['claims'][source])} ({sum(c['supported'] is False for c in r['claims'][source])} "
+                 f"unsupported)" for r in recs) + ".", "", "| seed | persistence | intervention | claims | flagged % | gain of flagged | flagged % of supported "
              "| flagged % of unsupported |", "|---|---|---|---:|---:|---:|---:|---:|"]
     agg: Dict[Tuple[str, str], Dict[str, List[float]]] = {}
     for rec in recs:
         for p in PERSISTENCES:
             for iv in INTERVENTIONS:
-                g = gate_stats(rec["claims"], f"{p}_{iv}")
+                g = gate_stats(rec["claims"][source], f"{p}_{iv}")
                 for k, v in g.items():
                     agg.setdefault((p, iv), {}).setdefault(k, []).append(v)
                 lines.append(f"| {rec['seed']} | {p} | {iv} | {g.get('claims', 0):.0f} | {100 * g.get('flagged', float('nan')):.1f} "
@@ -235,8 +249,8 @@ def pacg_lines(recs: Sequence[Dict]) -> List[str]:
         for p in PERSISTENCES:
             for iv in INTERVENTIONS:
                 k = f"{p}_{iv}"
-                u = [r[k] for r in rec["claims"] if r["supported"] is False and not math.isnan(r[k])]
-                s = [r[k] for r in rec["claims"] if r["supported"] is True and not math.isnan(r[k])]
+                u = [r[k] for r in rec["claims"][source] if r["supported"] is False and not math.isnan(r[k])]
+                s = [r[k] for r in rec["claims"][source] if r["supported"] is True and not math.isnan(r[k])]
                 fm = lambda t: "{:.3f} [{:.3f}, {:.3f}]".format(*t)  # noqa: E731
                 lines.append(f"| {rec['seed']} | {p} | {iv} | {fm(mean_ci(u))} ({len(u)}) | {fm(mean_ci(s))} ({len(s)}) "
                              f"| {fm(diff_ci(u, s))} |")
@@ -259,7 +273,11 @@ def render(recs: Sequence[Dict], proto, args) -> Results:
     pfs = [build_preflight(r["seed"], r["per_qtype"], load_samples(r["test"])[0], Groups(**r["groups"]), ks=(1, 4, 8),
                            mechanism=mech, context={"rec": r}) for r in recs]
     res.add(preflight_lines(pfs, mech.name))
-    res.add(pacg_lines(recs))
+    res.add(["Sampled accuracy (temperature 1, one response per test image): " + ", ".join(
+        f"seed {r['seed']} {100 * r['sampled_accuracy']:.1f}%" for r in recs) + "; truncated responses (greedy / "
+        "sampled / groups) are in the mechanism table (`trunc_*`).", ""])
+    res.add(pacg_lines(recs, "sampled"))
+    res.add(pacg_lines(recs, "greedy"))
     blocked = [pf for pf in pfs if not pf.can_act]
     res.add(["## Can PACG act?", "", f"{mech.name}: can act on seed(s) {[pf.seed for pf in pfs if pf.can_act]}"
              + (f"; cannot on {[pf.seed for pf in blocked]}: " + "; ".join(f"seed {pf.seed}: {pf.reason}"
@@ -304,9 +322,10 @@ def main(argv=None) -> str:
     out = Path(args.out)
     recs = [json.loads((out / f"seed{s}" / "preflight.json").read_text()) if args.render_only
             else run_seed(s, args, out / f"seed{s}") for s in proto.seeds]
-    for r in recs:  # the 5% rule, on the sampled groups and on the greedy responses
+    for r in recs:  # the 5% rule, on the sampled groups and on the diagnosed responses
         check_truncation([x for g in r["groups"]["truncated"] for x in g], r["max_new_tokens"])
-        check_truncation(r["greedy_truncated"], r["max_new_tokens"], what="greedy responses")
+        for source in ("sampled", "greedy"):
+            check_truncation(r["truncated"][source], r["max_new_tokens"], what=f"{source} test responses")
     res = render(recs, proto, args)
     text = res.render()
     print(text, end="", flush=True)

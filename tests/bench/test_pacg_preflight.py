@@ -55,14 +55,15 @@ def test_one_seed_on_the_tiny_model_fails_the_truncation_rule_then_renders(tiny_
     with pytest.raises(ProtocolError, match=r"of 4 sampled responses were cut at max_new_tokens = 96, above the 5% limit"):
         b.main(args)
     rec = json.loads((out / "seed0" / "preflight.json").read_text())
-    assert len(rec["greedy_truncated"]) == 4 and rec["longest_trace"] < 96
+    assert len(rec["truncated"]["greedy"]) == len(rec["truncated"]["sampled"]) == 4 and rec["longest_trace"] < 96
     assert [len(g) for g in rec["groups"]["truncated"]] == [2, 2]
     world = json.loads((out / "seed0" / "world" / "test.json").read_text())
     assert len(world) == 4 and all("priors" in it["meta"] for it in world)  # the prior-driven world
     # the same record with no response cut (and hand claims) renders the pre-flight and the gate tables
     rec["groups"]["truncated"] = [[False, False], [False, False]]
-    rec["greedy_truncated"] = [False] * 4
-    rec["claims"] = [_row(True, 0.2), _row(True, 0.3), _row(False, 0.25), _row(False, 0.95)]
+    rec["truncated"] = {"greedy": [False] * 4, "sampled": [False] * 4}
+    hand = [_row(True, 0.2), _row(True, 0.3), _row(False, 0.25), _row(False, 0.95)]
+    rec["claims"] = {"sampled": hand, "greedy": hand[:2]}
     (out / "seed0" / "preflight.json").write_text(json.dumps(rec))
     report = tmp_path / "report.md"
     report.write_text("# Earlier results\n\nold table\n")
@@ -72,7 +73,9 @@ def test_one_seed_on_the_tiny_model_fails_the_truncation_rule_then_renders(tiny_
     assert report.read_text().count(b.MARK) == 1 and report.read_text().count("old table") == 1
     assert "SMOKE RUN" in text
     assert "## Pre-flight (SFT start, before any RL)" in text and "PACG (content, full)" in text
-    assert "| 0 | content | full | 4 | 25.0 | 0.755 | 0.0 | 50.0 |" in text
+    sampled, greedy = text.split("## PACG's gate on the SFT start: greedy")
+    assert "| 0 | content | full | 4 | 25.0 | 0.755 | 0.0 | 50.0 |" in sampled
+    assert "seed 0 4 (2 unsupported)" in sampled and "seed 0 2 (0 unsupported)" in greedy
     assert "## Can PACG act?" in text and "can act on seed(s) [0]" in text
 
 
