@@ -11,6 +11,10 @@ Per seed:
   group-normalised method and teaches nothing;
 - the method's own statistics (``Mechanism.stats``) and its verdict ``Mechanism.can_act`` -> (bool, why).
 
+``check_truncation``: a bench whose sampled responses are cut by ``max_new_tokens`` in more than ``MAX_TRUNCATION``
+(5%) of cases fails with one line (the share and the limit): a cut response has no answer and its reward and
+claims measure the budget, not the method. ``sample_groups`` records each response's ``truncated`` flag.
+
 Every group with zero spread (share 1.0) also means nothing can act. When the method cannot act on a seed,
 ``stop_if_cannot_act`` writes the pre-flight and the reason into the results file and the bench ends there.
 """
@@ -22,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from _protocol import Results
+from _protocol import ProtocolError, Results
 
 Stats = Dict[str, float]
+MAX_TRUNCATION = 0.05  # the largest share of sampled responses a bench may lose to max_new_tokens
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -59,6 +64,24 @@ class Groups:
     correct: List[List[float]] = field(default_factory=list)
     qtypes: List[str] = field(default_factory=list)
     components: Dict[str, List[List[float]]] = field(default_factory=dict)  # reward component -> per group
+    truncated: List[List[bool]] = field(default_factory=list)  # cut by max_new_tokens (per response)
+
+
+def truncation_share(truncated: Sequence[bool]) -> float:
+    """Share of responses cut by ``max_new_tokens`` (nan for none)."""
+    flags = [bool(x) for x in truncated]
+    return sum(flags) / len(flags) if flags else float("nan")
+
+
+def check_truncation(truncated: Sequence[bool], max_new_tokens: int, limit: float = MAX_TRUNCATION,
+                     what: str = "sampled responses") -> float:
+    """The truncation share of ``truncated``; a ``ProtocolError`` (one line: the share and the limit) when it
+    exceeds ``limit``."""
+    share = truncation_share(truncated)
+    if share > limit:
+        raise ProtocolError(f"protocol: {100 * share:.1f}% of {len(truncated)} {what} were cut at max_new_tokens = "
+                            f"{max_new_tokens}, above the {100 * limit:.0f}% limit; raise max_new_tokens")
+    return share
 
 
 def sample_groups(trainer, samples, correct_key: str = "accuracy") -> Groups:
@@ -85,6 +108,7 @@ def sample_groups(trainer, samples, correct_key: str = "accuracy") -> Groups:
         out.qtypes.append(si.samples[trajs[idx[0]].sample_id].qtype)
         for name, vals in comps.items():
             out.components.setdefault(name, []).append([float(vals[i]) for i in idx])
+        out.truncated.append([bool(getattr(trajs[i], "truncated", False)) for i in idx])
     return out
 
 

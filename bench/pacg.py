@@ -2,7 +2,7 @@
 SFT checkpoint on the claims world, over seeds; accuracy, unsupported claims, claim persistence, EFS and step cost.
 
     .venv/bin/python bench/pacg.py [--seeds 0 1 2] [--warmup-steps 600] [--sft-steps 300] [--rl-steps 30] [--n-train 512] [--n-test 64]
-        [--prompts-per-step 4] [--n 4] [--max-new-tokens 40] [--out runs/pacg] [--report FILE] [--render-only]
+        [--prompts-per-step 4] [--n 4] [--max-new-tokens 96] [--out runs/pacg] [--report FILE] [--render-only]
         [--unsupported-source prior|random] [--arms grpo dapo ...] [overrides ...]
 
 World (``mmrl.data.synth_claims``): one coloured square per image; questions about its colour or location carry a
@@ -115,8 +115,14 @@ def prepare(args, out: Path) -> Dict:
     from mmrl.data.synth_claims import make_claims_world
     from mmrl.train.sft import run_sft
 
+    from mmrl.models.loading import load_processor
+    from pacg_preflight import check_trace_room, trace_lengths
+
     world = out / "world"
     info = make_claims_world(str(world), args.n_train, args.n_test, seed=0, unsupported_source=args.unsupported_source)
+    if not args.smoke:  # a response cut before its answer measures the budget, not the method
+        tok = load_processor(load_config(None, list(args.overrides)).model.path).tokenizer
+        check_trace_room(args.max_new_tokens, trace_lengths(world / "train.json", tok))
     t = time.time()
     start: List[str] = []  # the user's model.path (default the tiny model) unless warmed up
     if args.warmup_steps:
@@ -188,7 +194,10 @@ def main(argv=None) -> str:
     p.add_argument("--n-test", type=int, default=64)
     p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--n", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=40)
+    p.add_argument("--max-new-tokens", type=int, default=96,
+                   help="must exceed the longest SFT trace (50 tokens with its end token; checked); at 64, 5.7%% of "
+                        "the SFT start's sampled responses were cut (bench/pacg_preflight.py, seed 0)")
+    p.add_argument("--smoke", action="store_true", help="plumbing run: max new tokens may be below the SFT traces")
     p.add_argument("--out", default="runs/pacg")
     p.add_argument("--report", help="also write the table to this file")
     p.add_argument("--render-only", action="store_true", help="print the table from an earlier --out")

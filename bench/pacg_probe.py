@@ -20,15 +20,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
 
-def probe(checkpoint: str, world: str, config: str, limit: int = 0, max_new_tokens: int = 40) -> List[Dict]:
+def probe(checkpoint: str, world: str, config: str, limit: int = 0, max_new_tokens: int = 64) -> List[Dict]:
     """One row per claim: label, token counts, and per intervention P (claim), R content, R template."""
     import torch
 
-    from mmrl.algos.pacg_claims import chars_to_tokens, extract_claims, token_char_offsets
+    from mmrl.algos.pacg_claims import PERCEPTION_LEXICON, extract_claims
     from mmrl.algos.pacg_gate import log_ratio, retention_tokens
     from mmrl.config import load_config
     from mmrl.data.annotations import load_samples
-    from mmrl.data.synth_claims import _WORDS, claim_support
+    from mmrl.data.synth_claims import claim_content, claim_support
     from mmrl.diagnose.core import intervened_logprobs
     from mmrl.models.loading import load_model, load_processor
     from mmrl.models.scoring import response_logprobs
@@ -55,11 +55,9 @@ def probe(checkpoint: str, world: str, config: str, limit: int = 0, max_new_toke
                                      16, tok.pad_token_id)
             inter = {name: intervened_logprobs(model, proc, si, trajs, cfg.data, iv[0], iv[1], s)
                      for name, iv in (("patch", VPPO_PATCH), ("full", FULL_MASK))}
-            for c in extract_claims(decode, [t.response_ids.tolist() for t in trajs]):
+            for c in extract_claims(decode, [t.response_ids.tolist() for t in trajs], PERCEPTION_LEXICON, claim_content):
                 t = trajs[c.row]
-                text, offsets = token_char_offsets(decode, t.response_ids.tolist())
-                content = sorted({k for pat in _WORDS.values() for m in pat.finditer(text, c.char_start, c.char_end)
-                                  for k in range(*chars_to_tokens(offsets, m.start(), m.end()))})
+                content = [k for s_, e_ in c.content for k in range(s_, e_)]  # the colour / location word's tokens
                 template = [k for k in range(c.tok_start, c.tok_end) if k not in content]
                 row = {"supported": claim_support(c.text, si.samples[t.sample_id].meta),
                        "tokens": c.tok_end - c.tok_start, "content_tokens": len(content)}
@@ -106,7 +104,7 @@ def main(argv=None) -> str:
     p.add_argument("--world", required=True, help="claims world directory (test.json, images/)")
     p.add_argument("--config", help="run config with the data section (default: the checkpoint's run config.yaml)")
     p.add_argument("--limit", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=40)
+    p.add_argument("--max-new-tokens", type=int, default=64, help="above the SFT traces' 50 tokens")
     args = p.parse_args(argv)
     config = args.config or str(Path(args.checkpoint).resolve().parent / "config.yaml")
     out = table(probe(args.checkpoint, args.world, config, args.limit, args.max_new_tokens))

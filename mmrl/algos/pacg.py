@@ -9,7 +9,12 @@ the base asks for the same one (VPPO). Then:
 2. claims are the visual-claim sentences of each response's ``<think>`` span (``pacg_claims``: perception lexicon
    and/or a ``claim_extractor`` given as ``module:function``); no labels are read;
 3. per claim (of the rows the base's ``select`` keeps) ``P_c = mean_{t∈c} min(1, e^{d_t})`` and ``EFS_c`` with ``d = clamp(logp_int − logp_orig, ±20)``, where
-   ``logp_orig`` are the step's sampling log-probs (the old policy's);
+   ``logp_orig`` are the step's sampling log-probs (the old policy's). ``persistence: claim`` (default, the
+   paper's) averages over every token of the claim sentence; ``persistence: content`` over the claim's
+   content-word tokens ``C(c)`` only, ``P_c = mean_{t∈C(c)} min(1, e^{d_t})`` (the spans the ``claim_extractor``
+   returns, ``pacg_claims``; a claim without one is not gated). Why (issue 29): a claim of ~11.5 tokens has ~10.5
+   template tokens whose retention is 1 whatever the image, so the sentence mean sits at 0.98–0.99 and the
+   image-dependent token barely moves it; this option is ours, not the paper's;
 4. the gate (``pacg_gate.persistence_gate``; batch-wide or ``per_group`` statistics, ``mode: zscore | quantile``)
    scales the positive per-token advantages of flagged claims by ``g_c = max(γ, 1 − η(z_c − κ))``, before the loss.
 
@@ -26,11 +31,13 @@ import torch
 
 from mmrl.algos.base import AdvantageOutput
 from mmrl.algos.pacg_claims import PERCEPTION_LEXICON, extract_claims
-from mmrl.algos.pacg_gate import claim_scores, efs_tokens, gate_advantages, log_ratio, persistence_gate
+from mmrl.algos.pacg_gate import claim_scores, efs_tokens, gate_advantages, log_ratio, persistence_gate, segments_of
 from mmrl.algos.spec import Intervention, Needs, StepBatch, WrapperParams, WrapperSpec, register_algorithm
 from mmrl.algos.vppo import default_intervention_params, intervention_key
 from mmrl.errors import ConfigError
 from mmrl.registry import import_object
+
+PERSISTENCE = ("claim", "content")
 
 
 @dataclass
@@ -46,6 +53,7 @@ class PACGParams(WrapperParams):
     claim_extractor: Optional[str] = None  # module:function(sentence) -> bool, OR-ed with the lexicon
     intervention: str = "patch_mask"
     intervention_params: Optional[Dict[str, Any]] = None  # None: vppo.default_intervention_params(intervention)
+    persistence: str = "claim"  # claim (the paper's: every token of the sentence) | content (its content words)
 
     def __post_init__(self):
         self.intervention_params = default_intervention_params(self.intervention, self.intervention_params)
@@ -68,6 +76,12 @@ class PACG(WrapperSpec):
     def __init__(self, params: Any, loss: Any, key: str = "algorithm.params"):
         super().__init__(params, loss, key)
         p = self.params
+        if p.persistence not in PERSISTENCE:
+            raise ConfigError(f"config key '{key}.persistence' must be one of {', '.join(PERSISTENCE)}, "
+                              f"got {p.persistence!r}")
+        if p.persistence == "content" and not p.claim_extractor:
+            raise ConfigError(f"config key '{key}.persistence' = content needs '{key}.claim_extractor' (a function "
+                              f"that returns the content words' spans, e.g. mmrl.data.synth_claims:claim_content)")
         self.lexicon = list(PERCEPTION_LEXICON) if p.lexicon is None else list(p.lexicon)
         self.extractor = None
         if p.claim_extractor:
@@ -104,16 +118,24 @@ class PACG(WrapperSpec):
         trained = self.base.select(batch, out).train_mask
         claims = [c for c in extract_claims(decode, [r.tolist() for r in batch.response_ids], self.lexicon, self.extractor)
                   if bool(trained[c.row])]
+        n_found = len(claims)
+        if p.persistence == "content":  # measured on the content words; a claim without any is not gated
+            claims = [c for c in claims if c.content]
         rows = torch.tensor([c.row for c in claims], dtype=torch.long)
         starts = torch.tensor([c.tok_start for c in claims], dtype=torch.long)
         ends = torch.tensor([c.tok_end for c in claims], dtype=torch.long)
-        pers, cefs = claim_scores(list(inter), list(batch.logprobs), rows, starts, ends)
+        if p.persistence == "content":
+            owner, seg_s, seg_e = segments_of([c.content for c in claims])
+            pers, cefs = claim_scores(list(inter), list(batch.logprobs), rows[owner] if rows.numel() else rows,
+                                      seg_s, seg_e, owner, len(claims))
+        else:
+            pers, cefs = claim_scores(list(inter), list(batch.logprobs), rows, starts, ends)
         groups = batch.groups["prompt"][rows] if (p.per_group and rows.numel()) else None
         gate = persistence_gate(pers, groups, p.kappa, p.gamma, p.eta, p.mode, p.q)
         adv = gate_advantages(out.advantages, batch.lengths.tolist(), rows, starts, ends, gate.gain)
         tok_efs = torch.cat([efs_tokens(log_ratio(a, o)) for a, o in zip(inter, batch.logprobs)]) if len(batch) else torch.zeros(0)
         n_c = int(rows.numel())
-        metrics = {**out.metrics, "pacg/claims": float(n_c),
+        metrics = {**out.metrics, "pacg/claims": float(n_c), "pacg/claims_not_measured": float(n_found - n_c),
                    "pacg/responses_with_claims": float(rows.unique().numel()) / max(len(batch), 1),
                    "pacg/flagged_frac": float(gate.flagged.float().mean()) if n_c else 0.0,
                    "pacg/persistence_mean": float(pers.mean()) if n_c else 0.0,

@@ -10,7 +10,9 @@ resampling; default the VPPO patch blackening), per token::
 
 and per claim ``c`` (a token span, ``pacg_claims``): ``EFS_c = mean_{t∈c} EFS_t``,
 ``P_c = mean_{t∈c} R_t ∈ (0, 1]`` (persistence: P_c ≈ 1 means the claim is kept without the evidence, i.e.
-driven by the prior).
+driven by the prior). With PACG's ``persistence: content`` the mean runs over the claim's content-word tokens
+``C(c) ⊂ c`` only (several disjoint segments, ``segments_of``): ``P_c = mean_{t∈C(c)} R_t``, so the template tokens
+around the content word (R_t = 1 when they do not depend on the image) do not pull P_c to 1.
 
 Gate (over all claims of the batch, or per prompt group with ``per_group``)::
 
@@ -49,11 +51,9 @@ def retention_tokens(d: torch.Tensor) -> torch.Tensor:
     return torch.exp(d).clamp(max=1.0)
 
 
-def span_means(values: Sequence[torch.Tensor], rows: torch.Tensor, starts: torch.Tensor,
-               ends: torch.Tensor) -> torch.Tensor:
-    """``mean(values[rows[c]][starts[c]:ends[c]])`` for each span ``c`` (spans must be non-empty) -> ``[C]``."""
-    if rows.numel() == 0:
-        return torch.zeros(0)
+def _segment_sums(values: Sequence[torch.Tensor], rows: torch.Tensor, starts: torch.Tensor,
+                  ends: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``sum(values[rows[s]][starts[s]:ends[s]])`` and the length of each segment ``s`` (non-empty) -> ``[S]``, ``[S]``."""
     if bool((ends <= starts).any()):
         raise ValueError("every claim span needs at least one token")
     flat = torch.cat([v.float().reshape(-1) for v in values])
@@ -64,14 +64,40 @@ def span_means(values: Sequence[torch.Tensor], rows: torch.Tensor, starts: torch
     owner = torch.repeat_interleave(torch.arange(rows.numel()), lens)
     within = torch.arange(int(lens.sum())) - torch.repeat_interleave(lens.cumsum(0) - lens, lens)
     idx = base[rows][owner] + starts[owner] + within
-    sums = torch.zeros(rows.numel()).index_add_(0, owner, flat[idx])
-    return sums / lens.float()
+    return torch.zeros(rows.numel()).index_add_(0, owner, flat[idx]), lens
+
+
+def span_means(values: Sequence[torch.Tensor], rows: torch.Tensor, starts: torch.Tensor,
+               ends: torch.Tensor, owner: Optional[torch.Tensor] = None, n: int = 0) -> torch.Tensor:
+    """``mean(values[rows[c]][starts[c]:ends[c]])`` for each span ``c`` (spans must be non-empty) -> ``[C]``.
+
+    With ``owner`` ``[S]`` the spans are segments of ``n`` claims (segment ``s`` belongs to claim ``owner[s]``):
+    the mean of each claim over the tokens of all its segments (token-weighted; disjoint segments) -> ``[n]``."""
+    if rows.numel() == 0:
+        return torch.zeros(n if owner is not None else 0)
+    sums, lens = _segment_sums(values, rows, starts, ends)
+    if owner is None:
+        return sums / lens.float()
+    tot = torch.zeros(n).index_add_(0, owner, sums)
+    cnt = torch.zeros(n).index_add_(0, owner, lens.float())
+    if bool((cnt == 0).any()):
+        raise ValueError("every claim needs at least one content segment")
+    return tot / cnt
+
+
+def segments_of(spans: Sequence[Sequence[Tuple[int, int]]]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Flatten per-claim segment lists ``[[(s, e), ...], ...]`` into ``(owner, starts, ends)`` ``[S]`` tensors."""
+    flat = [(c, int(s), int(e)) for c, segs in enumerate(spans) for s, e in segs]
+    t = torch.tensor(flat, dtype=torch.long).reshape(-1, 3)
+    return t[:, 0], t[:, 1], t[:, 2]
 
 
 def claim_scores(logp_int: Sequence[torch.Tensor], logp_orig: Sequence[torch.Tensor], rows: torch.Tensor,
-                 starts: torch.Tensor, ends: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+                 starts: torch.Tensor, ends: torch.Tensor, owner: Optional[torch.Tensor] = None,
+                 n: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Persistence ``P_c`` and ``EFS_c`` ``[C]`` of claims given as token spans of responses (per-response
-    log-prob lists of lengths R_i)."""
+    log-prob lists of lengths R_i); with ``owner`` and ``n`` (``span_means``) the spans are segments of ``n``
+    claims, e.g. their content words (``persistence: content``)."""
     if len(logp_int) != len(logp_orig):
         raise ValueError(f"{len(logp_int)} re-scored responses for {len(logp_orig)} responses")
     d = []
@@ -79,8 +105,8 @@ def claim_scores(logp_int: Sequence[torch.Tensor], logp_orig: Sequence[torch.Ten
         if a.shape != b.shape:
             raise ValueError(f"response {i}: re-scored log-probs {tuple(a.shape)} vs original {tuple(b.shape)}")
         d.append(log_ratio(a, b))
-    return (span_means([retention_tokens(x) for x in d], rows, starts, ends),
-            span_means([efs_tokens(x) for x in d], rows, starts, ends))
+    return (span_means([retention_tokens(x) for x in d], rows, starts, ends, owner, n),
+            span_means([efs_tokens(x) for x in d], rows, starts, ends, owner, n))
 
 
 @dataclass

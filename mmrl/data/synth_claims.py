@@ -25,13 +25,14 @@ Where an unsupported claim comes from (``unsupported_source``):
 
 ``claim_support(sentence, meta)`` tells whether the image supports ANY sentence that names a colour or a
 location (None when it names neither), so the claims of model-generated responses can be labelled too (``mmrl
-diagnose``). Deterministic given ``seed``.
+diagnose``); ``claim_content(sentence)`` gives the spans of its colour / location words (PACG's content-span
+persistence). Deterministic given ``seed``.
 """
 from __future__ import annotations
 
 import os
 import re
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 from PIL import Image
@@ -72,6 +73,13 @@ def claim_support(sentence: str, meta: dict) -> Optional[bool]:
             if m.group(1).lower() != str(meta[attr]).lower():
                 return False
     return True if named else None
+
+
+def claim_content(sentence: str) -> List[Tuple[int, int]]:
+    """PACG's ``claim_extractor`` for this world: the character spans of the colour and location words of a
+    sentence (its content words; "red" in "I see a red square in the image."), sorted; [] when it names neither.
+    With ``persistence: content`` a claim's persistence is measured on these words' tokens only."""
+    return sorted(m.span(1) for pat in _WORDS.values() for m in pat.finditer(sentence))
 
 
 def trace(claims: List[str], letter: str) -> str:

@@ -5,7 +5,8 @@ For each response (generated once, then held fixed) the same tokens are re-score
 
 - EFS per token ``clamp(e^d − d − 1, 0, 10)`` with ``d = clamp(logp_int − logp_orig, ±20)``, and per claim;
 - persistence per claim ``P_c = mean_{t∈c} min(1, e^{d_t})`` (claims: ``pacg_claims``, from the ``<think>``
-  span, no labels);
+  span, no labels), and ``persistence_content`` over the claim's content-word tokens where the ``extractor``
+  marks them (NaN elsewhere; PACG's ``persistence: content``);
 - where a ``labeler(sentence, sample.meta) -> True | False | None`` knows which claims the media supports:
   the share of correct responses with at least one unsupported claim (27.81% for Qwen2.5-VL-7B before RL in
   the paper) and the mean persistence of supported vs unsupported claims.
@@ -23,7 +24,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from mmrl.algos.pacg_claims import PERCEPTION_LEXICON, extract_claims
-from mmrl.algos.pacg_gate import claim_scores, efs_tokens, log_ratio
+from mmrl.algos.pacg_gate import claim_scores, efs_tokens, log_ratio, segments_of
 from mmrl.data.schema import LETTERS
 from mmrl.models.scoring import response_logprobs
 from mmrl.rewards.parsing import parse_choice
@@ -58,6 +59,12 @@ def response_records(trajs, si, orig: Sequence[torch.Tensor], inter: Sequence[to
     starts = torch.tensor([c.tok_start for c in claims], dtype=torch.long)
     ends = torch.tensor([c.tok_end for c in claims], dtype=torch.long)
     pers, cefs = claim_scores(list(inter), list(orig), rows, starts, ends)
+    has = [k for k, c in enumerate(claims) if c.content]  # claims whose content words the extractor marked
+    content = {}
+    if has:
+        owner, cs, ce = segments_of([claims[k].content for k in has])
+        cp, _ = claim_scores(list(inter), list(orig), rows[has][owner], cs, ce, owner, len(has))
+        content = {k: float(cp[j]) for j, k in enumerate(has)}
     recs = []
     for i, t in enumerate(trajs):
         sample = si.samples[t.sample_id]
@@ -66,12 +73,15 @@ def response_records(trajs, si, orig: Sequence[torch.Tensor], inter: Sequence[to
         efs = efs_tokens(log_ratio(inter[i], orig[i]))
         recs.append({"id": t.sample_id, "qtype": sample.qtype, "response": t.text, "pred": pred,
                      "expected": t.expected, "correct": bool(pred is not None and pred == t.expected),
+                     "truncated": bool(getattr(t, "truncated", False)), "length": int(t.response_ids.numel()),
                      "efs_tokens": [round(float(x), 5) for x in efs], "efs_mean": float(efs.mean()) if efs.numel() else 0.0,
                      "claims": []})
     for k, c in enumerate(claims):
         meta = si.samples[trajs[c.row].sample_id].meta
         recs[c.row]["claims"].append({"text": c.text, "tokens": [c.tok_start, c.tok_end],
                                       "persistence": float(pers[k]), "efs": float(cefs[k]),
+                                      "persistence_content": content.get(k, float("nan")),
+                                      "content_tokens": sum(e - s for s, e in c.content),
                                       "supported": labeler(c.text, meta) if labeler is not None else None})
     return recs
 
@@ -108,6 +118,7 @@ def diagnose_samples(model, processor, samples, data_cfg, intervention=VPPO_PATC
                     r[f"efs_tokens_{name}"] = x["efs_tokens"]
                     for c, cx in zip(r["claims"], x["claims"]):
                         c[f"persistence_{name}"], c[f"efs_{name}"] = cx["persistence"], cx["efs"]
+                        c[f"persistence_content_{name}"] = cx["persistence_content"]
             recs.extend(batch)
     finally:
         model.train(was_training)

@@ -14,7 +14,7 @@ def test_pacg_bench_smoke(tiny_model_path, tmp_path, capsys):
     bench = _load()
     out = tmp_path / "bench"
     args = ["--seeds", "0", "--warmup-steps", "2", "--sft-steps", "2", "--rl-steps", "2", "--n-train", "8", "--n-test", "3",
-            "--prompts-per-step", "2", "--n", "2", "--max-new-tokens", "6", "--out", str(out), f"model.path={tiny_model_path}"]
+            "--prompts-per-step", "2", "--n", "2", "--max-new-tokens", "6", "--smoke", "--out", str(out), f"model.path={tiny_model_path}"]
     table = bench.main(args + ["--report", str(tmp_path / "report.md")])
     for arm in bench.DEFAULT_ARMS:
         assert f"| {arm} |" in table
@@ -41,3 +41,6 @@ def test_pacg_bench_smoke(tiny_model_path, tmp_path, capsys):
     assert again["arms"]["dapo"] == res["arms"]["dapo"]
     assert again["arms"]["dapo+pacg_q"]["side_by_side"] == ["dapo+pacg_q", "dapo+pacg_full"]
     assert "| dapo+pacg_q |" in more and "| dapo+pacg_full − dapo |" in more
+    # without --smoke, 6 new tokens cannot hold the 50-token SFT traces: refused before any training
+    with pytest.raises(ValueError, match=r"max_new_tokens = 6 does not exceed the longest SFT trace"):
+        bench.main([a for a in args if a != "--smoke"] + ["--out", str(tmp_path / "refused")])

@@ -71,6 +71,22 @@ def test_records_on_fixed_traces(tiny_model_path, claims_world):
     assert both["persistence_supported"] == s["persistence_supported"] < 1.0 and "accuracy_same" not in both
     # without a labeler nothing label-based is reported
     assert "correct_with_unsupported" not in summarize(response_records(trajs, si, orig, inter, decode))
+    # with the world's content extractor: persistence over the colour / location word's tokens only (NaN without)
+    from mmrl.algos.pacg_gate import log_ratio, retention_tokens
+    from mmrl.data.synth_claims import claim_content
+
+    assert all(c["persistence_content"] != c["persistence_content"] for r in recs for c in r["claims"])
+    rc = response_records(trajs, si, orig, inter, decode, labeler=claim_support, extractor=claim_content)
+    for r, t in zip(rc, trajs):
+        ret = retention_tokens(log_ratio(inter[trajs.index(t)], orig[trajs.index(t)]))
+        for c in r["claims"]:
+            ids = t.response_ids.tolist()
+            a, b = c["tokens"]
+            word = [k for k in range(a, b) if decode(ids[k:k + 1]).strip() in ("red", "green", "blue", "yellow", "left",
+                                                                                "right", "top", "bottom")]
+            assert c["content_tokens"] == len(word) == 1
+            assert c["persistence_content"] == pytest.approx(float(ret[word].mean()), abs=1e-6)
+            assert c["persistence"] == pytest.approx(float(ret[a:b].mean()), abs=1e-6)
 
 
 def test_diagnose_cli_two_checkpoints(tiny_model_path, claims_world, tmp_path):
