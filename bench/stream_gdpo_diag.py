@@ -69,7 +69,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     common = ["train.num_threads=1", f"data.train={world['train']}", "train.save_every=0"]
     t = time.time()
     if not (args.reuse_sft and (sft_dir / "final").is_dir()):
-        cfg = load_config([str(CFG)], common + ["model.path=base", f"train.seed={plan.sft_seed}",
+        cfg = load_config([str(CFG)], common + [f"model.path={args.model}", f"train.seed={plan.sft_seed}",
                                                 f"train.out_dir={sft_dir}", f"sft.steps={args.sft_steps}",
                                                 f"sft.batch_size={args.sft_batch}", f"train.micro_batch={args.sft_batch}",
                                                 f"sft.lr={args.sft_lr}"])
@@ -103,7 +103,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     rec = {"seed": seed, "plan": [plan.world_seed, plan.sft_seed, plan.rl_seed], "start": start,
            "components": comps, "total": total, "group_ids": gids, "weights": dict(p.weights), "eps": p.eps,
            "n_train_streams": args.n_train, "n_test_streams": args.n_test, "n_blocks": len(samples),
-           "group_size": args.group_size, "sft_steps": args.sft_steps, "sft_lr": args.sft_lr,
+           "group_size": args.group_size, "sft_batch": args.sft_batch, "sft_steps": args.sft_steps, "sft_lr": args.sft_lr, "model": args.model,
            "minutes": dict(minutes, total=(time.time() - t0) / 60)}
     (out / "diag.json").write_text(json.dumps(rec))
     return rec
@@ -184,7 +184,8 @@ def render(recs: Sequence[Dict], command: str, smoke: bool) -> str:
     r0 = recs[0]
     res.add([f"Per seed: {r0['n_train_streams']} training and {r0['n_test_streams']} held-out 16-s streams of its own "
              f"world (4 blocks each, 1-s chunks at 2 fps, 56x56 frames: the base's frame size), masked SFT "
-             f"{r0['sft_steps']} steps at lr {r0['sft_lr']:g} from `model.path=base`, then {r0['group_size']} sampled "
+             f"{r0['sft_steps']} steps x {r0.get('sft_batch', 8)} blocks at lr {r0['sft_lr']:g} from `model.path="
+             f"{r0.get('model', 'base')}`, then {r0['group_size']} sampled "
              f"episodes per block of every training stream ({r0['n_blocks']} groups; `configs/stream_gdpo.yaml`'s "
              f"rollout, temperature 1). The test counts are OVO queries (items for EPM/ATR, probes for CRR/REC); "
              f"0 validation items (no RL setting is chosen here). Minutes per seed (SFT / greedy eval / rollouts): "
@@ -263,6 +264,7 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("--sft-steps", type=int, default=300)
     p.add_argument("--sft-batch", type=int, default=8)
     p.add_argument("--sft-lr", type=float, default=3e-4, help="the base's own SFT lr (1e-3 collapsed its vision)")
+    p.add_argument("--model", default="base", help="the SFT's start (the tiny base; tests pass the tiny model)")
     p.add_argument("--group-size", type=int, default=4, help="sampled episodes per block (the paper's 4)")
     p.add_argument("--out", default="runs/stream_gdpo_diag")
     p.add_argument("--report", default=str(REPO / "docs/results/stream.md"))

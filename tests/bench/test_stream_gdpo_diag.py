@@ -104,3 +104,20 @@ def test_render_writes_the_verdict_on_top_and_keeps_earlier_runs(tmp_path):
     body = path.read_text()
     assert body.startswith("# Stream-GDPO") and body.count("old row") == 1 and body.count(D.MARKER) == 1
     assert "decoupling changes the advantage" in body and "stopped before RL" not in body
+
+
+@pytest.mark.slow
+def test_diagnostic_bench_smoke(tiny_model_path, tmp_path):
+    """One seed end to end on the tiny model (plumbing only): world, SFT, greedy start, sampled groups, the file."""
+    import json
+
+    D = load_bench("stream_gdpo_diag")
+    report = tmp_path / "stream.md"
+    report.write_text("# earlier\n")
+    D.main(["--seeds", "0", "--n-train", "1", "--n-test", "1", "--sft-steps", "1", "--sft-batch", "2", "--group-size",
+            "2", "--model", tiny_model_path, "--out", str(tmp_path / "out"), "--report", str(report), "--smoke"])
+    rec = json.loads((tmp_path / "out" / "seed0" / "diag.json").read_text())
+    assert rec["n_blocks"] == 4 and len(rec["group_ids"]) == 8 == len(rec["total"])
+    assert set(rec["components"]) == {"out", "fmt", "tool", "mem"} and set(rec["start"]["acc"]) >= {"EPM", "ATR"}
+    body = report.read_text()
+    assert "SMOKE RUN" in body and "## Verdict" in body and body.rstrip().endswith("# earlier")
