@@ -215,7 +215,36 @@ def render(recs: Sequence[Dict], command: str, smoke: bool) -> str:
                  "On at least one seed Stream-GDPO's advantage ranks the responses differently from GRPO on the sum:",
                  ""] + [f"- seed {pf.seed}: {'no effect: ' if none else ''}{why}" for pf, (none, why) in zip(pfs, verdicts)]
                 + ["", why_lines(pfs), ""])
+        res.add(rl_needs_lines(recs))
     return res.render()
+
+
+def rl_needs_lines(recs: Sequence[Dict], steps: int = 100, blocks: int = 64) -> List[str]:
+    """What the RL arms (Stream-GDPO vs GRPO on the sum, under the protocol) would need; not run here. The cost is
+    this run's own rollout rate (sampled episodes per minute, niced on the shared CPU), rollouts only."""
+    from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID
+
+    g = recs[0]["group_size"]
+    rate = [r["n_blocks"] * r["group_size"] / r["minutes"]["rollout"] for r in recs if r["minutes"]["rollout"] > 0]
+    per_step = blocks * g / (sum(rate) / len(rate)) if rate else float("nan")
+    grid = len(DEFAULT_LR_GRID) * len(DEFAULT_KL_GRID)
+    runs = len(recs) * (3 + grid)  # per seed: Stream-GDPO, GRPO on the sum, coin flip; the grid on GRPO on the sum
+    n_q = min(sum(r["start"]["n"].values()) for r in recs)
+    return ["## What the RL arms would need (not run)", "",
+            f"- Arms per seed: Stream-GDPO and GRPO on the sum from the same masked-SFT start, same prompts, rollouts, "
+            f"steps and seed (action-branch weight 1 so that they differ only in the advantage), plus a coin-flip "
+            f"control (R_out replaced by a Bernoulli draw of its batch mean; `coin_flip_config` replaces an "
+            f"`accuracy` reward, which the stream config does not have, so this control is still to be written).",
+            f"- Setting: lr {', '.join(f'{x:g}' for x in DEFAULT_LR_GRID)} x KL {', '.join(f'{x:g}' for x in DEFAULT_KL_GRID)} "
+            f"({grid} points) chosen by GRPO on the sum on a validation split of streams (`select_setting`), then the "
+            f"same for both arms; >= {steps} RL steps of {blocks} blocks x {g} episodes (the paper's 64 prompts x 4).",
+            f"- Test: {n_q} OVO queries per seed on {recs[0]['n_test_streams']} held-out streams here (>= 400 needed; "
+            f"EPM and ATR have one item per stream, so per-task intervals stay wide); >= 3 seeds, 5 if the effect is small.",
+            f"- Cost at this run's rollout rate ({', '.join(f'{x:.0f}' for x in rate)} episodes / min): about "
+            f"{per_step:.1f} min of rollouts per RL step, {steps * per_step / 60:.1f} h per {steps}-step run, "
+            f"{runs} runs ({len(recs)} seeds x ({grid} grid points + 3 arms)) = about "
+            f"{runs * steps * per_step / 60:.0f} h before the policy updates and evaluations: out of reach of this "
+            f"shared 2-core CPU.", ""]
 
 
 def component_lines(pfs) -> List[str]:
