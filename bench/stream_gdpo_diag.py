@@ -87,6 +87,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
                                                           f"train.out_dir={out / 'rollouts'}",
                                                           f"rollout.n={args.group_size}"]), quiet=True)
     samples, _ = load_samples(world["train"])
+    samples = [x for x in samples if x.id in set(pick_blocks([x.id for x in samples], args.blocks_per_stream, plan.rl_seed))]
     comps: Dict[str, List[float]] = {r: [] for r in ROLES}
     total: List[float] = []
     gids: List[int] = []
@@ -101,12 +102,50 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     p = trainer.spec.params
     minutes["rollout"] = (time.time() - t) / 60
     rec = {"seed": seed, "plan": [plan.world_seed, plan.sft_seed, plan.rl_seed], "start": start,
-           "components": comps, "total": total, "group_ids": gids, "weights": dict(p.weights), "eps": p.eps,
+           "components": comps, "total": total, "group_ids": gids, "block_ids": [x.id for x in samples], "weights": dict(p.weights), "eps": p.eps,
            "n_train_streams": args.n_train, "n_test_streams": args.n_test, "n_blocks": len(samples),
            "group_size": args.group_size, "sft_batch": args.sft_batch, "sft_steps": args.sft_steps, "sft_lr": args.sft_lr, "model": args.model,
            "minutes": dict(minutes, total=(time.time() - t0) / 60)}
     (out / "diag.json").write_text(json.dumps(rec))
     return rec
+
+
+def pick_blocks(ids: Sequence[str], per_stream: int, seed: int) -> List[str]:
+    """``per_stream`` blocks of each stream (ids ``<video>@<first chunk>``), drawn with ``seed``; all when it is
+    at least the stream's block count. The order of ``ids`` is kept."""
+    import random
+
+    by: Dict[str, List[str]] = {}
+    for i in ids:
+        by.setdefault(i.rsplit("@", 1)[0], []).append(i)
+    rng, keep = random.Random(seed), set()
+    for video in sorted(by):
+        keep.update(by[video] if per_stream >= len(by[video]) else rng.sample(by[video], per_stream))
+    return [i for i in ids if i in keep]
+
+
+def subset_record(rec: Dict, keep: Sequence[str]) -> Dict:
+    """``rec`` with only the groups of the blocks ``keep`` (group ids index ``rec["block_ids"]``)."""
+    keep_idx = {j for j, b in enumerate(rec["block_ids"]) if b in set(keep)}
+    rows = [i for i, g in enumerate(rec["group_ids"]) if g in keep_idx]
+    out = dict(rec, group_ids=[rec["group_ids"][i] for i in rows], total=[rec["total"][i] for i in rows],
+               components={k: [v[i] for i in rows] for k, v in rec["components"].items()},
+               block_ids=[b for j, b in enumerate(rec["block_ids"]) if j in keep_idx], n_blocks=len(keep_idx))
+    out["minutes"] = dict(rec["minutes"], rollout=rec["minutes"]["rollout"] * len(keep_idx) / rec["n_blocks"])
+    return out
+
+
+def load_record(path: Path, per_stream: int) -> Dict:
+    """A seed's ``diag.json``, cut to ``per_stream`` blocks per stream by ``pick_blocks``'s rule when it sampled
+    more (its rollout minutes scaled by the share kept). Records written before ``block_ids`` was stored index the
+    blocks of their world's ``train.json``, in order."""
+    from mmrl.data.annotations import load_samples
+
+    rec = json.loads(path.read_text())
+    if "block_ids" not in rec:
+        rec["block_ids"] = [x.id for x in load_samples(str(path.parent / "world" / "train.json"))[0]]
+    keep = pick_blocks(rec["block_ids"], per_stream, seed_plan(rec["seed"]).rl_seed)
+    return subset_record(rec, keep) if len(keep) < len(rec["block_ids"]) else rec
 
 
 def greedy_start(model: Path, world: Dict, out: Path) -> Dict:
@@ -186,7 +225,8 @@ def render(recs: Sequence[Dict], command: str, smoke: bool) -> str:
              f"world (4 blocks each, 1-s chunks at 2 fps, 56x56 frames: the base's frame size), masked SFT "
              f"{r0['sft_steps']} steps x {r0.get('sft_batch', 8)} blocks at lr {r0['sft_lr']:g} from `model.path="
              f"{r0.get('model', 'base')}`, then {r0['group_size']} sampled "
-             f"episodes per block of every training stream ({r0['n_blocks']} groups; `configs/stream_gdpo.yaml`'s "
+             f"episodes per block on {r0['n_blocks']} blocks ({r0['n_blocks'] / r0['n_train_streams']:g} of 4 per "
+             f"training stream, drawn with the seed) = {r0['n_blocks']} groups ( `configs/stream_gdpo.yaml`'s "
              f"rollout, temperature 1). The test counts are OVO queries (items for EPM/ATR, probes for CRR/REC); "
              f"0 validation items (no RL setting is chosen here). Minutes per seed (SFT / greedy eval / rollouts): "
              + ", ".join(f"seed {r['seed']} {r['minutes']['sft']:.1f} / {r['minutes']['eval']:.1f} / "
@@ -293,6 +333,9 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("--sft-steps", type=int, default=300)
     p.add_argument("--sft-batch", type=int, default=8)
     p.add_argument("--sft-lr", type=float, default=3e-4, help="the base's own SFT lr (1e-3 collapsed its vision)")
+    p.add_argument("--blocks-per-stream", type=int, default=4,
+                   help="blocks sampled per training stream (of 4), drawn with the seed's RL seed; a record with more "
+                        "is cut to these at render")
     p.add_argument("--model", default="base", help="the SFT's start (the tiny base; tests pass the tiny model)")
     p.add_argument("--group-size", type=int, default=4, help="sampled episodes per block (the paper's 4)")
     p.add_argument("--out", default="runs/stream_gdpo_diag")
@@ -306,7 +349,7 @@ def main(argv: List[str] | None = None) -> None:
     for s in args.seeds:
         d = Path(args.out) / f"seed{s}"
         f = d / "diag.json"
-        recs.append(json.loads(f.read_text()) if (args.render_only or f.exists()) else run_seed(s, args, d))
+        recs.append(load_record(f, args.blocks_per_stream) if (args.render_only or f.exists()) else run_seed(s, args, d))
     if args.render_only or len(args.seeds) > 1 or args.smoke:
         if not args.smoke and len(recs) < MIN_SEEDS:
             raise ProtocolError(f"protocol: {len(recs)} seed(s); the diagnostic's table needs >= {MIN_SEEDS} (--smoke)")

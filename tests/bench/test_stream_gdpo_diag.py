@@ -107,6 +107,20 @@ def test_render_writes_the_verdict_on_top_and_keeps_earlier_runs(tmp_path):
     assert "decoupling changes the advantage" in body and "stopped before RL" not in body
 
 
+def test_block_subset_is_seeded_per_stream_and_cuts_a_record():
+    D = load_bench("stream_gdpo_diag")
+    ids = [f"v{v}@{c}" for v in range(3) for c in (0, 4, 8, 12)]
+    keep = D.pick_blocks(ids, 2, seed=7)
+    assert keep == D.pick_blocks(ids, 2, seed=7) and len(keep) == 6 and keep == [i for i in ids if i in keep]
+    assert all(sum(k.startswith(f"v{v}@") for k in keep) == 2 for v in range(3))
+    assert D.pick_blocks(ids, 4, seed=7) == ids
+    rec = _rec(0, {r: [float(i) for i in range(8)] for r in ("out", "fmt", "tool", "mem")}, [0, 0, 0, 0, 1, 1, 1, 1])
+    rec["block_ids"] = ["v0@0", "v0@4"]
+    cut = D.subset_record(rec, ["v0@4"])
+    assert cut["group_ids"] == [1] * 4 and cut["components"]["out"] == [4.0, 5.0, 6.0, 7.0]
+    assert cut["block_ids"] == ["v0@4"] and cut["n_blocks"] == 1 and cut["minutes"]["rollout"] == 0.5
+
+
 @pytest.mark.slow
 def test_diagnostic_bench_smoke(tiny_model_path, tmp_path):
     """One seed end to end on the tiny model (plumbing only): world, SFT, greedy start, sampled groups, the file."""
