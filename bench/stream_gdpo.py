@@ -174,6 +174,15 @@ def no_tracking_row(ovo_test: Path) -> Dict[str, float]:
     """The reference row: an agent that answers each forward question once, when it is asked, with the gold of its
     first probe (what "not yet" is: CRR "No", REC's first count ...) and never updates or answers a choice question;
     official scorer, the held-out streams' own items."""
+    sc = no_tracking_scores(ovo_test)
+    nan = float("nan")
+    return {"bt": sc["modes"]["backward"]["acc"] / 100, "rt": sc["modes"]["realtime"]["acc"] / 100,
+            "ft": sc["modes"]["forward"]["acc"] / 100, "overall": sc["weighted_overall"] / 100, "vtok": nan,
+            "recall_valid": nan, "s_time": nan, "s_keep": nan, "train_s": nan}
+
+
+def no_tracking_scores(ovo_test: Path) -> Dict[str, Any]:
+    """The official scores (``score_results``: per task and mode) of the no-model agent of ``no_tracking_row``."""
     from mmrl.eval.benchmark_def import load_benchmark
     from mmrl.eval.benchmarks.ovobench.protocol import assemble_results
     from mmrl.eval.benchmarks.ovobench.score import score_results
@@ -187,11 +196,7 @@ def no_tracking_row(ovo_test: Path) -> Dict[str, float]:
         answers = [AnswerEvent(q.qid, str(q.probes[0].gold), q.asked, int(q.asked))
                    for q in stream_questions(its) if q.probes]
         responses.update(stream_responses(its, answers))
-    sc = score_results(assemble_results(items, responses, bdef), bdef)
-    nan = float("nan")
-    return {"bt": sc["modes"]["backward"]["acc"] / 100, "rt": sc["modes"]["realtime"]["acc"] / 100,
-            "ft": sc["modes"]["forward"]["acc"] / 100, "overall": sc["weighted_overall"] / 100, "vtok": nan,
-            "recall_valid": nan, "s_time": nan, "s_keep": nan, "train_s": nan}
+    return score_results(assemble_results(items, responses, bdef), bdef)
 
 
 def offline_cost_of(ev: Path) -> Dict[str, float]:
