@@ -33,6 +33,14 @@ CLAIMS = [("bpo", "grpo", "macro", +1, "BPO beats GRPO on the debiased split (le
           ("grpo", "sft", "macro", +1, "control: RL improves on its SFT start")]
 
 
+EARLIER = ["## Earlier runs", "",
+           "Before the protocol and the base, the miniature ran on the random-init tiny model (start points at "
+           "chance, 40 RL steps at the demo's lr 1e-4, 64 test clips): "
+           "[bpo_random_init.md](bpo_random_init.md), its tables pooled from committed records in "
+           "`bench/results/bpo_vs_grpo*.md`. Issue 28's audit explains why they could show little; the tables above "
+           "replace them.", ""]
+
+
 def load_records(seed_dir: Path, seeds: Sequence[int]) -> Dict[int, Dict]:
     return {s: json.loads((seed_dir / f"seed{s}.json").read_text()) for s in seeds
             if (seed_dir / f"seed{s}.json").exists()}
@@ -164,6 +172,7 @@ def render_main(args, argv: List[str]) -> Path:
     res.add(minutes_lines(recs))
     if missing_seeds:
         res.add([f"**Incomplete: no record for seed(s) {missing_seeds}** (the run did not finish them).", ""])
+    res.add(EARLIER)
     path = res.write(args.report)
     print(res.render(), end="", flush=True)
     return path
@@ -178,7 +187,15 @@ def intro_lines(recs: Dict[int, Dict], args, st: Dict) -> List[str]:
              f"{st['n_test']} debiased test clips, {st['n_val']} debiased validation clips no stage trains on, "
              f"{st['n_test']} biased clips), SFT {st['sft_steps']} steps from the base, the pre-flight, the grid on "
              f"the validation split, then every RL arm from the same SFT start for {st['rl_steps']} steps x "
-             f"{st['prompts_per_step']} prompts at the chosen lr and KL (T-GRPO's own KL 0.04 replaced by it).", ""]
+             f"{st['prompts_per_step']} prompts at the chosen lr and KL (T-GRPO's own KL 0.04 replaced by it).", "",
+             "Arms: `sft`, the start (no RL); `coin_flip`, GRPO G=8 whose accuracy reward is a coin flip of the "
+             "batch's mean accuracy (the control); `grpo`, GRPO G=8 (the grid's run at the chosen setting); `bpo`, "
+             "BPO 2 packs x 4 views (original, stable, sensitive, `blank` null view; budget-matched to G=8); "
+             "`tgrpo`, T-GRPO 8 ordered + 4 shuffled-frame responses; `grpo_g32` and `bpo_p8` (8 x 4) when the "
+             "deadline allowed. Every arm is evaluated greedily on the debiased test split with "
+             "`views/bpo_eval.yaml`, whose five null canvases (black, light gray, noise, gradient, drifting "
+             "texture) no stage trained on (\"held-out nulls\": the share of their answers that abstain), and on "
+             "the biased split.", ""]
     if reduced:
         lines += [f"**Reduced grid**: lr {st['lr_grid']} x KL {st['kl_grid']} instead of the protocol's default "
                   f"lr {list(DEFAULT_LR_GRID)} x KL {list(DEFAULT_KL_GRID)}, to fit the CPU budget of this session "
