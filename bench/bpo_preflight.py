@@ -117,6 +117,16 @@ def biased_macro(out: Path, overrides: Sequence[str]) -> float:
     return evaluate_checkpoint(str(out / "sft" / "final"), str(dst), cfg.data)["macro_accuracy"]
 
 
+def split_validation(test: Path, val: Path, n_test: int) -> None:
+    """Move every item of ``test`` after the first ``n_test`` into ``val``: clips no stage trains on, drawn like the
+    debiased test split, for the RL setting's choice (``bench/bpo_protocol.py``)."""
+    items = json.loads(test.read_text())
+    if len(items) <= n_test:
+        raise ValueError(f"{test}: {len(items)} items, none left for a validation split after {n_test} test items")
+    test.write_text(json.dumps(items[:n_test], indent=1) + "\n")
+    val.write_text(json.dumps(items[n_test:], indent=1) + "\n")
+
+
 def run_seed(seed: int, args, out: Path) -> Dict:
     from mmrl.config import load_config
     from mmrl.data.annotations import load_samples
@@ -133,10 +143,15 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     if reuse:  # the world and the SFT start of an earlier run of this seed (same settings assumed)
         n_null = sum(1 for it in json.loads(sft_train.read_text()) if (it.get("meta") or {}).get("null"))
     else:
-        info = make_video_world(str(world), args.n_train, args.n_test, seed=plan.world_seed, prior="tint",
+        n_val = getattr(args, "n_val", 0)  # a validation split: n_val more debiased clips, after the test split's
+        info = make_video_world(str(world), args.n_train, args.n_test + n_val, seed=plan.world_seed, prior="tint",
                                 prior_strength=args.prior_strength, fixed_options=True, **CLIP_WORLD)
         add_abstain_option(info["train"], str(train), abst)
         add_abstain_option(info["test"], str(test), abst)
+        if n_val:
+            split_validation(test, world / "val_abst.json", args.n_test)
+            biased = Path(info["test_biased"])  # as many biased clips as test clips
+            biased.write_text(json.dumps(json.loads(biased.read_text())[:args.n_test], indent=1) + "\n")
         n_null = add_null_sft_items(str(train), str(sft_train), args.sft_null_share, abst, world, plan.world_seed,
                                     clip_world=CLIP_WORLD)
     data = [f"data.nframes={CLIP_WORLD['n_frames']}", f"data.max_pixels={CLIP_WORLD['size'] ** 2}",
@@ -196,6 +211,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     log(f"[seed {seed}] rollouts done ({roll_min:.1f} min): {mech}")
     rec = {"tgrpo_by_qtype": by_q, "seed": seed, "plan": vars(plan) if hasattr(plan, "__dict__") else list(plan), "per_qtype": res["per_qtype"],
            "macro": res["macro_accuracy"], "accuracy": res["accuracy"], "groups": vars(groups), "mechanism": mech,
+           "view_metrics": vm,
            "n_null_sft": n_null, "minutes": {"sft": sft_min, "eval": eval_min, "rollout": roll_min,
                                              "total": (time.time() - t0) / 60},
            "sft_steps": args.sft_steps, "test": str(test)}
@@ -233,12 +249,17 @@ def preflights(recs: Sequence[Dict], samples_of) -> Dict[str, List[Preflight]]:
 
 
 def render(recs: Sequence[Dict], command: str) -> str:
+    return "\n".join([f"Command: `{command}`", ""] + preflight_section(recs)) + "\n"
+
+
+def preflight_section(recs: Sequence[Dict]) -> List[str]:
+    """The pre-flight's lines (settings, start vs chance, groups, T-GRPO per type, BPO's mechanism) of the seeds'
+    records; ``render`` and ``bench/bpo_protocol.py`` print them."""
     from mmrl.data.annotations import load_samples
 
     pfs = preflights(recs, lambda r: load_samples(r["test"])[0])
     n = len(load_samples(recs[0]["test"])[0])
-    lines = [f"Command: `{command}`", "",
-             f"Seeds {[r['seed'] for r in recs]} (each its own world and SFT checkpoint, `seed_plan`), {n} debiased "
+    lines = [f"Seeds {[r['seed'] for r in recs]} (each its own world and SFT checkpoint, `seed_plan`), {n} debiased "
              f"test items per seed (standard error <= {standard_error_points(n):.1f} points), SFT "
              f"{recs[0]['sft_steps']} steps from `model.path=base`; minutes per seed (SFT / greedy eval / rollouts): "
              + ", ".join(f"seed {r['seed']} {r['minutes']['sft']:.1f} / {r['minutes']['eval']:.1f} / "
@@ -260,7 +281,7 @@ def render(recs: Sequence[Dict], command: str) -> str:
         m = pf.mechanism
         lines.append(f"| {pf.seed} | {100 * m['null_abstain_greedy']:.1f}% | {100 * m['null_abstain_sampled']:.1f}% | "
                      f"{100 * m['null_mixed']:.1f}% | " + ("yes" if pf.can_act else f"**no**: {pf.reason}") + " |")
-    return "\n".join(lines) + "\n"
+    return lines + [""]
 
 
 def main(argv=None) -> None:

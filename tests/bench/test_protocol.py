@@ -209,10 +209,12 @@ def test_arm_val_score_runs_the_grid_on_the_validation_file(tiny_model_path, ima
 
     cfg = load_config([], small_overrides(image_world, tmp_path / "rl", tiny_model_path) + ["train.eval_limit=4"])
     val = str(image_world / "train.json")  # a file other than data.test
-    score = P.arm_val_score({0: cfg}, steps=1, val_paths={0: val})
+    score = P.arm_val_score({0: cfg}, steps=1, val_paths={0: val}, keep=True)
     sel = P.select_setting(_proto(lr_grid=[1e-5, 1e-3], kl_grid=[0.0]), score)
     assert set(sel.scores) == {(1e-5, 0.0), (1e-3, 0.0)} and all(0.0 <= v <= 1.0 for v in sel.scores.values())
     for lr in ("1e-05", "0.001"):
         preds = list((tmp_path / "rl" / f"select_lr{lr}_kl0" / "predictions").glob("*.jsonl"))
         ids = {json.loads(x)["id"] for p in preds for x in p.read_text().splitlines()}
         assert ids and ids <= {s["id"] for s in json.loads(Path(val).read_text())}  # scored on validation only
+        run = tmp_path / "rl" / f"select_lr{lr}_kl0"  # keep: the run's step metrics and its model
+        assert len(json.loads((run / "history.json").read_text())) == 1 and (run / "final" / "config.json").exists()

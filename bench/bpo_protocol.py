@@ -1,0 +1,315 @@
+"""BPO and T-GRPO against GRPO on the tiny base that sees, under the miniature protocol (issue 28 item 3,
+``docs/miniatures.md``): one seed process per protocol seed, then one render of ``docs/results/bpo.md``.
+
+    python bench/bpo_protocol.py --seeds 0 1 2 --only S [--rl-steps 200] [--prompts-per-step 16] [--sft-steps 300]
+        [--n-val 200] [--lr-grid ...] [--kl-grid ...] [--deadline HH:MM] [--out runs/bpo_protocol]
+        [--seed-dir bench/results/bpo_protocol] [overrides ...]          # one seed, resumable per stage
+    python bench/bpo_protocol.py --seeds 0 1 2 --render [--report docs/results/bpo.md]   # pool the seed records
+
+Per seed (``seed_plan``: its own world, SFT and RL seed), each stage resumable (a crash keeps finished stages):
+
+1. **pre-flight** (``bench/bpo_preflight.run_seed``): the tint-prior world at the base's resolution with a
+   validation split (``--n-val`` debiased clips no stage trains on), SFT from ``model.path=base``, the start's greedy
+   eval and the T-GRPO / BPO rollouts; a method whose mechanism cannot act on the seed gets no RL arm there;
+2. **grid**: the true-reward GRPO G=8 arm at every ``(lr, KL)`` of the grid for ``--rl-steps`` steps, scored on the
+   validation split (``_protocol.arm_val_score``, its model kept); the seed waits for every seed's grid and
+   ``select_setting`` picks one setting from the mean over seeds, the same for every seed and arm (T-GRPO's own
+   KL 0.04 included); the chosen grid run IS the ``grpo`` arm (same config, seed and steps);
+3. **arms** from the same SFT start, same steps, prompts per step, lr and KL: ``coin_flip`` (GRPO G=8 with the
+   ``coin_flip`` reward), ``bpo`` (2 packs x 4 views), ``tgrpo`` (8 ordered + 4 shuffled), then the optional
+   ``grpo_g32`` and ``bpo_p8`` (8 x 4), which start only when their predicted end is before ``--deadline``;
+   each arm is evaluated right after it trains: the 400-item debiased test split with ``views/bpo_eval.yaml``'s
+   held-out null canvases, and the biased split.
+
+The seed record (``--seed-dir``/seed<S>.json: pre-flight, grid scores, selection, evaluations, step costs, minutes)
+is small and committed; ``--render`` builds the results file from the records alone (``bench/bpo_protocol_table.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Dict, List, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+from _arms import Arm, log  # noqa: E402
+from _protocol import (Selection, add_protocol_args, apply_setting, arm_val_score, coin_flip_config,  # noqa: E402
+                       protocol_from_args, seed_plan, select_setting)
+from bpo_arms import ARMS, DEMO, step_costs  # noqa: E402
+from bpo_preflight import CLIP_WORLD, EVAL_VIEWS, MECHS, preflights  # noqa: E402
+from bpo_preflight import run_seed as preflight_seed  # noqa: E402
+
+SCRIPT = "bench/bpo_protocol.py"
+CORE = ("coin_flip", "bpo", "tgrpo")  # after grpo, the grid's chosen run
+OPTIONAL = {"grpo_g32": ("grpo", 1.5), "bpo_p8": ("bpo", 3.0)}  # arm -> (arm whose step time predicts it, ratio)
+ARM_FILES = {"coin_flip": [], **{a: ARMS[a] for a in ("bpo", "tgrpo", "grpo_g32", "bpo_p8")}}
+NEEDS = {"bpo": "bpo", "bpo_p8": "bpo", "tgrpo": "tgrpo"}  # arm -> the pre-flight mechanism it needs
+EVAL_MARGIN_MIN = 4.0  # an optional arm's predicted evaluation minutes (test split with views + biased split)
+
+
+def grid_key(lr: float, kl: float) -> str:
+    return f"lr{lr:g}_kl{kl:g}"
+
+
+class SeedState:
+    """``OUT/seed<S>/state.json``: what a seed has finished (grid scores, selection, evaluations, costs, minutes),
+    rewritten after every stage so a rerun resumes where the last one stopped."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = json.loads(path.read_text()) if path.exists() else {
+            "grid": {}, "evals": {}, "costs": {}, "minutes": {}, "dropped": {}}
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1))
+        tmp.replace(self.path)
+
+
+def pooled_selection(proto, out: Path, wait_min: float, poll_s: float = 20.0) -> Selection:
+    """Wait (up to ``wait_min``) for every seed's grid in ``OUT/seed<S>/state.json``, then ``select_setting`` on the
+    mean validation accuracy over the seeds that finished it (their list is kept in ``Selection.scores``' owner)."""
+    keys = [grid_key(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
+    t0 = time.time()
+    while True:
+        grids = {}
+        for s in proto.seeds:
+            p = out / f"seed{s}" / "state.json"
+            g = json.loads(p.read_text())["grid"] if p.exists() else {}
+            if all(k in g for k in keys):
+                grids[s] = g
+        if len(grids) == len(proto.seeds) or time.time() - t0 > 60 * wait_min:
+            break
+        time.sleep(poll_s)
+    if not grids:
+        raise RuntimeError(f"no seed finished the grid within {wait_min} min")
+    sel = select_setting(proto, lambda lr, kl: sum(g[grid_key(lr, kl)] for g in grids.values()) / len(grids))
+    sel.seeds = sorted(grids)
+    return sel
+
+
+def data_overrides(sd: Path) -> List[str]:
+    w = sd / "world"
+    return [f"data.nframes={CLIP_WORLD['n_frames']}", f"data.max_pixels={CLIP_WORLD['size'] ** 2}",
+            f"data.train={w / 'train_abst.json'}", f"data.test={w / 'test_abst.json'}", "train.save_every=0"]
+
+
+def arm_config(name: str, sd: Path, args, seed: int, sel: Optional[Selection] = None):
+    """The arm's config: ``configs/demo.yaml`` + its files, the seed's world and SFT start, the RL schedule; with
+    ``sel``, the chosen lr and KL; ``coin_flip`` is GRPO G=8 with the coin-flip reward."""
+    from mmrl.config import load_config
+
+    items = ARM_FILES.get(name, [])
+    files = [i for i in items if "=" not in i]
+    cfg = load_config([str(DEMO)] + files, data_overrides(sd) + [
+        f"model.path={sd / 'sft' / 'final'}", f"train.seed={seed_plan(seed).rl_seed}", f"train.steps={args.rl_steps}",
+        f"train.prompts_per_step={args.prompts_per_step}", f"train.out_dir={sd / ('grid' if name == 'grpo' else name)}"]
+        + list(args.overrides) + [i for i in items if "=" in i])
+    if sel is not None:
+        cfg = apply_setting(cfg, sel)
+    return coin_flip_config(cfg) if name == "coin_flip" else cfg
+
+
+def evaluate_arm(path: str, sd: Path, data_cfg, name: str) -> Dict:
+    """Greedy eval on the debiased test split with the held-out null canvases, and on the biased split
+    (``bpo_vs_grpo.summarize``: macro, temporal, abstention on unseen nulls, biased macro, ...)."""
+    from bpo_vs_grpo import summarize
+
+    from mmrl.eval.synthetic import evaluate_checkpoint
+    from mmrl.views import ViewSet
+
+    w = sd / "world"
+    viewset = ViewSet.load(str(EVAL_VIEWS), abstain_text=data_cfg.prompt.abstain_text)
+    res = evaluate_checkpoint(path, str(w / "test_abst.json"), data_cfg, out_dir=str(sd / f"eval_{name}"),
+                              viewset=viewset)
+    biased = evaluate_checkpoint(path, str(w / "test_biased_abst.json"), data_cfg)
+    return summarize(res, qtype_counts(w / "test_abst.json"), biased)
+
+
+def qtype_counts(path: Path) -> Dict[str, int]:
+    return dict(Counter(it["qtype"] for it in json.loads(Path(path).read_text())))
+
+
+def sft_summary(rec: Dict, sd: Path) -> Dict:
+    """The SFT start's evaluation, from its pre-flight record (the same greedy eval the arms get)."""
+    from bpo_vs_grpo import summarize
+
+    res = {"macro_accuracy": rec["macro"], "accuracy": rec["accuracy"], "per_qtype": rec["per_qtype"],
+           "view_metrics": rec["view_metrics"], "n": sum(qtype_counts(sd / "world" / "test_abst.json").values())}
+    return summarize(res, qtype_counts(sd / "world" / "test_abst.json"), {"macro_accuracy": rec["macro_biased"]})
+
+
+def predicted_end(state: Dict, arm: str, steps: int) -> float:
+    """Epoch seconds at which an optional arm would end: its steps at the measured median step of the arm that
+    predicts it times the ratio (``OPTIONAL``), plus ``EVAL_MARGIN_MIN``."""
+    ref, ratio = OPTIONAL[arm]
+    step_s = state["costs"].get(ref, {}).get("median_step_s", float("nan"))
+    return time.time() + steps * step_s * ratio + 60 * EVAL_MARGIN_MIN
+
+
+def deadline_epoch(hhmm: Optional[str]) -> float:
+    """Today's ``HH:MM`` UTC as epoch seconds (inf when not given)."""
+    if not hhmm:
+        return float("inf")
+    h, m = (int(x) for x in hhmm.split(":"))
+    now = datetime.now(timezone.utc)
+    return now.replace(hour=h, minute=m, second=0, microsecond=0).timestamp()
+
+
+def run_one(seed: int, args, proto) -> Dict:
+    out = Path(args.out)
+    sd = out / f"seed{seed}"
+    sd.mkdir(parents=True, exist_ok=True)
+    st = SeedState(sd / "state.json")
+    t0 = time.time()
+
+    # 1. world, SFT, pre-flight
+    if (sd / "preflight.json").exists():
+        rec = json.loads((sd / "preflight.json").read_text())
+        log(f"[seed {seed}] pre-flight: reused {sd / 'preflight.json'}")
+    else:
+        pf_args = SimpleNamespace(n_train=args.n_train, n_test=args.n_test, n_val=args.n_val, sft_steps=args.sft_steps,
+                                  sft_null_share=0.05, prior_strength=0.8, group_size=8, overrides=args.overrides,
+                                  reuse_sft=(sd / "sft" / "final").is_dir() and (sd / "world" / "val_abst.json").exists())
+        t = time.time()
+        rec = preflight_seed(seed, pf_args, sd)
+        st.data["minutes"]["preflight"] = (time.time() - t) / 60
+        st.save()
+    from mmrl.data.annotations import load_samples
+
+    pfs = preflights([rec], lambda r: load_samples(r["test"])[0])
+    blocked = {m: pfs[m][0].reason for m in MECHS if not pfs[m][0].can_act}
+    sft_cfg = arm_config("grpo", sd, args, seed)
+    if "sft" not in st.data["evals"]:
+        st.data["evals"]["sft"] = sft_summary(rec, sd)
+        st.save()
+
+    # 2. the grid, on the validation split; then the setting chosen from every seed's grid
+    val = {seed: str(sd / "world" / "val_abst.json")}
+    score = arm_val_score({seed: sft_cfg}, args.rl_steps, val, keep=True)
+    for lr in proto.lr_grid:
+        for kl in proto.kl_grid:
+            k = grid_key(lr, kl)
+            if k in st.data["grid"] and (sd / "grid" / f"select_lr{lr:g}_kl{kl:g}" / "final").is_dir():
+                continue
+            t = time.time()
+            st.data["grid"][k] = score(lr, kl)
+            st.data["minutes"][f"grid_{k}"] = (time.time() - t) / 60
+            st.save()
+            log(f"[seed {seed}] grid {k}: validation accuracy {100 * st.data['grid'][k]:.1f} "
+                f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
+    if "selection" not in st.data:
+        t = time.time()
+        sel = pooled_selection(proto, out, args.wait_min)
+        st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds}
+        st.data["minutes"]["wait"] = (time.time() - t) / 60
+        st.save()
+    sel = Selection(st.data["selection"]["lr"], st.data["selection"]["kl"])
+    log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
+
+    # 3. the arms from the same start, each evaluated right after it trains
+    chosen = sd / "grid" / f"select_lr{sel.lr:g}_kl{sel.kl:g}"
+    if "grpo" not in st.data["evals"]:
+        st.data["costs"]["grpo"] = step_costs(json.loads((chosen / "history.json").read_text()))
+        t = time.time()
+        st.data["evals"]["grpo"] = evaluate_arm(str(chosen / "final"), sd, sft_cfg.data, "grpo")
+        st.data["minutes"]["eval_grpo"] = (time.time() - t) / 60
+        st.save()
+    deadline = deadline_epoch(args.deadline)
+    for name in list(CORE) + [a for a in OPTIONAL if a in args.optional]:
+        if name in st.data["evals"]:
+            continue
+        if NEEDS.get(name) in blocked:
+            st.data["dropped"][name] = f"the pre-flight says {NEEDS[name]} cannot act: {blocked[NEEDS[name]]}"
+            st.save()
+            continue
+        if name in OPTIONAL:
+            end = predicted_end(st.data, name, args.rl_steps)
+            if end > deadline:
+                st.data["dropped"][name] = (f"predicted to end at {time.strftime('%H:%M', time.gmtime(end))} UTC, "
+                                            f"after the deadline {args.deadline} UTC")
+                st.save()
+                log(f"[seed {seed}] {name} dropped: {st.data['dropped'][name]}")
+                continue
+        st.data["dropped"].pop(name, None)
+        t = time.time()
+        arm = Arm(name, arm_config(name, sd, args, seed, sel))
+        for i in range(args.rl_steps):
+            m = arm.step()
+            if (i + 1) % max(1, args.rl_steps // 4) == 0:
+                log(f"[seed {seed}] {name} step {i + 1}/{args.rl_steps}: {m.get('time/step', 0):.2f} s, "
+                    f"reward {m.get('reward/total', float('nan')):.2f}")
+        st.data["costs"][name] = step_costs(arm.history)
+        path = arm.finish()
+        st.data["minutes"][f"rl_{name}"] = (time.time() - t) / 60
+        t = time.time()
+        st.data["evals"][name] = evaluate_arm(path, sd, sft_cfg.data, name)
+        st.data["minutes"][f"eval_{name}"] = (time.time() - t) / 60
+        st.save()
+        e = st.data["evals"][name]
+        log(f"[seed {seed}] {name} done: macro {100 * e['macro']:.1f}, null abstention "
+            f"{100 * e['abstain_recall']:.1f}, biased {100 * e['macro_biased']:.1f} "
+            f"({st.data['minutes'][f'rl_{name}']:.1f} + {st.data['minutes'][f'eval_{name}']:.1f} min)")
+    st.data["minutes"]["this_run"] = (time.time() - t0) / 60
+    st.save()
+    return write_record(seed, rec, st.data, args, proto)
+
+
+def write_record(seed: int, rec: Dict, state: Dict, args, proto) -> Dict:
+    """``SEED_DIR/seed<S>.json``: the command, settings, the pre-flight record and the seed's state."""
+    record = {"seed": seed, "command": proto.command, "plan": vars(seed_plan(seed)),
+              "settings": {k: getattr(args, k) for k in ("n_train", "n_test", "n_val", "sft_steps", "rl_steps",
+                                                         "prompts_per_step", "lr_grid", "kl_grid", "overrides")},
+              "preflight": rec, **state}
+    d = Path(args.seed_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"seed{seed}.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    return record
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_protocol_args(ap, n_val=200)
+    ap.add_argument("--only", type=int, help="run this protocol seed alone (one process per seed)")
+    ap.add_argument("--render", action="store_true", help="write the results file from the seed records")
+    ap.add_argument("--n-train", type=int, default=1024)
+    ap.add_argument("--sft-steps", type=int, default=300)
+    ap.add_argument("--rl-steps", type=int, default=200)
+    ap.add_argument("--prompts-per-step", type=int, default=16)
+    ap.add_argument("--optional", nargs="*", default=list(OPTIONAL), help="optional arms to try after the core ones")
+    ap.add_argument("--deadline", help="HH:MM UTC: an optional arm starts only if predicted to end before it")
+    ap.add_argument("--wait-min", type=float, default=45.0, help="minutes to wait for the other seeds' grids")
+    ap.add_argument("--out", default="runs/bpo_protocol")
+    ap.add_argument("--seed-dir", default="bench/results/bpo_protocol")
+    ap.add_argument("--report", default="docs/results/bpo.md")
+    ap.add_argument("overrides", nargs="*")
+    return ap
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    bad = [a for a in args.optional if a not in OPTIONAL]
+    if bad:
+        raise SystemExit(f"--optional: unknown arm(s) {bad}; known: {list(OPTIONAL)}")
+    if args.render:
+        from bpo_protocol_table import render_main
+
+        return render_main(args, argv)
+    if args.only is None or args.only not in args.seeds:
+        raise SystemExit("give --only S (one of --seeds) to run a seed, or --render")
+    proto = protocol_from_args(args, SCRIPT, [a for a in argv])
+    rec = run_one(args.only, args, proto)
+    log(f"[seed {args.only}] record written: {Path(args.seed_dir) / f'seed{args.only}.json'} "
+        f"({shlex.join(['evals:', *rec['evals']])})")
+
+
+if __name__ == "__main__":
+    main()
