@@ -289,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="runs/bpo_protocol")
     ap.add_argument("--seed-dir", default="bench/results/bpo_protocol")
     ap.add_argument("--report", default="docs/results/bpo.md")
+    ap.add_argument("--notes", help="--render: a markdown file of hand-written reading, printed after the claims")
     ap.add_argument("overrides", nargs="*")
     return ap
 

@@ -169,6 +169,10 @@ def render_main(args, argv: List[str]) -> Path:
         title = dict(METRICS)[metric]
         res.add(res.paired_table(title, vals, [(a, b) for a, b in pairs if a in vals and b in vals]))
     res.add(claim_lines(recs, args.seeds))
+    notes = getattr(args, "notes", None)
+    if notes and Path(notes).exists():  # a hand-written reading of these tables, named as such
+        res.add(["## Reading (written by hand from the tables above, `" + str(notes) + "`)", "",
+                 Path(notes).read_text().strip(), ""])
     res.add(minutes_lines(recs))
     if missing_seeds:
         res.add([f"**Incomplete: no record for seed(s) {missing_seeds}** (the run did not finish them).", ""])

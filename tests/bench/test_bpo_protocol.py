@@ -113,9 +113,12 @@ def test_render_from_records_states_each_claim_with_its_interval(tmp_path, monke
     d.mkdir()
     for s, (m, n) in enumerate([(0.02, 0.10), (0.03, 0.12), (0.025, 0.08)]):
         (d / f"seed{s}.json").write_text(json.dumps(_record(s, m, n)))
-    args = SimpleNamespace(seed_dir=str(d), seeds=[0, 1, 2], report=str(tmp_path / "bpo.md"))
+    (tmp_path / "notes.md").write_text("BPO moved.\n")
+    args = SimpleNamespace(seed_dir=str(d), seeds=[0, 1, 2], report=str(tmp_path / "bpo.md"),
+                           notes=str(tmp_path / "notes.md"))
     T.render_main(args, ["--seeds", "0", "1", "2", "--render"])
     text = (tmp_path / "bpo.md").read_text()
+    assert "## Reading (written by hand from the tables above, `" in text and "\nBPO moved.\n" in text
     assert "--only $s --rl-steps 3 & done; wait; python bench/bpo_protocol.py --seeds 0 1 2 --render" in text
     assert "**Reduced grid**: lr [3e-06, 1e-05] x KL [0.0]" in text
     assert "| 1e-05 | 75.0 **(chosen)** |" in text and "Chosen: lr 1e-05, KL 0, from the mean over seeds [0, 1, 2]" in text
