@@ -153,7 +153,7 @@ def render_main(args, argv: List[str]) -> Path:
                      n_val=st["n_val"], smoke=smoke, lr_grid=st["lr_grid"], kl_grid=st["kl_grid"])
     res = Results(proto, "BPO and T-GRPO vs GRPO on the tiny base, under the miniature protocol")
     res.add(intro_lines(recs, args, st))
-    res.add(preflight_section([r["preflight"] for r in recs.values()]))
+    res.add(["## Pre-flight (SFT start, before any RL)", ""] + preflight_section([r["preflight"] for r in recs.values()]))
     res.add(grid_lines(recs, proto))
     missing_seeds = [s for s in args.seeds if s not in recs]
     for metric, title in METRICS:
