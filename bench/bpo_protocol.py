@@ -289,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="runs/bpo_protocol")
     ap.add_argument("--seed-dir", default="bench/results/bpo_protocol")
     ap.add_argument("--report", default="docs/results/bpo.md")
+    ap.add_argument("--record-only", action="store_true",
+                    help="with --only S: write the seed record of a stopped run from its state (nothing is run)")
     ap.add_argument("--notes", help="--render: a markdown file of hand-written reading, printed after the claims")
     ap.add_argument("overrides", nargs="*")
     return ap
@@ -306,6 +308,16 @@ def main(argv=None) -> None:
         return render_main(args, argv)
     if args.only is None or args.only not in args.seeds:
         raise SystemExit("give --only S (one of --seeds) to run a seed, or --render")
+    if args.record_only:  # the seed record of a run that was stopped: what finished, the rest labelled
+        sd = Path(args.out) / f"seed{args.only}"
+        st = SeedState(sd / "state.json")
+        for name in ("grpo", *CORE, *args.optional):
+            if name not in st.data["evals"] and name not in st.data["dropped"]:
+                st.data["dropped"][name] = f"not finished when the run was stopped ({time.strftime('%H:%M', time.gmtime())} UTC)"
+        run_argv = argv[:argv.index("--record-only")] + argv[argv.index("--record-only") + 1:]
+        write_record(args.only, json.loads((sd / "preflight.json").read_text()), st.data, args,
+                     protocol_from_args(args, SCRIPT, run_argv))
+        return log(f"[seed {args.only}] record written from {sd / 'state.json'}")
     proto = protocol_from_args(args, SCRIPT, [a for a in argv])
     rec = run_one(args.only, args, proto)
     log(f"[seed {args.only}] record written: {Path(args.seed_dir) / f'seed{args.only}.json'} "

@@ -143,3 +143,22 @@ def test_render_labels_a_seed_without_a_record(tmp_path, monkeypatch):
     assert "**Incomplete: no record for seed(s) [2]**" in text
     row = next(x for x in text.splitlines() if x.startswith("| bpo − grpo") and "seeds a > b" not in x)
     assert row.split(" | ")[-2] == "—"  # seed 2's cell
+
+
+def test_record_only_labels_the_arms_a_stopped_run_did_not_finish(tmp_path):
+    sd = tmp_path / "out" / "seed0"
+    sd.mkdir(parents=True)
+    (sd / "preflight.json").write_text(json.dumps({"macro": 0.8}))
+    st = B.SeedState(sd / "state.json")
+    st.data["evals"] = {"sft": {"macro": 0.8}, "grpo": {"macro": 0.82}, "coin_flip": {"macro": 0.7}}
+    st.data["dropped"] = {"grpo_g32": "predicted to end after the deadline"}
+    st.save()
+    argv = ["--smoke", "--seeds", "0", "--only", "0", "--n-test", "20", "--out", str(tmp_path / "out"),
+            "--seed-dir", str(tmp_path / "rec")]
+    B.main(argv + ["--record-only"])
+    rec = json.loads((tmp_path / "rec" / "seed0.json").read_text())
+    assert rec["command"] == "python bench/bpo_protocol.py " + " ".join(argv)  # the run's command, not this one
+    assert set(rec["evals"]) == {"sft", "grpo", "coin_flip"} and rec["preflight"] == {"macro": 0.8}
+    assert rec["dropped"]["grpo_g32"] == "predicted to end after the deadline"
+    for arm in ("bpo", "tgrpo", "bpo_p8"):
+        assert rec["dropped"][arm].startswith("not finished when the run was stopped")
