@@ -82,7 +82,8 @@ def claim_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
     for a, b, metric, direction, text in CLAIMS:
         vals = values(recs, metric)
         if a not in vals or b not in vals:
-            lines.append(f"| {text} | {a} − {b} | {metric} | — | — | not run ({a if a not in vals else b} has no seed) |")
+            lines.append(f"| {text} | {a} − {b} | {names[metric].split(': ')[-1]} | — | — | "
+                         f"not run ({a if a not in vals else b} has no seed) |")
             continue
         d = [vals[a].get(s, float("nan")) - vals[b].get(s, float("nan")) for s in seeds]
         read, m, lo, hi = verdict(d, direction)
@@ -158,8 +159,7 @@ def render_main(args, argv: List[str]) -> Path:
     missing_seeds = [s for s in args.seeds if s not in recs]
     for metric, title in METRICS:
         vals = values(recs, metric)
-        miss = {a: "; ".join(f"seed {s}: {r['dropped'][a]}" for s, r in recs.items() if a in r["dropped"])
-                for a in ARM_ORDER if a not in vals}
+        miss = {a: dropped_text(recs, a) for a in ARM_ORDER if a not in vals}
         res.add(res.arms_table(title, vals, missing={a: w or "not run" for a, w in miss.items()}))
     for metric, pairs in (("macro", [("bpo", "grpo"), ("tgrpo", "grpo"), ("grpo", "coin_flip"), ("grpo", "sft"),
                                      ("bpo", "sft"), ("tgrpo", "sft"), ("bpo_p8", "grpo_g32")]),
@@ -180,6 +180,15 @@ def render_main(args, argv: List[str]) -> Path:
     path = res.write(args.report)
     print(res.render(), end="", flush=True)
     return path
+
+
+def dropped_text(recs: Dict[int, Dict], arm: str) -> str:
+    """Why ``arm`` has no value: each reason once, with the seeds that gave it."""
+    by: Dict[str, List[int]] = {}
+    for s, r in recs.items():
+        if arm in r["dropped"]:
+            by.setdefault(r["dropped"][arm], []).append(s)
+    return "; ".join(f"seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}: {why}" for why, ss in by.items())
 
 
 def intro_lines(recs: Dict[int, Dict], args, st: Dict) -> List[str]:
@@ -204,9 +213,6 @@ def intro_lines(recs: Dict[int, Dict], args, st: Dict) -> List[str]:
         lines += [f"**Reduced grid**: lr {st['lr_grid']} x KL {st['kl_grid']} instead of the protocol's default "
                   f"lr {list(DEFAULT_LR_GRID)} x KL {list(DEFAULT_KL_GRID)}, to fit the CPU budget of this session "
                   f"(2 shared cores); every point ran on every seed at the arms' full step count.", ""]
-    dropped = {}
-    for s, r in recs.items():
-        for a, why in r["dropped"].items():
-            dropped.setdefault(a, []).append(f"seed {s}: {why}")
-    lines += [f"- `{a}` not run: " + "; ".join(w) for a, w in dropped.items()] + ([""] if dropped else [])
+    dropped = [a for a in ARM_ORDER if any(a in r["dropped"] for r in recs.values())]
+    lines += [f"- `{a}` not run: {dropped_text(recs, a)}" for a in dropped] + ([""] if dropped else [])
     return lines

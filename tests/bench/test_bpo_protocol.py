@@ -125,7 +125,7 @@ def test_render_from_records_states_each_claim_with_its_interval(tmp_path, monke
     claim = next(x for x in text.splitlines() if x.startswith("| BPO beats GRPO on the debiased split"))
     assert "+2.5 [1.3, 3.7]" in claim and "**reproduced**" in claim
     assert "| BPO 8x4 beats GRPO G=32" in text and "not run (bpo_p8 has no seed)" in text
-    assert "bpo_p8: not run (seed 0: predicted to end at 07:00 UTC" in text
+    assert "bpo_p8: not run (seeds 0, 1, 2: predicted to end at 07:00 UTC" in text
     g = next(x for x in text.splitlines() if x.startswith("| control: the true reward beats a coin flip"))
     assert "+10.0" in g and "**reproduced**" in g
     assert "Incomplete" not in text and "SMOKE" not in text
