@@ -25,6 +25,8 @@ METRICS = [("macro", "Debiased test split: macro accuracy %"),
 # (a, b, metric, the paper's direction of a - b: +1 a above b, or None for a control), in the order printed
 CLAIMS = [("bpo", "grpo", "macro", +1, "BPO beats GRPO on the debiased split (less reliance on the prior)"),
           ("bpo", "grpo", "abstain_recall", +1, "BPO abstains more on held-out null views"),
+          ("bpo", "grpo", "abstain_f1", +1, "BPO's abstention F1 on held-out null views beats GRPO's"),
+          ("bpo", "grpo", "temporal", +1, "BPO beats GRPO on temporal questions"),
           ("tgrpo", "grpo", "temporal", +1, "T-GRPO beats GRPO on temporal questions"),
           ("tgrpo", "grpo", "macro", +1, "T-GRPO beats GRPO overall"),
           ("bpo_p8", "grpo_g32", "macro", +1, "BPO 8x4 beats GRPO G=32 on the debiased split"),
@@ -164,7 +166,10 @@ def render_main(args, argv: List[str]) -> Path:
     for metric, pairs in (("macro", [("bpo", "grpo"), ("tgrpo", "grpo"), ("grpo", "coin_flip"), ("grpo", "sft"),
                                      ("bpo", "sft"), ("tgrpo", "sft"), ("bpo_p8", "grpo_g32")]),
                           ("abstain_recall", [("bpo", "grpo"), ("bpo_p8", "grpo_g32"), ("bpo", "sft")]),
-                          ("temporal", [("tgrpo", "grpo"), ("bpo", "grpo")])):
+                          ("abstain_f1", [("bpo", "grpo"), ("bpo_p8", "grpo_g32")]),
+                          ("macro_biased", [("bpo", "grpo"), ("grpo", "sft")]),
+                          ("temporal", [("tgrpo", "grpo"), ("bpo", "grpo")]),
+                          ("direction", [("tgrpo", "grpo"), ("bpo", "grpo")])):
         vals = values(recs, metric)
         title = dict(METRICS)[metric]
         res.add(res.paired_table(title, vals, [(a, b) for a, b in pairs if a in vals and b in vals]))
