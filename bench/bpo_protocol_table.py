@@ -43,6 +43,11 @@ EARLIER = ["## Earlier runs", "",
            "replace them.", ""]
 
 
+def grid_key(lr: float, kl: float) -> str:
+    """A grid point's key in the seed state and record."""
+    return f"lr{lr:g}_kl{kl:g}"
+
+
 def load_records(seed_dir: Path, seeds: Sequence[int]) -> Dict[int, Dict]:
     return {s: json.loads((seed_dir / f"seed{s}.json").read_text()) for s in seeds
             if (seed_dir / f"seed{s}.json").exists()}
@@ -97,8 +102,6 @@ def claim_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
 
 def grid_lines(recs: Dict[int, Dict], proto: Protocol) -> List[str]:
     """The grid's validation accuracy per seed, then the protocol's table of the mean with the chosen setting."""
-    from bpo_protocol import grid_key
-
     keys = [(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
     lines = ["## The grid, per seed (validation accuracy %, GRPO G=8 true reward)", "",
              "| lr | KL | " + " | ".join(f"seed {s}" for s in recs) + " |", "|---|---|" + "---:|" * len(recs)]

@@ -162,3 +162,15 @@ def test_record_only_labels_the_arms_a_stopped_run_did_not_finish(tmp_path):
     assert rec["dropped"]["grpo_g32"] == "predicted to end after the deadline"
     for arm in ("bpo", "tgrpo", "bpo_p8"):
         assert rec["dropped"][arm].startswith("not finished when the run was stopped")
+
+
+def test_the_preflight_tables_render_from_kept_test_items_without_the_world(tmp_path):
+    test = tmp_path / "test.json"
+    test.write_text(json.dumps([{"qtype": "color", "candidates": list("abcde")},
+                                {"qtype": "count", "candidates": list("abcd")}]))
+    items = F.kept_test_items(str(test))
+    assert items == [{"qtype": "color", "n_candidates": 5}, {"qtype": "count", "n_candidates": 4}]
+    samples = F.record_samples({"test": str(tmp_path / "gone.json"), "test_items": items})
+    from _preflight import chance_per_type
+
+    assert chance_per_type(samples) == {"color": 0.2, "count": 0.25}
