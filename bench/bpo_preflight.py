@@ -252,13 +252,30 @@ def render(recs: Sequence[Dict], command: str) -> str:
     return "\n".join([f"Command: `{command}`", ""] + preflight_section(recs)) + "\n"
 
 
+def kept_test_items(path: str) -> List[Dict]:
+    """What the pre-flight's tables need of each test item (its type and number of candidates), small enough to keep
+    in a committed record so the tables render without the world's files."""
+    return [{"qtype": it["qtype"], "n_candidates": len(it["candidates"])} for it in json.loads(Path(path).read_text())]
+
+
+def record_samples(rec: Dict) -> list:
+    """The record's test items: from ``rec["test_items"]`` when kept (``kept_test_items``), else loaded from
+    ``rec["test"]`` (the world's annotation file)."""
+    if "test_items" in rec:
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(qtype=t["qtype"], candidates=[None] * t["n_candidates"], is_choice=True)
+                for t in rec["test_items"]]
+    from mmrl.data.annotations import load_samples
+
+    return load_samples(rec["test"])[0]
+
+
 def preflight_section(recs: Sequence[Dict]) -> List[str]:
     """The pre-flight's lines (settings, start vs chance, groups, T-GRPO per type, BPO's mechanism) of the seeds'
     records; ``render`` and ``bench/bpo_protocol.py`` print them."""
-    from mmrl.data.annotations import load_samples
-
-    pfs = preflights(recs, lambda r: load_samples(r["test"])[0])
-    n = len(load_samples(recs[0]["test"])[0])
+    pfs = preflights(recs, record_samples)
+    n = len(record_samples(recs[0]))
     lines = [f"Seeds {[r['seed'] for r in recs]} (each its own world and SFT checkpoint, `seed_plan`), {n} debiased "
              f"test items per seed (standard error <= {standard_error_points(n):.1f} points), SFT "
              f"{recs[0]['sft_steps']} steps from `model.path=base`; minutes per seed (SFT / greedy eval / rollouts): "

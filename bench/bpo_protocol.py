@@ -43,8 +43,9 @@ from _arms import Arm, log  # noqa: E402
 from _protocol import (Selection, add_protocol_args, apply_setting, arm_val_score, coin_flip_config,  # noqa: E402
                        protocol_from_args, seed_plan, select_setting)
 from bpo_arms import ARMS, DEMO, step_costs  # noqa: E402
-from bpo_preflight import CLIP_WORLD, EVAL_VIEWS, MECHS, preflights  # noqa: E402
+from bpo_preflight import CLIP_WORLD, EVAL_VIEWS, MECHS, preflights, record_samples  # noqa: E402
 from bpo_preflight import run_seed as preflight_seed  # noqa: E402
+from bpo_protocol_table import grid_key, render_main  # noqa: E402
 
 SCRIPT = "bench/bpo_protocol.py"
 CORE = ("coin_flip", "bpo", "tgrpo")  # after grpo, the grid's chosen run
@@ -52,10 +53,6 @@ OPTIONAL = {"grpo_g32": ("grpo", 1.5), "bpo_p8": ("bpo", 3.0)}  # arm -> (arm wh
 ARM_FILES = {"coin_flip": [], **{a: ARMS[a] for a in ("bpo", "tgrpo", "grpo_g32", "bpo_p8")}}
 NEEDS = {"bpo": "bpo", "bpo_p8": "bpo", "tgrpo": "tgrpo"}  # arm -> the pre-flight mechanism it needs
 EVAL_MARGIN_MIN = 4.0  # an optional arm's predicted evaluation minutes (test split with views + biased split)
-
-
-def grid_key(lr: float, kl: float) -> str:
-    return f"lr{lr:g}_kl{kl:g}"
 
 
 class SeedState:
@@ -182,9 +179,7 @@ def run_one(seed: int, args, proto) -> Dict:
         rec = preflight_seed(seed, pf_args, sd)
         st.data["minutes"]["preflight"] = (time.time() - t) / 60
         st.save()
-    from mmrl.data.annotations import load_samples
-
-    pfs = preflights([rec], lambda r: load_samples(r["test"])[0])
+    pfs = preflights([rec], record_samples)
     blocked = {m: pfs[m][0].reason for m in MECHS if not pfs[m][0].can_act}
     sft_cfg = arm_config("grpo", sd, args, seed)
     if "sft" not in st.data["evals"]:
@@ -264,6 +259,10 @@ def run_one(seed: int, args, proto) -> Dict:
 
 def write_record(seed: int, rec: Dict, state: Dict, args, proto) -> Dict:
     """``SEED_DIR/seed<S>.json``: the command, settings, the pre-flight record and the seed's state."""
+    if "test" in rec and "test_items" not in rec and Path(rec["test"]).exists():  # tables without the world
+        from bpo_preflight import kept_test_items
+
+        rec = dict(rec, test_items=kept_test_items(rec["test"]))
     record = {"seed": seed, "command": proto.command, "plan": vars(seed_plan(seed)),
               "settings": {k: getattr(args, k) for k in ("n_train", "n_test", "n_val", "sft_steps", "rl_steps",
                                                          "prompts_per_step", "lr_grid", "kl_grid", "overrides")},
@@ -289,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="runs/bpo_protocol")
     ap.add_argument("--seed-dir", default="bench/results/bpo_protocol")
     ap.add_argument("--report", default="docs/results/bpo.md")
+    ap.add_argument("--record-only", action="store_true",
+                    help="with --only S: write the seed record of a stopped run from its state (nothing is run)")
+    ap.add_argument("--notes", help="--render: a markdown file of hand-written reading, printed after the claims")
     ap.add_argument("overrides", nargs="*")
     return ap
 
@@ -300,11 +302,19 @@ def main(argv=None) -> None:
     if bad:
         raise SystemExit(f"--optional: unknown arm(s) {bad}; known: {list(OPTIONAL)}")
     if args.render:
-        from bpo_protocol_table import render_main
-
         return render_main(args, argv)
     if args.only is None or args.only not in args.seeds:
         raise SystemExit("give --only S (one of --seeds) to run a seed, or --render")
+    if args.record_only:  # the seed record of a run that was stopped: what finished, the rest labelled
+        sd = Path(args.out) / f"seed{args.only}"
+        st = SeedState(sd / "state.json")
+        for name in ("grpo", *CORE, *args.optional):
+            if name not in st.data["evals"] and name not in st.data["dropped"]:
+                st.data["dropped"][name] = f"not finished when the run was stopped ({time.strftime('%H:%M', time.gmtime())} UTC)"
+        run_argv = argv[:argv.index("--record-only")] + argv[argv.index("--record-only") + 1:]
+        write_record(args.only, json.loads((sd / "preflight.json").read_text()), st.data, args,
+                     protocol_from_args(args, SCRIPT, run_argv))
+        return log(f"[seed {args.only}] record written from {sd / 'state.json'}")
     proto = protocol_from_args(args, SCRIPT, [a for a in argv])
     rec = run_one(args.only, args, proto)
     log(f"[seed {args.only}] record written: {Path(args.seed_dir) / f'seed{args.only}.json'} "

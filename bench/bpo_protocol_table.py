@@ -25,6 +25,8 @@ METRICS = [("macro", "Debiased test split: macro accuracy %"),
 # (a, b, metric, the paper's direction of a - b: +1 a above b, or None for a control), in the order printed
 CLAIMS = [("bpo", "grpo", "macro", +1, "BPO beats GRPO on the debiased split (less reliance on the prior)"),
           ("bpo", "grpo", "abstain_recall", +1, "BPO abstains more on held-out null views"),
+          ("bpo", "grpo", "abstain_f1", +1, "BPO's abstention F1 on held-out null views beats GRPO's"),
+          ("bpo", "grpo", "temporal", +1, "BPO beats GRPO on temporal questions"),
           ("tgrpo", "grpo", "temporal", +1, "T-GRPO beats GRPO on temporal questions"),
           ("tgrpo", "grpo", "macro", +1, "T-GRPO beats GRPO overall"),
           ("bpo_p8", "grpo_g32", "macro", +1, "BPO 8x4 beats GRPO G=32 on the debiased split"),
@@ -39,6 +41,11 @@ EARLIER = ["## Earlier runs", "",
            "[bpo_random_init.md](bpo_random_init.md), its tables pooled from committed records in "
            "`bench/results/bpo_vs_grpo*.md`. Issue 28's audit explains why they could show little; the tables above "
            "replace them.", ""]
+
+
+def grid_key(lr: float, kl: float) -> str:
+    """A grid point's key in the seed state and record."""
+    return f"lr{lr:g}_kl{kl:g}"
 
 
 def load_records(seed_dir: Path, seeds: Sequence[int]) -> Dict[int, Dict]:
@@ -82,7 +89,8 @@ def claim_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
     for a, b, metric, direction, text in CLAIMS:
         vals = values(recs, metric)
         if a not in vals or b not in vals:
-            lines.append(f"| {text} | {a} − {b} | {metric} | — | — | not run ({a if a not in vals else b} has no seed) |")
+            lines.append(f"| {text} | {a} − {b} | {names[metric].split(': ')[-1]} | — | — | "
+                         f"not run ({a if a not in vals else b} has no seed) |")
             continue
         d = [vals[a].get(s, float("nan")) - vals[b].get(s, float("nan")) for s in seeds]
         read, m, lo, hi = verdict(d, direction)
@@ -94,8 +102,6 @@ def claim_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
 
 def grid_lines(recs: Dict[int, Dict], proto: Protocol) -> List[str]:
     """The grid's validation accuracy per seed, then the protocol's table of the mean with the chosen setting."""
-    from bpo_protocol import grid_key
-
     keys = [(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
     lines = ["## The grid, per seed (validation accuracy %, GRPO G=8 true reward)", "",
              "| lr | KL | " + " | ".join(f"seed {s}" for s in recs) + " |", "|---|---|" + "---:|" * len(recs)]
@@ -153,22 +159,28 @@ def render_main(args, argv: List[str]) -> Path:
                      n_val=st["n_val"], smoke=smoke, lr_grid=st["lr_grid"], kl_grid=st["kl_grid"])
     res = Results(proto, "BPO and T-GRPO vs GRPO on the tiny base, under the miniature protocol")
     res.add(intro_lines(recs, args, st))
-    res.add(preflight_section([r["preflight"] for r in recs.values()]))
+    res.add(["## Pre-flight (SFT start, before any RL)", ""] + preflight_section([r["preflight"] for r in recs.values()]))
     res.add(grid_lines(recs, proto))
     missing_seeds = [s for s in args.seeds if s not in recs]
     for metric, title in METRICS:
         vals = values(recs, metric)
-        miss = {a: "; ".join(f"seed {s}: {r['dropped'][a]}" for s, r in recs.items() if a in r["dropped"])
-                for a in ARM_ORDER if a not in vals}
+        miss = {a: dropped_text(recs, a) for a in ARM_ORDER if a not in vals}
         res.add(res.arms_table(title, vals, missing={a: w or "not run" for a, w in miss.items()}))
     for metric, pairs in (("macro", [("bpo", "grpo"), ("tgrpo", "grpo"), ("grpo", "coin_flip"), ("grpo", "sft"),
                                      ("bpo", "sft"), ("tgrpo", "sft"), ("bpo_p8", "grpo_g32")]),
                           ("abstain_recall", [("bpo", "grpo"), ("bpo_p8", "grpo_g32"), ("bpo", "sft")]),
-                          ("temporal", [("tgrpo", "grpo"), ("bpo", "grpo")])):
+                          ("abstain_f1", [("bpo", "grpo"), ("bpo_p8", "grpo_g32")]),
+                          ("macro_biased", [("bpo", "grpo"), ("grpo", "sft")]),
+                          ("temporal", [("tgrpo", "grpo"), ("bpo", "grpo")]),
+                          ("direction", [("tgrpo", "grpo"), ("bpo", "grpo")])):
         vals = values(recs, metric)
         title = dict(METRICS)[metric]
         res.add(res.paired_table(title, vals, [(a, b) for a, b in pairs if a in vals and b in vals]))
     res.add(claim_lines(recs, args.seeds))
+    notes = getattr(args, "notes", None)
+    if notes and Path(notes).exists():  # a hand-written reading of these tables, named as such
+        res.add(["## Reading (written by hand from the tables above, `" + str(notes) + "`)", "",
+                 Path(notes).read_text().strip(), ""])
     res.add(minutes_lines(recs))
     if missing_seeds:
         res.add([f"**Incomplete: no record for seed(s) {missing_seeds}** (the run did not finish them).", ""])
@@ -176,6 +188,15 @@ def render_main(args, argv: List[str]) -> Path:
     path = res.write(args.report)
     print(res.render(), end="", flush=True)
     return path
+
+
+def dropped_text(recs: Dict[int, Dict], arm: str) -> str:
+    """Why ``arm`` has no value: each reason once, with the seeds that gave it."""
+    by: Dict[str, List[int]] = {}
+    for s, r in recs.items():
+        if arm in r["dropped"]:
+            by.setdefault(r["dropped"][arm], []).append(s)
+    return "; ".join(f"seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}: {why}" for why, ss in by.items())
 
 
 def intro_lines(recs: Dict[int, Dict], args, st: Dict) -> List[str]:
@@ -200,9 +221,6 @@ def intro_lines(recs: Dict[int, Dict], args, st: Dict) -> List[str]:
         lines += [f"**Reduced grid**: lr {st['lr_grid']} x KL {st['kl_grid']} instead of the protocol's default "
                   f"lr {list(DEFAULT_LR_GRID)} x KL {list(DEFAULT_KL_GRID)}, to fit the CPU budget of this session "
                   f"(2 shared cores); every point ran on every seed at the arms' full step count.", ""]
-    dropped = {}
-    for s, r in recs.items():
-        for a, why in r["dropped"].items():
-            dropped.setdefault(a, []).append(f"seed {s}: {why}")
-    lines += [f"- `{a}` not run: " + "; ".join(w) for a, w in dropped.items()] + ([""] if dropped else [])
+    dropped = [a for a in ARM_ORDER if any(a in r["dropped"] for r in recs.values())]
+    lines += [f"- `{a}` not run: {dropped_text(recs, a)}" for a in dropped] + ([""] if dropped else [])
     return lines

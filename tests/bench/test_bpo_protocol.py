@@ -113,16 +113,19 @@ def test_render_from_records_states_each_claim_with_its_interval(tmp_path, monke
     d.mkdir()
     for s, (m, n) in enumerate([(0.02, 0.10), (0.03, 0.12), (0.025, 0.08)]):
         (d / f"seed{s}.json").write_text(json.dumps(_record(s, m, n)))
-    args = SimpleNamespace(seed_dir=str(d), seeds=[0, 1, 2], report=str(tmp_path / "bpo.md"))
+    (tmp_path / "notes.md").write_text("BPO moved.\n")
+    args = SimpleNamespace(seed_dir=str(d), seeds=[0, 1, 2], report=str(tmp_path / "bpo.md"),
+                           notes=str(tmp_path / "notes.md"))
     T.render_main(args, ["--seeds", "0", "1", "2", "--render"])
     text = (tmp_path / "bpo.md").read_text()
+    assert "## Reading (written by hand from the tables above, `" in text and "\nBPO moved.\n" in text
     assert "--only $s --rl-steps 3 & done; wait; python bench/bpo_protocol.py --seeds 0 1 2 --render" in text
     assert "**Reduced grid**: lr [3e-06, 1e-05] x KL [0.0]" in text
     assert "| 1e-05 | 75.0 **(chosen)** |" in text and "Chosen: lr 1e-05, KL 0, from the mean over seeds [0, 1, 2]" in text
     claim = next(x for x in text.splitlines() if x.startswith("| BPO beats GRPO on the debiased split"))
     assert "+2.5 [1.3, 3.7]" in claim and "**reproduced**" in claim
     assert "| BPO 8x4 beats GRPO G=32" in text and "not run (bpo_p8 has no seed)" in text
-    assert "bpo_p8: not run (seed 0: predicted to end at 07:00 UTC" in text
+    assert "bpo_p8: not run (seeds 0, 1, 2: predicted to end at 07:00 UTC" in text
     g = next(x for x in text.splitlines() if x.startswith("| control: the true reward beats a coin flip"))
     assert "+10.0" in g and "**reproduced**" in g
     assert "Incomplete" not in text and "SMOKE" not in text
@@ -140,3 +143,34 @@ def test_render_labels_a_seed_without_a_record(tmp_path, monkeypatch):
     assert "**Incomplete: no record for seed(s) [2]**" in text
     row = next(x for x in text.splitlines() if x.startswith("| bpo − grpo") and "seeds a > b" not in x)
     assert row.split(" | ")[-2] == "—"  # seed 2's cell
+
+
+def test_record_only_labels_the_arms_a_stopped_run_did_not_finish(tmp_path):
+    sd = tmp_path / "out" / "seed0"
+    sd.mkdir(parents=True)
+    (sd / "preflight.json").write_text(json.dumps({"macro": 0.8}))
+    st = B.SeedState(sd / "state.json")
+    st.data["evals"] = {"sft": {"macro": 0.8}, "grpo": {"macro": 0.82}, "coin_flip": {"macro": 0.7}}
+    st.data["dropped"] = {"grpo_g32": "predicted to end after the deadline"}
+    st.save()
+    argv = ["--smoke", "--seeds", "0", "--only", "0", "--n-test", "20", "--out", str(tmp_path / "out"),
+            "--seed-dir", str(tmp_path / "rec")]
+    B.main(argv + ["--record-only"])
+    rec = json.loads((tmp_path / "rec" / "seed0.json").read_text())
+    assert rec["command"] == "python bench/bpo_protocol.py " + " ".join(argv)  # the run's command, not this one
+    assert set(rec["evals"]) == {"sft", "grpo", "coin_flip"} and rec["preflight"] == {"macro": 0.8}
+    assert rec["dropped"]["grpo_g32"] == "predicted to end after the deadline"
+    for arm in ("bpo", "tgrpo", "bpo_p8"):
+        assert rec["dropped"][arm].startswith("not finished when the run was stopped")
+
+
+def test_the_preflight_tables_render_from_kept_test_items_without_the_world(tmp_path):
+    test = tmp_path / "test.json"
+    test.write_text(json.dumps([{"qtype": "color", "candidates": list("abcde")},
+                                {"qtype": "count", "candidates": list("abcd")}]))
+    items = F.kept_test_items(str(test))
+    assert items == [{"qtype": "color", "n_candidates": 5}, {"qtype": "count", "n_candidates": 4}]
+    samples = F.record_samples({"test": str(tmp_path / "gone.json"), "test_items": items})
+    from _preflight import chance_per_type
+
+    assert chance_per_type(samples) == {"color": 0.2, "count": 0.25}
