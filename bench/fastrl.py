@@ -144,7 +144,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     info = make_video_world(str(world), args.n_sft, args.n_test, seed=seed, **WORLD)
     reasoning = world / "train_reasoning.json"  # the letter-answer split stays as it is, for the warm-up
     reasoning.write_text(Path(info["train"]).read_text())
-    add_reasoning_targets(str(reasoning), answer_first=args.answer_first)
+    add_reasoning_targets(str(reasoning), answer_first=args.answer_first, styles=args.reasoning_styles, seed=seed)
     items = json.loads(reasoning.read_text())
     rl_train = world / "rl_train.json"
     rl_train.write_text(json.dumps(items[: args.n_rl], indent=1))
@@ -154,7 +154,8 @@ def run_seed(seed: int, args, out: Path) -> Dict:
     sft_path = str(out / "sft" / "final")
     done = out / "sft" / "sft_done.json"
     warm = {"warmup_steps": args.warmup_steps, "n_sft": args.n_sft, "seed": seed, "overrides": list(args.overrides)}
-    want = dict(warm, sft_steps=args.sft_steps, sft_lr=args.sft_lr, answer_first=args.answer_first)
+    want = dict(warm, sft_steps=args.sft_steps, sft_lr=args.sft_lr, answer_first=args.answer_first,
+                reasoning_styles=args.reasoning_styles)
     if args.reuse_sft and done.exists() and json.loads(done.read_text()) == want:
         log(f"[seed {seed}] reusing the SFT checkpoint {sft_path}")
     else:
@@ -218,7 +219,7 @@ def child_argv(args, out: Path, seed: int) -> List[str]:
     """The command line of one seed's child process (``--jobs``)."""
     cmd = ["--seeds", str(seed), "--out", str(out), "--jobs", "1"]
     for k in ("warmup_steps", "sft_steps", "sft_lr", "rl_lr", "rl_steps", "n_sft", "n_rl", "n_test", "prompts_per_step", "n", "eval_every",
-              "max_new_tokens", "tau", "ngram"):
+              "max_new_tokens", "tau", "ngram", "reasoning_styles"):
         if getattr(args, k) is not None:
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     flags = (["--reuse-sft"] if args.reuse_sft else []) + (["--sft-only"] if args.sft_only else []) + (["--answer-first"] if args.answer_first else ["--no-answer-first"])
@@ -246,6 +247,9 @@ def main(argv=None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--tau", type=float, default=0.8)
     ap.add_argument("--ngram", type=int, default=1)
+    ap.add_argument("--reasoning-styles", type=int, default=1,
+                    help="reasoning styles of the SFT targets (mmrl.data.reasoning.STYLES; > 1 gives MDAP's similarity "
+                         "test diverse responses to act on: bench/fastrl_preflight.py measures it)")
     ap.add_argument("--jobs", type=int, default=1, help="seeds run at once, each in a child process")
     ap.add_argument("--out", default="runs/fastrl")
     ap.add_argument("--render-only", action="store_true", help="print the table again from an earlier --out")

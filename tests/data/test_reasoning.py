@@ -70,3 +70,40 @@ def test_answer_tag_format(text, truncated, want):
                       text=text, truncated=truncated, expected="B")
     ctx = RewardContext(sample=sample, trajectory=traj, candidates=sample.candidates, expected="B")
     assert REWARDS.get("answer_tag_format")([ctx]) == [want]
+
+
+def test_every_style_reasons_then_answers_its_gold_letter(video_world):
+    """Each reasoning style ends with the gold letter's tag, names the clip's content, and differs from the others."""
+    from mmrl.data.reasoning import STYLES
+
+    items = json.loads((video_world / "train.json").read_text())
+    for it in items:
+        letter = "ABCDEFGH"[it["candidates"].index(it["answer"])]
+        texts = [reasoning_target(it, answer_first=True, style=k) for k in range(len(STYLES))]
+        assert texts[0] == reasoning_target(it, answer_first=True)  # style 0 is the original text
+        assert len(set(texts)) == len(STYLES)
+        for t in texts:
+            assert t.startswith(f"{letter}. ") and t.endswith(f"<answer>{letter}</answer>")
+            assert parse_choice(t, "ABCD") == letter
+            assert it["answer"] in t or it["qtype"] == "count"
+    with pytest.raises(ValueError, match=r"sample '.*': reasoning style 4 is not in 0\.\.3"):
+        reasoning_target(items[0], style=len(STYLES))
+
+
+def test_styles_are_drawn_per_item_from_the_seed(video_world, tmp_path):
+    from mmrl.data.reasoning import style_of
+
+    items = json.loads((video_world / "train.json").read_text())
+    draws = [style_of(it, 4, seed=3) for it in items]
+    assert draws == [style_of(it, 4, seed=3) for it in items]  # fixed by (seed, id)
+    assert list(reversed(draws)) == [style_of(it, 4, seed=3) for it in reversed(items)]  # not by position
+    assert set(draws) == {0, 1, 2, 3} and {style_of(it, 1, seed=3) for it in items} == {0}
+    assert [style_of(it, 4, seed=4) for it in items] != draws
+    with pytest.raises(ValueError, match=r"reasoning styles must be in 1\.\.4, got 5"):
+        style_of(items[0], 5)
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(items))
+    add_reasoning_targets(str(path), answer_first=True, styles=4, seed=3)
+    stored = json.loads(path.read_text())
+    assert [s["meta"]["sft_response"] for s in stored] == [
+        reasoning_target(it, True, style_of(it, 4, seed=3)) for it in items]
