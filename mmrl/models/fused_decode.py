@@ -20,10 +20,10 @@ forward (``eager_step``): an attention other than SDPA, a sliding window, a rota
 forward hooks on the text stack or the core (DeepSpeed ZeRO-3 gathers weights through them), and a step that does
 not give the same floats as that forward here. Releases round differently (5.16.1 and 5.20.2 repeat the key heads
 where 5.23 and 5.24 pack the query heads: the last bits change), and a version gate cannot know the releases it was
-not tried on. So ``verdict`` runs ``self_check`` once per text model, module layout, dtype and device (cached), for each
-form of ``GQA_FORMS`` in turn until one passes, through the real model (its weights, dtype and device): one prefill
-of two right-padded rows of fixed token ids, then three decode steps in each layout (one token per row, with a
-masked column; two samples side by side per row under a block mask), each fed to ``eager_step`` and to
+not tried on. So ``verdict`` runs ``self_check`` once per text model, module layout, dtype and device (cached),
+for each form of ``GQA_FORMS`` in turn until one passes, through the real model (its weights, dtype and device):
+one prefill of two right-padded rows of fixed token ids, then three decode steps in each layout (one token per row,
+with a masked column; two samples side by side per row under a block mask), each fed to ``eager_step`` and to
 ``TextDecoder.step`` over copies of the same cache. The fused step is used (in that form) only if every step's
 hidden states (final norm applied; the LM head maps them to the logits) are ``torch.equal``; otherwise one warning
 line says why and the engine decodes with ``transformers``' forward (same tokens, without the speed-up). The check
