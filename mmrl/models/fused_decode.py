@@ -11,19 +11,19 @@ tensor operations, so the hidden states are the same floats (``tests/rollout/tes
   the identity: ``cos/sin(p * inv_freq)`` on both halves, ``x * cos + rotate_half(x) * sin``;
 - Qwen3-VL: the per-head query/key norms before the rotation;
 - keys/values appended to the row's cache layer, SDPA under the boolean key mask; for one query per row the query
-  heads packed per key head (``gqa = "pack"``, 5.24's ``pack_gqa``) or the key heads repeated (``"repeat"``,
-  ``repeat_kv``, what releases before 5.24 do), for several the key heads repeated;
+  heads packed per key head (``gqa = "pack"``, ``pack_gqa`` of 5.23 on) or the key heads repeated (``"repeat"``,
+  ``repeat_kv``, what earlier releases do), for several the key heads repeated;
 - residuals around attention (``o_proj``) and the MLP; the final norm.
 
 ``TextDecoder.build(core)`` returns None where that is not ``transformers``' arithmetic, and the engine keeps its
 forward (``eager_step``): an attention other than SDPA, a sliding window, a rotary type other than the default,
 forward hooks on the text stack or the core (DeepSpeed ZeRO-3 gathers weights through them), and a step that does
 not give the same floats as that forward here. Releases round differently (5.16.1 and 5.20.2 repeat the key heads
-where 5.24 packs the query heads: the last bits change), and a version gate cannot know the releases it was not
-tried on. So ``verdict`` runs ``self_check`` once per text model, module layout, dtype and device (cached), for each
-form of ``GQA_FORMS`` in turn until one passes, through the real model (its weights, dtype and device): one prefill
-of two right-padded rows of fixed token ids, then three decode steps in each layout (one token per row, with a
-masked column; two samples side by side per row under a block mask), each fed to ``eager_step`` and to
+where 5.23 and 5.24 pack the query heads: the last bits change), and a version gate cannot know the releases it was
+not tried on. So ``verdict`` runs ``self_check`` once per text model, module layout, dtype and device (cached),
+for each form of ``GQA_FORMS`` in turn until one passes, through the real model (its weights, dtype and device):
+one prefill of two right-padded rows of fixed token ids, then three decode steps in each layout (one token per row,
+with a masked column; two samples side by side per row under a block mask), each fed to ``eager_step`` and to
 ``TextDecoder.step`` over copies of the same cache. The fused step is used (in that form) only if every step's
 hidden states (final norm applied; the LM head maps them to the logits) are ``torch.equal``; otherwise one warning
 line says why and the engine decodes with ``transformers``' forward (same tokens, without the speed-up). The check
@@ -46,7 +46,7 @@ from mmrl.models.kv_cache import growing_cache
 from mmrl.models.prefill import positions
 
 LOG = logging.getLogger(__name__)
-GQA_FORMS = ("pack", "repeat")  # one query per row: 5.24's pack_gqa, then earlier releases' repeat_kv
+GQA_FORMS = ("pack", "repeat")  # one query per row: pack_gqa (5.23 on), then earlier releases' repeat_kv
 CHECK_ROWS, CHECK_PROMPT, CHECK_STEPS, CHECK_SAMPLES = 2, 6, 3, 2  # the self-check's input (see the docstring)
 _ABSENT = object()
 _VERDICTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # text model -> {signature: (form, why not)}
