@@ -106,7 +106,7 @@ def gate_stats(rows: Sequence[Dict], key: str) -> Dict[str, float]:
     g = persistence_gate(torch.tensor([r[key] for r in rs], dtype=torch.float64))
     fl = g.flagged.tolist()
     share = lambda sel: (sum(f for f, r in zip(fl, rs) if sel(r)) / max(sum(1 for r in rs if sel(r)), 1))  # noqa: E731
-    return {"claims": float(len(rs)), "flagged": sum(fl) / len(rs),
+    return {"claims": float(len(rs)), "flagged": sum(fl) / len(rs), "at_one": sum(r[key] >= 0.999 for r in rs) / len(rs),
             "gain_flagged": float(g.gain[g.flagged].mean()) if any(fl) else float("nan"),
             "flagged_supported": share(lambda r: r["supported"] is True),
             "flagged_unsupported": share(lambda r: r["supported"] is False)}
@@ -225,8 +225,9 @@ def pacg_lines(recs: Sequence[Dict], source: str) -> List[str]:
     lines = [f"## PACG's gate on the SFT start: {source} ({what}; κ = 1, γ = η = 0.5, statistics over all claims)",
              "", "Claims per seed: " + ", ".join(
                  f"seed {r['seed']} {len(r['claims'][source])} ({sum(c['supported'] is False for c in r['claims'][source])} "
-                 f"unsupported)" for r in recs) + ".", "", "| seed | persistence | intervention | claims | flagged % | gain of flagged | flagged % of supported "
-             "| flagged % of unsupported |", "|---|---|---|---:|---:|---:|---:|---:|"]
+                 f"unsupported)" for r in recs) + ".", "",
+             "| seed | persistence | intervention | claims | P >= 0.999 % | flagged % | gain of flagged "
+             "| flagged % of supported | flagged % of unsupported |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     agg: Dict[Tuple[str, str], Dict[str, List[float]]] = {}
     for rec in recs:
         for p in PERSISTENCES:
@@ -234,26 +235,36 @@ def pacg_lines(recs: Sequence[Dict], source: str) -> List[str]:
                 g = gate_stats(rec["claims"][source], f"{p}_{iv}")
                 for k, v in g.items():
                     agg.setdefault((p, iv), {}).setdefault(k, []).append(v)
-                lines.append(f"| {rec['seed']} | {p} | {iv} | {g.get('claims', 0):.0f} | {100 * g.get('flagged', float('nan')):.1f} "
-                             f"| {g.get('gain_flagged', float('nan')):.3f} | {100 * g.get('flagged_supported', float('nan')):.1f} "
-                             f"| {100 * g.get('flagged_unsupported', float('nan')):.1f} |")
+                c = lambda k, sc=100.0, d=1: "—" if math.isnan(g.get(k, math.nan)) else f"{sc * g[k]:.{d}f}"  # noqa: E731
+                lines.append(f"| {rec['seed']} | {p} | {iv} | {g.get('claims', 0):.0f} | {c('at_one')} | {c('flagged')} "
+                             f"| {c('gain_flagged', 1.0, 3)} | {c('flagged_supported')} | {c('flagged_unsupported')} |")
     if len(recs) > 1:
         for (p, iv), g in agg.items():
-            f = lambda k, s=100.0: "{:.1f} [{:.1f}, {:.1f}]".format(*[s * x for x in ci95(g[k])])  # noqa: E731
-            lines.append(f"| mean [95% CI over seeds] | {p} | {iv} | {statistics.mean(g['claims']):.0f} | {f('flagged')} | "
-                         f"{f('gain_flagged', 1.0)} | {f('flagged_supported')} | {f('flagged_unsupported')} |")
+            def f(k, sc=100.0, d=1):
+                m, lo, hi = ci95([x for x in g[k] if not math.isnan(x)])
+                return "—" if math.isnan(m) else (f"{sc * m:.{d}f}" if math.isnan(lo) else
+                                                  f"{sc * m:.{d}f} [{sc * lo:.{d}f}, {sc * hi:.{d}f}]")
+            lines.append(f"| mean [95% CI over seeds] | {p} | {iv} | {statistics.mean(g['claims']):.0f} | {f('at_one')} | "
+                         f"{f('flagged')} | {f('gain_flagged', 1.0, 3)} | {f('flagged_supported')} | "
+                         f"{f('flagged_unsupported')} |")
     lines += ["", "Persistence of unsupported vs supported claims (mean [95% CI over claims]; difference: Welch):", "",
               "| seed | persistence | intervention | unsupported (n) | supported (n) | unsupported − supported |",
               "|---|---|---|---|---|---|"]
+    fm = lambda t: "{:.3f} [{:.3f}, {:.3f}]".format(*t)  # noqa: E731
+    per_seed: Dict[Tuple[str, str], List[Tuple[float, float]]] = {}
     for rec in recs:
         for p in PERSISTENCES:
             for iv in INTERVENTIONS:
                 k = f"{p}_{iv}"
                 u = [r[k] for r in rec["claims"][source] if r["supported"] is False and not math.isnan(r[k])]
                 s = [r[k] for r in rec["claims"][source] if r["supported"] is True and not math.isnan(r[k])]
-                fm = lambda t: "{:.3f} [{:.3f}, {:.3f}]".format(*t)  # noqa: E731
+                per_seed.setdefault((p, iv), []).append((mean_ci(u)[0], mean_ci(s)[0]))
                 lines.append(f"| {rec['seed']} | {p} | {iv} | {fm(mean_ci(u))} ({len(u)}) | {fm(mean_ci(s))} ({len(s)}) "
                              f"| {fm(diff_ci(u, s))} |")
+    if len(recs) > 1:  # the seeds' means: a t-interval over seeds (each its own world and SFT start)
+        for (p, iv), ms in per_seed.items():
+            lines.append(f"| mean [95% CI over seeds] | {p} | {iv} | {fm(ci95([m[0] for m in ms]))} | "
+                         f"{fm(ci95([m[1] for m in ms]))} | {fm(ci95([m[0] - m[1] for m in ms]))} |")
     return lines + [""]
 
 

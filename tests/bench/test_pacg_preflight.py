@@ -28,7 +28,7 @@ def test_gate_stats_on_the_spec_vector():
     # content word (NaN) is left out of the content gate
     rows = [_row(True, 0.2), _row(True, 0.3), _row(False, 0.25), _row(False, 0.95), _row(None, float("nan"))]
     g = b.gate_stats(rows, "content_full")
-    assert g["claims"] == 4.0 and g["flagged"] == 0.25
+    assert g["claims"] == 4.0 and g["flagged"] == 0.25 and g["at_one"] == 0.0
     assert g["gain_flagged"] == pytest.approx(0.755, abs=1e-3)
     assert g["flagged_supported"] == 0.0 and g["flagged_unsupported"] == 0.5
     flat = b.gate_stats(rows, "claim_full")  # all equal: σ = 0 flags nothing
@@ -74,7 +74,8 @@ def test_one_seed_on_the_tiny_model_fails_the_truncation_rule_then_renders(tiny_
     assert "SMOKE RUN" in text
     assert "## Pre-flight (SFT start, before any RL)" in text and "PACG (content, full)" in text
     sampled, greedy = text.split("## PACG's gate on the SFT start: greedy")
-    assert "| 0 | content | full | 4 | 25.0 | 0.755 | 0.0 | 50.0 |" in sampled
+    assert "| 0 | content | full | 4 | 0.0 | 25.0 | 0.755 | 0.0 | 50.0 |" in sampled
+    assert "| 0 | claim | full | 4 | 0.0 | 0.0 | — | 0.0 | 0.0 |" in sampled  # all at 0.99: σ = 0 flags nothing
     assert "seed 0 4 (2 unsupported)" in sampled and "seed 0 2 (0 unsupported)" in greedy
     assert "## Can PACG act?" in text and "can act on seed(s) [0]" in text
 
