@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import log  # noqa: E402
 from _preflight import Groups, Mechanism, build_preflight, check_truncation, preflight_lines, sample_groups  # noqa: E402
-from _protocol import Results, add_protocol_args, protocol_from_args, seed_plan  # noqa: E402
+from _protocol import ProtocolError, Results, add_protocol_args, protocol_from_args, seed_plan  # noqa: E402
 from bpo_table import ci95, t975  # noqa: E402
 
 INSTRUCTION = "Describe what you see in <think></think>, then answer with the option's letter in <answer></answer>."
@@ -276,7 +276,7 @@ def render(recs: Sequence[Dict], proto, args) -> Results:
              f"{proto.n_val} validation prompts, {proto.n_test} test images), SFT {recs[0]['sft_steps']} steps at lr "
              f"{recs[0]['sft_lr']:g} from `model.path={args.model}`; max new tokens {recs[0]['max_new_tokens']} (longest SFT "
              f"trace: " + ", ".join(f"seed {r['seed']} {r['longest_trace']}" for r in recs) + " tokens). Minutes per "
-             "seed (SFT / greedy diagnosis / sampled groups): " + ", ".join(
+             "seed (SFT / diagnosis, greedy and sampled / sampled groups): " + ", ".join(
                  f"seed {r['seed']} {r['minutes']['sft']:.1f} / {r['minutes']['diagnose']:.1f} / "
                  f"{r['minutes']['rollout']:.1f}" for r in recs) + ".", ""])
     mech = Mechanism(f"PACG ({args.persistence}, {args.intervention})",
@@ -333,15 +333,25 @@ def main(argv=None) -> str:
     out = Path(args.out)
     recs = [json.loads((out / f"seed{s}" / "preflight.json").read_text()) if args.render_only
             else run_seed(s, args, out / f"seed{s}") for s in proto.seeds]
-    for r in recs:  # the 5% rule, on the sampled groups and on the diagnosed responses
-        check_truncation([x for g in r["groups"]["truncated"] for x in g], r["max_new_tokens"])
-        for source in ("sampled", "greedy"):
-            check_truncation(r["truncated"][source], r["max_new_tokens"], what=f"{source} test responses")
+    failed = []  # the 5% rule, on the sampled groups and on the diagnosed responses
+    for r in recs:
+        checks = [([x for g in r["groups"]["truncated"] for x in g], "sampled responses (groups)")]
+        checks += [(r["truncated"][src], f"{src} test responses") for src in ("sampled", "greedy")]
+        for flags, what in checks:
+            try:
+                check_truncation(flags, r["max_new_tokens"], what=what)
+            except ProtocolError as e:
+                failed.append(f"seed {r['seed']}: {e}")
     res = render(recs, proto, args)
+    if failed:  # the pre-flight is still written, under the failure, as stop_if_cannot_act does
+        res.sections.insert(0, ["## FAILED: the 5% truncation rule (`_preflight.check_truncation`)", ""]
+                            + [f"- {f}" for f in failed] + [""])
     text = res.render()
     print(text, end="", flush=True)
     if args.report:
         write_top(Path(args.report), text)
+    if failed:
+        raise ProtocolError(failed[0])
     return text
 
 

@@ -52,8 +52,11 @@ def test_one_seed_on_the_tiny_model_fails_the_truncation_rule_then_renders(tiny_
     out = tmp_path / "pf"
     args = ["--seeds", "0", "--smoke", "--n-train", "4", "--n-val", "2", "--n-test", "4", "--sft-steps", "1",
             "--group-size", "2", "--model", tiny_model_path, "--out", str(out)]
-    with pytest.raises(ProtocolError, match=r"of 4 sampled responses were cut at max_new_tokens = 96, above the 5% limit"):
-        b.main(args)
+    failed = tmp_path / "failed.md"
+    with pytest.raises(ProtocolError, match=r"^seed 0: protocol: .*% of 4 sampled responses \(groups\) were cut at "
+                                            r"max_new_tokens = 96, above the 5% limit; raise max_new_tokens$"):
+        b.main(args + ["--report", str(failed)])
+    assert failed.read_text().split("\n")[6] == "## FAILED: the 5% truncation rule (`_preflight.check_truncation`)"
     rec = json.loads((out / "seed0" / "preflight.json").read_text())
     assert len(rec["truncated"]["greedy"]) == len(rec["truncated"]["sampled"]) == 4 and rec["longest_trace"] < 96
     assert [len(g) for g in rec["groups"]["truncated"]] == [2, 2]
