@@ -210,6 +210,8 @@ def mechanism_stats(rec: Dict, persistence: str, intervention: str) -> Dict[str,
 
 
 def can_act(s: Dict[str, float]) -> Tuple[bool, str]:
+    if math.isnan(s["flagged"]):
+        return False, "no claim to gate"
     if not s["flagged"] >= MIN_FLAGGED:
         return False, f"the gate flags {100 * s['flagged']:.1f}% of the claims (< {100 * MIN_FLAGGED:.0f}%)"
     if not s["gain_flagged"] <= MAX_GAIN:

@@ -56,7 +56,9 @@ def test_one_seed_on_the_tiny_model_fails_the_truncation_rule_then_renders(tiny_
     with pytest.raises(ProtocolError, match=r"^seed 0: protocol: .*% of 4 sampled responses \(groups\) were cut at "
                                             r"max_new_tokens = 96, above the 5% limit; raise max_new_tokens$"):
         b.main(args + ["--report", str(failed)])
-    assert failed.read_text().split("\n")[6] == "## FAILED: the 5% truncation rule (`_preflight.check_truncation`)"
+    head, rest = failed.read_text().split("## Pre-flight (SFT start, before any RL)")
+    assert "## FAILED: the 5% truncation rule (`_preflight.check_truncation`)" in head and "PACG's gate" in rest
+    assert "seed 0: no claim to gate" in rest  # the untrained model writes no <think> claims
     rec = json.loads((out / "seed0" / "preflight.json").read_text())
     assert len(rec["truncated"]["greedy"]) == len(rec["truncated"]["sampled"]) == 4 and rec["longest_trace"] < 96
     assert [len(g) for g in rec["groups"]["truncated"]] == [2, 2]
