@@ -31,6 +31,8 @@ def test_gate_stats_on_the_spec_vector():
     assert g["claims"] == 4.0 and g["flagged"] == 0.25 and g["at_one"] == 0.0
     assert g["gain_flagged"] == pytest.approx(0.755, abs=1e-3)
     assert g["flagged_supported"] == 0.0 and g["flagged_unsupported"] == 0.5
+    only_sup = b.gate_stats([_row(True, 0.2), _row(True, 0.9)], "content_full")
+    assert math.isnan(only_sup["flagged_unsupported"])  # no unsupported claim: no share (not 0)
     flat = b.gate_stats(rows, "claim_full")  # all equal: σ = 0 flags nothing
     assert flat["claims"] == 5.0 and flat["flagged"] == 0.0 and math.isnan(flat["gain_flagged"])
 
@@ -54,13 +56,13 @@ def test_one_seed_on_the_tiny_model_fails_the_truncation_rule_then_renders(tiny_
             "--group-size", "2", "--model", tiny_model_path, "--out", str(out)]
     failed = tmp_path / "failed.md"
     with pytest.raises(ProtocolError, match=r"^seed 0: protocol: .*% of 4 sampled responses \(groups\) were cut at "
-                                            r"max_new_tokens = 96, above the 5% limit; raise max_new_tokens$"):
+                                            r"max_new_tokens = 128, above the 5% limit; raise max_new_tokens$"):
         b.main(args + ["--report", str(failed)])
     head, rest = failed.read_text().split("## Pre-flight (SFT start, before any RL)")
     assert "## FAILED: the 5% truncation rule (`_preflight.check_truncation`)" in head and "PACG's gate" in rest
     assert "seed 0: no claim to gate" in rest  # the untrained model writes no <think> claims
     rec = json.loads((out / "seed0" / "preflight.json").read_text())
-    assert len(rec["truncated"]["greedy"]) == len(rec["truncated"]["sampled"]) == 4 and rec["longest_trace"] < 96
+    assert len(rec["truncated"]["greedy"]) == len(rec["truncated"]["sampled"]) == 4 and rec["longest_trace"] < 128
     assert [len(g) for g in rec["groups"]["truncated"]] == [2, 2]
     world = json.loads((out / "seed0" / "world" / "test.json").read_text())
     assert len(world) == 4 and all("priors" in it["meta"] for it in world)  # the prior-driven world
