@@ -2,7 +2,7 @@
 SFT checkpoint on the claims world, over seeds; accuracy, unsupported claims, claim persistence, EFS and step cost.
 
     .venv/bin/python bench/pacg.py [--seeds 0 1 2] [--warmup-steps 600] [--sft-steps 300] [--rl-steps 30] [--n-train 512] [--n-test 64]
-        [--prompts-per-step 4] [--n 4] [--max-new-tokens 96] [--out runs/pacg] [--report FILE] [--render-only]
+        [--prompts-per-step 4] [--n 4] [--max-new-tokens 128] [--out runs/pacg] [--report FILE] [--render-only]
         [--unsupported-source prior|random] [--arms grpo dapo ...] [overrides ...]
 
 World (``mmrl.data.synth_claims``): one coloured square per image; questions about its colour or location carry a
@@ -72,9 +72,12 @@ def costs(history: List[Dict[str, float]]) -> Dict[str, float]:
             "update_s": med("time/update"), "resample_rounds": statistics.mean([h.get("resample_rounds", 0.0) for h in history])}
 
 
-def diagnose(model_dir: str, cfg, samples) -> Dict[str, float]:
+def diagnose(model_dir: str, cfg, samples, smoke: bool = False) -> Dict[str, float]:
     """``mmrl diagnose``'s numbers under VPPO's patch blackening, plus ``<key>_full`` under ``full_mask`` (the same
-    greedy responses re-scored on a black image)."""
+    greedy responses re-scored on a black image). Fails (``_preflight.check_truncation``) when more than 5% of the
+    greedy responses are cut by max new tokens, unless ``smoke``."""
+    from _preflight import check_truncation
+
     from mmrl.data.synth_claims import claim_support
     from mmrl.diagnose.core import diagnose_samples, summarize_all
     from mmrl.models.loading import load_model, load_processor
@@ -83,6 +86,8 @@ def diagnose(model_dir: str, cfg, samples) -> Dict[str, float]:
     model, proc = load_model(model_dir), load_processor(model_dir)
     recs = diagnose_samples(model, proc, samples, cfg.data, VPPO_PATCH, max_new_tokens=cfg.rollout.max_new_tokens,
                             labeler=claim_support, seed=0, also={"full": FULL_MASK})
+    if not smoke:
+        check_truncation([r["truncated"] for r in recs], cfg.rollout.max_new_tokens, what="greedy test responses")
     return summarize_all(recs, ["full"])
 
 
@@ -138,7 +143,7 @@ def prepare(args, out: Path) -> Dict:
         run_sft(cfg, quiet=True)
     log(f"SFT {args.sft_steps} steps: {time.time() - t:.0f}s")
     samples, _ = load_samples(str(world / "test.json"), str(world))
-    res = {"world": info["stats"], "sft": diagnose(str(out / "sft" / "final"), cfg, samples)}
+    res = {"world": info["stats"], "sft": diagnose(str(out / "sft" / "final"), cfg, samples, args.smoke)}
     (out / "sft.json").write_text(json.dumps(res, indent=1))
     return res
 
@@ -171,7 +176,7 @@ def run_seed(seed: int, args, out: Path) -> Dict:
         keys = sorted({k for h in arm.history for k in h if k.startswith("algo/")})
         means = {k: statistics.mean([h[k] for h in arm.history if k in h]) for k in keys}
         final = arm.finish()
-        res["arms"][arm.name] = {"eval": diagnose(final, arm.cfg, samples), "cost": c, "last_algo_metrics": last,
+        res["arms"][arm.name] = {"eval": diagnose(final, arm.cfg, samples, args.smoke), "cost": c, "last_algo_metrics": last,
                                  "algo_means": means, "side_by_side": [a.name for a in arms]}
     path.write_text(json.dumps(res, indent=1))
     return res
@@ -194,9 +199,9 @@ def main(argv=None) -> str:
     p.add_argument("--n-test", type=int, default=64)
     p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--n", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=96,
-                   help="must exceed the longest SFT trace (50 tokens with its end token; checked); at 64, 5.7%% of "
-                        "the SFT start's sampled responses were cut (bench/pacg_preflight.py, seed 0)")
+    p.add_argument("--max-new-tokens", type=int, default=128,
+                   help="must exceed the longest SFT trace (50 tokens with its end token; checked); at 64 and 96, "
+                        "5.7%% and 5.3%% of the SFT start's sampled responses were cut (bench/pacg_preflight.py)")
     p.add_argument("--smoke", action="store_true", help="plumbing run: max new tokens may be below the SFT traces")
     p.add_argument("--out", default="runs/pacg")
     p.add_argument("--report", help="also write the table to this file")

@@ -2,7 +2,7 @@
 (``docs/miniatures.md``): no RL, only the statistics that say whether PACG's gate could act.
 
     .venv/bin/python bench/pacg_preflight.py [--seeds 0 1 2] [--n-test 512] [--n-val 64] [--n-train 1024]
-        [--sft-steps 300] [--max-new-tokens 96] [--group-size 8] [--out runs/pacg_preflight] [--render-only]
+        [--sft-steps 300] [--max-new-tokens 128] [--group-size 8] [--out runs/pacg_preflight] [--render-only]
         [--smoke] [--report FILE] [overrides ...]
 
 Per protocol seed (``seed_plan``: its own world and SFT seed): the claims world with prior-driven unsupported claims
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import log  # noqa: E402
 from _preflight import Groups, Mechanism, build_preflight, check_truncation, preflight_lines, sample_groups  # noqa: E402
-from _protocol import Results, add_protocol_args, protocol_from_args, seed_plan  # noqa: E402
+from _protocol import ProtocolError, Results, add_protocol_args, protocol_from_args, seed_plan  # noqa: E402
 from bpo_table import ci95, t975  # noqa: E402
 
 INSTRUCTION = "Describe what you see in <think></think>, then answer with the option's letter in <answer></answer>."
@@ -105,8 +105,10 @@ def gate_stats(rows: Sequence[Dict], key: str) -> Dict[str, float]:
         return {"claims": 0.0}
     g = persistence_gate(torch.tensor([r[key] for r in rs], dtype=torch.float64))
     fl = g.flagged.tolist()
-    share = lambda sel: (sum(f for f, r in zip(fl, rs) if sel(r)) / max(sum(1 for r in rs if sel(r)), 1))  # noqa: E731
-    return {"claims": float(len(rs)), "flagged": sum(fl) / len(rs),
+    def share(sel):  # flagged share among the claims ``sel`` picks; nan when there are none
+        n = sum(1 for r in rs if sel(r))
+        return sum(f for f, r in zip(fl, rs) if sel(r)) / n if n else float("nan")
+    return {"claims": float(len(rs)), "flagged": sum(fl) / len(rs), "at_one": sum(r[key] >= 0.999 for r in rs) / len(rs),
             "gain_flagged": float(g.gain[g.flagged].mean()) if any(fl) else float("nan"),
             "flagged_supported": share(lambda r: r["supported"] is True),
             "flagged_unsupported": share(lambda r: r["supported"] is False)}
@@ -210,6 +212,8 @@ def mechanism_stats(rec: Dict, persistence: str, intervention: str) -> Dict[str,
 
 
 def can_act(s: Dict[str, float]) -> Tuple[bool, str]:
+    if math.isnan(s["flagged"]):
+        return False, "no claim to gate"
     if not s["flagged"] >= MIN_FLAGGED:
         return False, f"the gate flags {100 * s['flagged']:.1f}% of the claims (< {100 * MIN_FLAGGED:.0f}%)"
     if not s["gain_flagged"] <= MAX_GAIN:
@@ -225,8 +229,9 @@ def pacg_lines(recs: Sequence[Dict], source: str) -> List[str]:
     lines = [f"## PACG's gate on the SFT start: {source} ({what}; κ = 1, γ = η = 0.5, statistics over all claims)",
              "", "Claims per seed: " + ", ".join(
                  f"seed {r['seed']} {len(r['claims'][source])} ({sum(c['supported'] is False for c in r['claims'][source])} "
-                 f"unsupported)" for r in recs) + ".", "", "| seed | persistence | intervention | claims | flagged % | gain of flagged | flagged % of supported "
-             "| flagged % of unsupported |", "|---|---|---|---:|---:|---:|---:|---:|"]
+                 f"unsupported)" for r in recs) + ".", "",
+             "| seed | persistence | intervention | claims | P >= 0.999 % | flagged % | gain of flagged "
+             "| flagged % of supported | flagged % of unsupported |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     agg: Dict[Tuple[str, str], Dict[str, List[float]]] = {}
     for rec in recs:
         for p in PERSISTENCES:
@@ -234,26 +239,36 @@ def pacg_lines(recs: Sequence[Dict], source: str) -> List[str]:
                 g = gate_stats(rec["claims"][source], f"{p}_{iv}")
                 for k, v in g.items():
                     agg.setdefault((p, iv), {}).setdefault(k, []).append(v)
-                lines.append(f"| {rec['seed']} | {p} | {iv} | {g.get('claims', 0):.0f} | {100 * g.get('flagged', float('nan')):.1f} "
-                             f"| {g.get('gain_flagged', float('nan')):.3f} | {100 * g.get('flagged_supported', float('nan')):.1f} "
-                             f"| {100 * g.get('flagged_unsupported', float('nan')):.1f} |")
+                c = lambda k, sc=100.0, d=1: "—" if math.isnan(g.get(k, math.nan)) else f"{sc * g[k]:.{d}f}"  # noqa: E731
+                lines.append(f"| {rec['seed']} | {p} | {iv} | {g.get('claims', 0):.0f} | {c('at_one')} | {c('flagged')} "
+                             f"| {c('gain_flagged', 1.0, 3)} | {c('flagged_supported')} | {c('flagged_unsupported')} |")
     if len(recs) > 1:
         for (p, iv), g in agg.items():
-            f = lambda k, s=100.0: "{:.1f} [{:.1f}, {:.1f}]".format(*[s * x for x in ci95(g[k])])  # noqa: E731
-            lines.append(f"| mean [95% CI over seeds] | {p} | {iv} | {statistics.mean(g['claims']):.0f} | {f('flagged')} | "
-                         f"{f('gain_flagged', 1.0)} | {f('flagged_supported')} | {f('flagged_unsupported')} |")
+            def f(k, sc=100.0, d=1):
+                m, lo, hi = ci95([x for x in g[k] if not math.isnan(x)])
+                return "—" if math.isnan(m) else (f"{sc * m:.{d}f}" if math.isnan(lo) else
+                                                  f"{sc * m:.{d}f} [{sc * lo:.{d}f}, {sc * hi:.{d}f}]")
+            lines.append(f"| mean [95% CI over seeds] | {p} | {iv} | {statistics.mean(g['claims']):.0f} | {f('at_one')} | "
+                         f"{f('flagged')} | {f('gain_flagged', 1.0, 3)} | {f('flagged_supported')} | "
+                         f"{f('flagged_unsupported')} |")
     lines += ["", "Persistence of unsupported vs supported claims (mean [95% CI over claims]; difference: Welch):", "",
               "| seed | persistence | intervention | unsupported (n) | supported (n) | unsupported − supported |",
               "|---|---|---|---|---|---|"]
+    fm = lambda t: "{:.3f} [{:.3f}, {:.3f}]".format(*t)  # noqa: E731
+    per_seed: Dict[Tuple[str, str], List[Tuple[float, float]]] = {}
     for rec in recs:
         for p in PERSISTENCES:
             for iv in INTERVENTIONS:
                 k = f"{p}_{iv}"
                 u = [r[k] for r in rec["claims"][source] if r["supported"] is False and not math.isnan(r[k])]
                 s = [r[k] for r in rec["claims"][source] if r["supported"] is True and not math.isnan(r[k])]
-                fm = lambda t: "{:.3f} [{:.3f}, {:.3f}]".format(*t)  # noqa: E731
+                per_seed.setdefault((p, iv), []).append((mean_ci(u)[0], mean_ci(s)[0]))
                 lines.append(f"| {rec['seed']} | {p} | {iv} | {fm(mean_ci(u))} ({len(u)}) | {fm(mean_ci(s))} ({len(s)}) "
                              f"| {fm(diff_ci(u, s))} |")
+    if len(recs) > 1:  # the seeds' means: a t-interval over seeds (each its own world and SFT start)
+        for (p, iv), ms in per_seed.items():
+            lines.append(f"| mean [95% CI over seeds] | {p} | {iv} | {fm(ci95([m[0] for m in ms]))} | "
+                         f"{fm(ci95([m[1] for m in ms]))} | {fm(ci95([m[0] - m[1] for m in ms]))} |")
     return lines + [""]
 
 
@@ -261,11 +276,14 @@ def render(recs: Sequence[Dict], proto, args) -> Results:
     from mmrl.data.annotations import load_samples
 
     res = Results(proto, "PACG pre-flight on the base (no RL)")
+    if args.render_only:
+        res.add([f"Rendered from the per-seed records `{args.out}/seed<S>/preflight.json`, written by this command "
+                 "without `--render-only`.", ""])
     res.add([f"Per seed: the claims world with prior-driven unsupported claims (56 px, {args.n_train} train traces, "
              f"{proto.n_val} validation prompts, {proto.n_test} test images), SFT {recs[0]['sft_steps']} steps at lr "
              f"{recs[0]['sft_lr']:g} from `model.path={args.model}`; max new tokens {recs[0]['max_new_tokens']} (longest SFT "
              f"trace: " + ", ".join(f"seed {r['seed']} {r['longest_trace']}" for r in recs) + " tokens). Minutes per "
-             "seed (SFT / greedy diagnosis / sampled groups): " + ", ".join(
+             "seed (SFT / diagnosis, greedy and sampled / sampled groups): " + ", ".join(
                  f"seed {r['seed']} {r['minutes']['sft']:.1f} / {r['minutes']['diagnose']:.1f} / "
                  f"{r['minutes']['rollout']:.1f}" for r in recs) + ".", ""])
     mech = Mechanism(f"PACG ({args.persistence}, {args.intervention})",
@@ -307,8 +325,9 @@ def main(argv=None) -> str:
     ap.add_argument("--n-train", type=int, default=1024)
     ap.add_argument("--sft-steps", type=int, default=300)
     ap.add_argument("--sft-lr", type=float, default=3e-4)
-    ap.add_argument("--max-new-tokens", type=int, default=96,
-                    help="above the 50-token traces; at 64, 5.7%% of the sampled responses were cut (seed 0)")
+    ap.add_argument("--max-new-tokens", type=int, default=128,
+                    help="above the 50-token traces; at 64 and 96, 5.7%% (seed 0) and 5.3%% (seed 2) of the sampled "
+                         "responses were cut")
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--persistence", choices=PERSISTENCES, default="content")
     ap.add_argument("--intervention", choices=INTERVENTIONS, default="full")
@@ -322,15 +341,25 @@ def main(argv=None) -> str:
     out = Path(args.out)
     recs = [json.loads((out / f"seed{s}" / "preflight.json").read_text()) if args.render_only
             else run_seed(s, args, out / f"seed{s}") for s in proto.seeds]
-    for r in recs:  # the 5% rule, on the sampled groups and on the diagnosed responses
-        check_truncation([x for g in r["groups"]["truncated"] for x in g], r["max_new_tokens"])
-        for source in ("sampled", "greedy"):
-            check_truncation(r["truncated"][source], r["max_new_tokens"], what=f"{source} test responses")
+    failed = []  # the 5% rule, on the sampled groups and on the diagnosed responses
+    for r in recs:
+        checks = [([x for g in r["groups"]["truncated"] for x in g], "sampled responses (groups)")]
+        checks += [(r["truncated"][src], f"{src} test responses") for src in ("sampled", "greedy")]
+        for flags, what in checks:
+            try:
+                check_truncation(flags, r["max_new_tokens"], what=what)
+            except ProtocolError as e:
+                failed.append(f"seed {r['seed']}: {e}")
     res = render(recs, proto, args)
+    if failed:  # the pre-flight is still written, under the failure, as stop_if_cannot_act does
+        res.sections.insert(0, ["## FAILED: the 5% truncation rule (`_preflight.check_truncation`)", ""]
+                            + [f"- {f}" for f in failed] + [""])
     text = res.render()
     print(text, end="", flush=True)
     if args.report:
         write_top(Path(args.report), text)
+    if failed:
+        raise ProtocolError(failed[0])
     return text
 
 

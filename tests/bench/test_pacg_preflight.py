@@ -28,9 +28,11 @@ def test_gate_stats_on_the_spec_vector():
     # content word (NaN) is left out of the content gate
     rows = [_row(True, 0.2), _row(True, 0.3), _row(False, 0.25), _row(False, 0.95), _row(None, float("nan"))]
     g = b.gate_stats(rows, "content_full")
-    assert g["claims"] == 4.0 and g["flagged"] == 0.25
+    assert g["claims"] == 4.0 and g["flagged"] == 0.25 and g["at_one"] == 0.0
     assert g["gain_flagged"] == pytest.approx(0.755, abs=1e-3)
     assert g["flagged_supported"] == 0.0 and g["flagged_unsupported"] == 0.5
+    only_sup = b.gate_stats([_row(True, 0.2), _row(True, 0.9)], "content_full")
+    assert math.isnan(only_sup["flagged_unsupported"])  # no unsupported claim: no share (not 0)
     flat = b.gate_stats(rows, "claim_full")  # all equal: σ = 0 flags nothing
     assert flat["claims"] == 5.0 and flat["flagged"] == 0.0 and math.isnan(flat["gain_flagged"])
 
@@ -52,10 +54,15 @@ def test_one_seed_on_the_tiny_model_fails_the_truncation_rule_then_renders(tiny_
     out = tmp_path / "pf"
     args = ["--seeds", "0", "--smoke", "--n-train", "4", "--n-val", "2", "--n-test", "4", "--sft-steps", "1",
             "--group-size", "2", "--model", tiny_model_path, "--out", str(out)]
-    with pytest.raises(ProtocolError, match=r"of 4 sampled responses were cut at max_new_tokens = 96, above the 5% limit"):
-        b.main(args)
+    failed = tmp_path / "failed.md"
+    with pytest.raises(ProtocolError, match=r"^seed 0: protocol: .*% of 4 sampled responses \(groups\) were cut at "
+                                            r"max_new_tokens = 128, above the 5% limit; raise max_new_tokens$"):
+        b.main(args + ["--report", str(failed)])
+    head, rest = failed.read_text().split("## Pre-flight (SFT start, before any RL)")
+    assert "## FAILED: the 5% truncation rule (`_preflight.check_truncation`)" in head and "PACG's gate" in rest
+    assert "seed 0: no claim to gate" in rest  # the untrained model writes no <think> claims
     rec = json.loads((out / "seed0" / "preflight.json").read_text())
-    assert len(rec["truncated"]["greedy"]) == len(rec["truncated"]["sampled"]) == 4 and rec["longest_trace"] < 96
+    assert len(rec["truncated"]["greedy"]) == len(rec["truncated"]["sampled"]) == 4 and rec["longest_trace"] < 128
     assert [len(g) for g in rec["groups"]["truncated"]] == [2, 2]
     world = json.loads((out / "seed0" / "world" / "test.json").read_text())
     assert len(world) == 4 and all("priors" in it["meta"] for it in world)  # the prior-driven world
@@ -74,7 +81,8 @@ def test_one_seed_on_the_tiny_model_fails_the_truncation_rule_then_renders(tiny_
     assert "SMOKE RUN" in text
     assert "## Pre-flight (SFT start, before any RL)" in text and "PACG (content, full)" in text
     sampled, greedy = text.split("## PACG's gate on the SFT start: greedy")
-    assert "| 0 | content | full | 4 | 25.0 | 0.755 | 0.0 | 50.0 |" in sampled
+    assert "| 0 | content | full | 4 | 0.0 | 25.0 | 0.755 | 0.0 | 50.0 |" in sampled
+    assert "| 0 | claim | full | 4 | 0.0 | 0.0 | — | 0.0 | 0.0 |" in sampled  # all at 0.99: σ = 0 flags nothing
     assert "seed 0 4 (2 unsupported)" in sampled and "seed 0 2 (0 unsupported)" in greedy
     assert "## Can PACG act?" in text and "can act on seed(s) [0]" in text
 
