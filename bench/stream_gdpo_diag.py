@@ -43,6 +43,7 @@ from stream_gdpo_stats import NO_EFFECT_CORR, advantages, component_spread, no_e
 CFG = REPO / "configs" / "stream_gdpo.yaml"
 ROLES = ("out", "fmt", "tool", "mem")
 MARKER = "<!-- earlier runs below: written before the diagnostic; kept as they were -->"
+EARLIER = ("# Earlier runs (before the diagnostic above; not from its command, kept as they were)")
 CHOICE_TASKS = ("EPM", "ATR")
 CHUNK = 16  # blocks per rollout call
 
@@ -317,12 +318,14 @@ def why_lines(pfs) -> str:
 
 
 def write_report(path: Path, text: str) -> None:
-    """``text`` on top of ``path``; what followed ``MARKER`` (or the whole old file) kept below the marker."""
+    """``text`` on top of ``path``; what followed ``MARKER`` (or the whole old file) kept below the marker and the
+    ``EARLIER`` label."""
     old = path.read_text() if path.exists() else ""
     if MARKER in old:
         old = old.split(MARKER, 1)[1].lstrip("\n")
+        old = old[len(EARLIER):].lstrip("\n") if old.startswith(EARLIER) else old
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text.rstrip() + "\n\n" + MARKER + "\n\n" + old)
+    path.write_text(text.rstrip() + "\n\n" + MARKER + "\n\n" + EARLIER + "\n\n" + old)
 
 
 def main(argv: List[str] | None = None) -> None:

@@ -103,7 +103,7 @@ def test_render_writes_the_verdict_on_top_and_keeps_earlier_runs(tmp_path):
     D.write_report(path, text)
     D.write_report(path, text2)  # a rerun replaces the top section, the earlier runs stay once
     body = path.read_text()
-    assert body.startswith("# Stream-GDPO") and body.count("old row") == 1 and body.count(D.MARKER) == 1
+    assert body.startswith("# Stream-GDPO") and body.count("old row") == 1 and body.count(D.MARKER) == 1 and body.count(D.EARLIER) == 1
     assert "decoupling changes the advantage" in body and "stopped before RL" not in body
 
 
