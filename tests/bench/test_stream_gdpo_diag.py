@@ -78,6 +78,15 @@ def test_all_zero_advantages_mean_no_effect():
     assert none and "zero or constant" in why
 
 
+def test_decoupling_follows_the_outcome_when_a_noisy_component_dominates_the_sum():
+    """R_mem spreads more than R_out: the summed advantage follows R_mem, the decoupled one R_out more closely."""
+    D = load_bench("stream_gdpo_diag")
+    comps = {"out": [1, 1, 0, 0], "fmt": [1, 1, 1, 1], "tool": [0, 0, 0, 0], "mem": [0, 3, 1, 2]}
+    m = D.mechanism_stats(_rec(0, comps, [0, 0, 0, 0]))
+    assert m["out_follow_gdpo"] > m["out_follow_grpo"] and m["multi_varying"] == 1.0
+    assert m["zero_fmt"] == 1.0 and m["zero_out"] == 0.0 and m["rho_multi_mean"] < 1.0
+
+
 def _rec(seed, comps, gids):
     return {"seed": seed, "start": {"acc": {"EPM": 0.5, "CRR": 0.4}, "n": {"EPM": 32, "CRR": 200},
                                     "chance": {"EPM": 0.25, "CRR": 0.45}, "overall": 0.3, "invalid_frac": 0.1},
