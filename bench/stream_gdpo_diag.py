@@ -227,17 +227,18 @@ def preflight_of(rec: Dict):
     return pf
 
 
-def render(recs: Sequence[Dict], command: str, smoke: bool) -> str:
+def render(recs: Sequence[Dict], command: str, smoke: bool, note: str = "") -> str:
     n_q = min(sum(r["start"]["n"].values()) for r in recs)
     proto = Protocol(command=command, seeds=[r["seed"] for r in recs], n_test=n_q, smoke=smoke)
     res = Results(proto, "Stream-GDPO: the offline diagnostic on the tiny base (no RL)")
     r0 = recs[0]
+    res.add([note, ""] if note else [])
     res.add([f"Per seed: {r0['n_train_streams']} training and {r0['n_test_streams']} held-out 16-s streams of its own "
              f"world (4 blocks each, 1-s chunks at 2 fps, 56x56 frames: the base's frame size), masked SFT "
              f"{r0['sft_steps']} steps x {r0.get('sft_batch', 8)} blocks at lr {r0['sft_lr']:g} from `model.path="
              f"{r0.get('model', 'base')}`, then {r0['group_size']} sampled "
              f"episodes per block on {r0['n_blocks']} blocks ({r0['n_blocks'] / r0['n_train_streams']:g} of 4 per "
-             f"training stream, drawn with the seed) = {r0['n_blocks']} groups ( `configs/stream_gdpo.yaml`'s "
+             f"training stream, drawn with the seed) = {r0['n_blocks']} groups; `configs/stream_gdpo.yaml`'s "
              f"rollout, temperature 1). The test counts are OVO queries (items for EPM/ATR, probes for CRR/REC); "
              f"0 validation items (no RL setting is chosen here). Minutes per seed (SFT / greedy eval / rollouts): "
              + ", ".join(f"seed {r['seed']} {r['minutes']['sft']:.1f} / {r['minutes']['eval']:.1f} / "
@@ -265,7 +266,7 @@ def render(recs: Sequence[Dict], command: str, smoke: bool) -> str:
         res.add(["## Verdict: decoupling changes the advantage on the start", "",
                  "On at least one seed Stream-GDPO's advantage ranks the responses differently from GRPO on the sum:",
                  ""] + [f"- seed {pf.seed}: {'no effect: ' if none else ''}{why}" for pf, (none, why) in zip(pfs, verdicts)]
-                + ["", why_lines(pfs), ""])
+                + ["", why_lines(pfs), "", POOLED_NOTE, ""])
         res.add(rl_needs_lines(recs))
     return res.render()
 
@@ -330,6 +331,12 @@ def component_lines(pfs) -> List[str]:
     return lines + [""]
 
 
+POOLED_NOTE = ("Pooled vs per group: both advantages are centred in each group, but GRPO's has unit spread in every "
+               "group while Stream-GDPO's (no batch step) is a sum of standardised components, so a group where "
+               "several components vary gets a larger advantage: a pooled correlation below the per-group one "
+               "means decoupling re-weights groups more than it reorders responses within them.")
+
+
 def why_lines(pfs) -> str:
     closer = [pf.seed for pf in pfs if pf.mechanism["out_follow_gdpo"] > pf.mechanism["out_follow_grpo"]]
     above = [f"seed {pf.seed}: {sum(r['above_chance'] > 0 for r in pf.per_type.values())} of {len(pf.per_type)}"
@@ -369,6 +376,7 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("--report", default=str(REPO / "docs/results/stream.md"))
     p.add_argument("--render-only", action="store_true")
     p.add_argument("--reuse-sft", action="store_true", help="keep a seed's finished SFT checkpoint in --out")
+    p.add_argument("--note", default="", help="a line printed under the command (how the seeds were run)")
     p.add_argument("--smoke", action="store_true", help="fewer seeds than the protocol's (labelled SMOKE RUN)")
     args = p.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -381,7 +389,7 @@ def main(argv: List[str] | None = None) -> None:
         if not args.smoke and len(recs) < MIN_SEEDS:
             raise ProtocolError(f"protocol: {len(recs)} seed(s); the diagnostic's table needs >= {MIN_SEEDS} (--smoke)")
         cmd = shlex.join(["OMP_NUM_THREADS=1", ".venv/bin/python", "bench/stream_gdpo_diag.py", *argv])
-        text = render(recs, cmd, args.smoke)
+        text = render(recs, cmd, args.smoke, args.note)
         print(text)
         write_report(Path(args.report), text)
 
