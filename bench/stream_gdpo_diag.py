@@ -238,7 +238,7 @@ def render(recs: Sequence[Dict], command: str, smoke: bool, note: str = "") -> s
              f"{r0['sft_steps']} steps x {r0.get('sft_batch', 8)} blocks at lr {r0['sft_lr']:g} from `model.path="
              f"{r0.get('model', 'base')}`, then {r0['group_size']} sampled "
              f"episodes per block on {r0['n_blocks']} blocks ({r0['n_blocks'] / r0['n_train_streams']:g} of 4 per "
-             f"training stream, drawn with the seed) = {r0['n_blocks']} groups; `configs/stream_gdpo.yaml`'s "
+             f"training stream, drawn with the seed) = {r0['n_blocks']} groups (`configs/stream_gdpo.yaml`'s "
              f"rollout, temperature 1). The test counts are OVO queries (items for EPM/ATR, probes for CRR/REC); "
              f"0 validation items (no RL setting is chosen here). Minutes per seed (SFT / greedy eval / rollouts): "
              + ", ".join(f"seed {r['seed']} {r['minutes']['sft']:.1f} / {r['minutes']['eval']:.1f} / "
@@ -388,7 +388,9 @@ def main(argv: List[str] | None = None) -> None:
     if args.render_only or len(args.seeds) > 1 or args.smoke:
         if not args.smoke and len(recs) < MIN_SEEDS:
             raise ProtocolError(f"protocol: {len(recs)} seed(s); the diagnostic's table needs >= {MIN_SEEDS} (--smoke)")
-        cmd = shlex.join(["OMP_NUM_THREADS=1", ".venv/bin/python", "bench/stream_gdpo_diag.py", *argv])
+        shown = [a for i, a in enumerate(argv) if a != "--note" and (i == 0 or argv[i - 1] != "--note")]
+        cmd = shlex.join(["OMP_NUM_THREADS=1", ".venv/bin/python", "bench/stream_gdpo_diag.py", *shown]
+                         + (["--note", "(the paragraph below)"] if args.note else []))
         text = render(recs, cmd, args.smoke, args.note)
         print(text)
         write_report(Path(args.report), text)
