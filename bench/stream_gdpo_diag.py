@@ -267,11 +267,11 @@ def render(recs: Sequence[Dict], command: str, smoke: bool, note: str = "") -> s
                  "On at least one seed Stream-GDPO's advantage ranks the responses differently from GRPO on the sum:",
                  ""] + [f"- seed {pf.seed}: {'no effect: ' if none else ''}{why}" for pf, (none, why) in zip(pfs, verdicts)]
                 + ["", why_lines(pfs), "", POOLED_NOTE, ""])
-        res.add(rl_needs_lines(recs))
+        res.add(rl_needs_lines(recs, pfs))
     return res.render()
 
 
-def rl_needs_lines(recs: Sequence[Dict], steps: int = 100, blocks: int = 64) -> List[str]:
+def rl_needs_lines(recs: Sequence[Dict], pfs, steps: int = 100, blocks: int = 64) -> List[str]:
     """What the RL arms (Stream-GDPO vs GRPO on the sum, under the protocol) would need; not run here. The cost is
     this run's own rollout rate (sampled episodes per minute, niced on the shared CPU), rollouts only."""
     from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID
@@ -282,7 +282,12 @@ def rl_needs_lines(recs: Sequence[Dict], steps: int = 100, blocks: int = 64) -> 
     grid = len(DEFAULT_LR_GRID) * len(DEFAULT_KL_GRID)
     runs = len(recs) * (3 + grid)  # per seed: Stream-GDPO, GRPO on the sum, coin flip; the grid on GRPO on the sum
     n_q = min(sum(r["start"]["n"].values()) for r in recs)
-    return ["## What the RL arms would need (not run)", "",
+    low = sorted({t for pf in pfs for t, r in pf.per_type.items() if not r["above_chance"]})
+    start = ([f"- A start above chance first: the masked-SFT start is not above chance on {', '.join(low)} on at "
+              f"least one seed (table above), and the protocol does not spend RL on a start at chance (more SFT "
+              f"steps or streams, or a base pre-trained on the stream grammar and its colour questions)."]
+             if low else [])
+    return ["## What the RL arms would need (not run)", ""] + start + [
             f"- Arms per seed: Stream-GDPO and GRPO on the sum from the same masked-SFT start, same prompts, rollouts, "
             f"steps and seed (action-branch weight 1 so that they differ only in the advantage), plus a coin-flip "
             f"control (R_out replaced by a Bernoulli draw of its batch mean; `coin_flip_config` replaces an "
@@ -294,7 +299,7 @@ def rl_needs_lines(recs: Sequence[Dict], steps: int = 100, blocks: int = 64) -> 
             f"EPM and ATR have one item per stream, so per-task intervals stay wide); >= 3 seeds, 5 if the effect is small.",
             f"- Cost at this run's rollout rate ({', '.join(f'{x:.0f}' for x in rate)} episodes / min): about "
             f"{per_step:.1f} min of rollouts per RL step, {steps * per_step / 60:.1f} h per {steps}-step run, "
-            f"{runs} runs ({len(recs)} seeds x ({grid} grid points + 3 arms)) = about "
+            f"{runs} runs ({len(recs)} seeds x ({grid} grid points + 3 arms), the grid at full length) = about "
             f"{runs * steps * per_step / 60:.0f} h before the policy updates and evaluations: out of reach of this "
             f"shared 2-core CPU.", ""]
 

@@ -107,6 +107,7 @@ def test_render_writes_the_verdict_on_top_and_keeps_earlier_runs(tmp_path):
     text2 = D.render([_rec(s, mixed, gids) for s in (0, 1, 2)], "cmd", smoke=False)
     assert "decoupling changes the advantage" in text2 and "100.0%" in text2
     assert "What the RL arms would need (not run)" in text2 and "What the RL arms" not in text
+    assert "not above chance on CRR on at least one seed" in text2
     path = tmp_path / "stream.md"
     path.write_text("# old tables\n\nold row\n")
     D.write_report(path, text)
