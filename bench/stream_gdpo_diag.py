@@ -278,7 +278,7 @@ def rl_needs_lines(recs: Sequence[Dict], pfs, steps: int = 100, blocks: int = 64
 
     g = recs[0]["group_size"]
     rate = [r["n_blocks"] * r["group_size"] / r["minutes"]["rollout"] for r in recs if r["minutes"]["rollout"] > 0]
-    per_step = blocks * g / (sum(rate) / len(rate)) if rate else float("nan")
+    per_step = blocks * g / max(rate) if rate else float("nan")  # the least contended seed's rate: a lower bound
     grid = len(DEFAULT_LR_GRID) * len(DEFAULT_KL_GRID)
     runs = len(recs) * (3 + grid)  # per seed: Stream-GDPO, GRPO on the sum, coin flip; the grid on GRPO on the sum
     n_q = min(sum(r["start"]["n"].values()) for r in recs)
@@ -297,7 +297,8 @@ def rl_needs_lines(recs: Sequence[Dict], pfs, steps: int = 100, blocks: int = 64
             f"same for both arms; >= {steps} RL steps of {blocks} blocks x {g} episodes (the paper's 64 prompts x 4).",
             f"- Test: {n_q} OVO queries per seed on {recs[0]['n_test_streams']} held-out streams here (>= 400 needed; "
             f"EPM and ATR have one item per stream, so per-task intervals stay wide); >= 3 seeds, 5 if the effect is small.",
-            f"- Cost at this run's rollout rate ({', '.join(f'{x:.0f}' for x in rate)} episodes / min): about "
+            f"- Cost: this run's rollout rates were {', '.join(f'{x:.0f}' for x in rate)} episodes / min per seed "
+            f"(niced; they follow the shared machine's load). At the fastest, about "
             f"{per_step:.1f} min of rollouts per RL step, {steps * per_step / 60:.1f} h per {steps}-step run, "
             f"{runs} runs ({len(recs)} seeds x ({grid} grid points + 3 arms), the grid at full length) = about "
             f"{runs * steps * per_step / 60:.0f} h before the policy updates and evaluations: out of reach of this "
