@@ -2,7 +2,7 @@
 from GRPO's on the summed reward at all, on the masked-SFT start of the tiny base?
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/stream_gdpo_diag.py [--seeds 0 1 2] [--n-train 64] [--n-test 32]
-        [--sft-steps 300] [--group-size 4] [--out runs/stream_gdpo_diag] [--report docs/results/stream.md]
+        [--sft-steps 200] [--group-size 4] [--out runs/stream_gdpo_diag] [--report docs/results/stream.md]
         [--render-only] [--smoke]   (seeds may run as separate processes into one --out, then --render-only)
 
 Per protocol seed (``_protocol.seed_plan``: its own world, SFT and sampling seed):
@@ -370,7 +370,7 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--n-train", type=int, default=64)
     p.add_argument("--n-test", type=int, default=32)
-    p.add_argument("--sft-steps", type=int, default=300)
+    p.add_argument("--sft-steps", type=int, default=200)
     p.add_argument("--sft-batch", type=int, default=8)
     p.add_argument("--sft-lr", type=float, default=3e-4, help="the base's own SFT lr (1e-3 collapsed its vision)")
     p.add_argument("--blocks-per-stream", type=int, default=4,
