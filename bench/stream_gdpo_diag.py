@@ -2,7 +2,7 @@
 from GRPO's on the summed reward at all, on the masked-SFT start of the tiny base?
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/stream_gdpo_diag.py [--seeds 0 1 2] [--n-train 64] [--n-test 32]
-        [--sft-steps 300] [--group-size 4] [--out runs/stream_gdpo_diag] [--report docs/results/stream.md]
+        [--sft-steps 200] [--group-size 4] [--out runs/stream_gdpo_diag] [--report docs/results/stream.md]
         [--render-only] [--smoke]   (seeds may run as separate processes into one --out, then --render-only)
 
 Per protocol seed (``_protocol.seed_plan``: its own world, SFT and sampling seed):
@@ -43,6 +43,7 @@ from stream_gdpo_stats import NO_EFFECT_CORR, advantages, component_spread, no_e
 CFG = REPO / "configs" / "stream_gdpo.yaml"
 ROLES = ("out", "fmt", "tool", "mem")
 MARKER = "<!-- earlier runs below: written before the diagnostic; kept as they were -->"
+EARLIER = ("# Earlier runs (before the diagnostic above; not from its command, kept as they were)")
 CHOICE_TASKS = ("EPM", "ATR")
 CHUNK = 16  # blocks per rollout call
 
@@ -181,17 +182,27 @@ def mechanism_stats(rec: Dict) -> Dict[str, float]:
     stats.update({f"std_{r}": spread[r]["std"] for r in ROLES})
     stats.update(agree)
     stats["zero_sum"] = component_spread({"sum": rec["total"]}, rec["group_ids"])["sum"]["zero_share"]
-    stats["multi_varying"] = multi_varying_share(rec)
+    multi = multi_varying(rec)
+    stats["multi_varying"] = sum(multi) / len(multi) if multi else float("nan")
+    from stream_gdpo_stats import by_group, spearman
+
+    rhos = [spearman(x, y) for x, y, m in zip(by_group(a, rec["group_ids"]), by_group(b, rec["group_ids"]), multi) if m]
+    rhos = [r for r in rhos if r == r]
+    stats["rho_multi_mean"] = sum(rhos) / len(rhos) if rhos else float("nan")
+    out = by_group(rec["components"]["out"], rec["group_ids"])
+    for name, adv in (("gdpo", a), ("grpo", b)):  # how closely each advantage follows the outcome where it varies
+        rs = [spearman(x, o) for x, o in zip(by_group(adv, rec["group_ids"]), out) if max(o) - min(o) > 1e-9]
+        rs = [r for r in rs if r == r]
+        stats[f"out_follow_{name}"] = sum(rs) / len(rs) if rs else float("nan")
     return stats
 
 
-def multi_varying_share(rec: Dict) -> float:
-    """Share of groups in which two or more components vary (only there can decoupling reorder responses)."""
+def multi_varying(rec: Dict) -> List[bool]:
+    """Per group: do two or more components vary in it (only there can decoupling reorder responses)?"""
     from stream_gdpo_stats import by_group
 
     per = [by_group(rec["components"][r], rec["group_ids"]) for r in ROLES]
-    n = len(per[0])
-    return sum(1 for j in range(n) if sum(max(p[j]) - min(p[j]) > 1e-9 for p in per) >= 2) / n if n else float("nan")
+    return [sum(max(p[j]) - min(p[j]) > 1e-9 for p in per) >= 2 for j in range(len(per[0]))]
 
 
 def can_act(stats: Dict[str, float]):
@@ -216,17 +227,18 @@ def preflight_of(rec: Dict):
     return pf
 
 
-def render(recs: Sequence[Dict], command: str, smoke: bool) -> str:
+def render(recs: Sequence[Dict], command: str, smoke: bool, note: str = "") -> str:
     n_q = min(sum(r["start"]["n"].values()) for r in recs)
     proto = Protocol(command=command, seeds=[r["seed"] for r in recs], n_test=n_q, smoke=smoke)
     res = Results(proto, "Stream-GDPO: the offline diagnostic on the tiny base (no RL)")
     r0 = recs[0]
+    res.add([note, ""] if note else [])
     res.add([f"Per seed: {r0['n_train_streams']} training and {r0['n_test_streams']} held-out 16-s streams of its own "
              f"world (4 blocks each, 1-s chunks at 2 fps, 56x56 frames: the base's frame size), masked SFT "
              f"{r0['sft_steps']} steps x {r0.get('sft_batch', 8)} blocks at lr {r0['sft_lr']:g} from `model.path="
              f"{r0.get('model', 'base')}`, then {r0['group_size']} sampled "
              f"episodes per block on {r0['n_blocks']} blocks ({r0['n_blocks'] / r0['n_train_streams']:g} of 4 per "
-             f"training stream, drawn with the seed) = {r0['n_blocks']} groups ( `configs/stream_gdpo.yaml`'s "
+             f"training stream, drawn with the seed) = {r0['n_blocks']} groups (`configs/stream_gdpo.yaml`'s "
              f"rollout, temperature 1). The test counts are OVO queries (items for EPM/ATR, probes for CRR/REC); "
              f"0 validation items (no RL setting is chosen here). Minutes per seed (SFT / greedy eval / rollouts): "
              + ", ".join(f"seed {r['seed']} {r['minutes']['sft']:.1f} / {r['minutes']['eval']:.1f} / "
@@ -254,23 +266,28 @@ def render(recs: Sequence[Dict], command: str, smoke: bool) -> str:
         res.add(["## Verdict: decoupling changes the advantage on the start", "",
                  "On at least one seed Stream-GDPO's advantage ranks the responses differently from GRPO on the sum:",
                  ""] + [f"- seed {pf.seed}: {'no effect: ' if none else ''}{why}" for pf, (none, why) in zip(pfs, verdicts)]
-                + ["", why_lines(pfs), ""])
-        res.add(rl_needs_lines(recs))
+                + ["", why_lines(pfs), "", POOLED_NOTE, ""])
+        res.add(rl_needs_lines(recs, pfs))
     return res.render()
 
 
-def rl_needs_lines(recs: Sequence[Dict], steps: int = 100, blocks: int = 64) -> List[str]:
+def rl_needs_lines(recs: Sequence[Dict], pfs, steps: int = 100, blocks: int = 64) -> List[str]:
     """What the RL arms (Stream-GDPO vs GRPO on the sum, under the protocol) would need; not run here. The cost is
     this run's own rollout rate (sampled episodes per minute, niced on the shared CPU), rollouts only."""
     from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID
 
     g = recs[0]["group_size"]
     rate = [r["n_blocks"] * r["group_size"] / r["minutes"]["rollout"] for r in recs if r["minutes"]["rollout"] > 0]
-    per_step = blocks * g / (sum(rate) / len(rate)) if rate else float("nan")
+    per_step = blocks * g / max(rate) if rate else float("nan")  # the least contended seed's rate: a lower bound
     grid = len(DEFAULT_LR_GRID) * len(DEFAULT_KL_GRID)
     runs = len(recs) * (3 + grid)  # per seed: Stream-GDPO, GRPO on the sum, coin flip; the grid on GRPO on the sum
     n_q = min(sum(r["start"]["n"].values()) for r in recs)
-    return ["## What the RL arms would need (not run)", "",
+    low = sorted({t for pf in pfs for t, r in pf.per_type.items() if not r["above_chance"]})
+    start = ([f"- A start above chance first: the masked-SFT start is not above chance on {', '.join(low)} on at "
+              f"least one seed (table above), and the protocol does not spend RL on a start at chance (more SFT "
+              f"steps or streams, or a base pre-trained on the stream grammar and its colour questions)."]
+             if low else [])
+    return ["## What the RL arms would need (not run)", ""] + start + [
             f"- Arms per seed: Stream-GDPO and GRPO on the sum from the same masked-SFT start, same prompts, rollouts, "
             f"steps and seed (action-branch weight 1 so that they differ only in the advantage), plus a coin-flip "
             f"control (R_out replaced by a Bernoulli draw of its batch mean; `coin_flip_config` replaces an "
@@ -280,9 +297,10 @@ def rl_needs_lines(recs: Sequence[Dict], steps: int = 100, blocks: int = 64) -> 
             f"same for both arms; >= {steps} RL steps of {blocks} blocks x {g} episodes (the paper's 64 prompts x 4).",
             f"- Test: {n_q} OVO queries per seed on {recs[0]['n_test_streams']} held-out streams here (>= 400 needed; "
             f"EPM and ATR have one item per stream, so per-task intervals stay wide); >= 3 seeds, 5 if the effect is small.",
-            f"- Cost at this run's rollout rate ({', '.join(f'{x:.0f}' for x in rate)} episodes / min): about "
+            f"- Cost: this run's rollout rates were {', '.join(f'{x:.0f}' for x in rate)} episodes / min per seed "
+            f"(niced; they follow the shared machine's load). At the fastest, about "
             f"{per_step:.1f} min of rollouts per RL step, {steps * per_step / 60:.1f} h per {steps}-step run, "
-            f"{runs} runs ({len(recs)} seeds x ({grid} grid points + 3 arms)) = about "
+            f"{runs} runs ({len(recs)} seeds x ({grid} grid points + 3 arms), the grid at full length) = about "
             f"{runs * steps * per_step / 60:.0f} h before the policy updates and evaluations: out of reach of this "
             f"shared 2-core CPU.", ""]
 
@@ -300,29 +318,51 @@ def component_lines(pfs) -> List[str]:
                      + f" | {100 * m['multi_varying']:.1f}% |")
     lines += ["", "Stream-GDPO's advantage vs GRPO's on the sum (the project's `stream_gdpo_advantages` and "
               "`grpo_advantages`, ε 1e-4, weights out 1, fmt 1, tool 0.5, mem 0.5):", "",
-              "| seed | Spearman pooled | Spearman per group (mean) | groups ranked | ranking differs | non-zero only "
-              "under Stream-GDPO | only under GRPO |", "|---|---:|---:|---:|---:|---:|---:|"]
+              "| seed | Spearman pooled | Spearman per group (mean) | per group, where >= 2 components vary | groups "
+              "ranked | ranking differs | non-zero only under Stream-GDPO | only under GRPO |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for pf in pfs:
         m = pf.mechanism
-        lines.append(f"| {pf.seed} | {m['rho_pooled']:.3f} | {m['rho_group_mean']:.3f} | {m['groups_ranked']:.0f} / "
+        lines.append(f"| {pf.seed} | {m['rho_pooled']:.3f} | {m['rho_group_mean']:.3f} | {m['rho_multi_mean']:.3f} | "
+                     f"{m['groups_ranked']:.0f} / "
                      f"{pf.n_groups} | {100 * m['rank_differs']:.1f}% | {100 * m['only_a']:.1f}% | {100 * m['only_b']:.1f}% |")
+    lines += ["", "How closely each advantage follows the outcome: mean over the groups where R_out varies of the "
+              "Spearman correlation between the advantage and R_out (1: the advantage orders the responses by "
+              "outcome; the other components can pull it away):", "",
+              "| seed | groups where R_out varies | Stream-GDPO | GRPO on the sum |", "|---|---:|---:|---:|"]
+    for pf in pfs:
+        m = pf.mechanism
+        lines.append(f"| {pf.seed} | {100 * (1 - m['zero_out']):.1f}% | {m['out_follow_gdpo']:.3f} | "
+                     f"{m['out_follow_grpo']:.3f} |")
     return lines + [""]
 
 
+POOLED_NOTE = ("Pooled vs per group: both advantages are centred in each group, but GRPO's has unit spread in every "
+               "group while Stream-GDPO's (no batch step) is a sum of standardised components, so a group where "
+               "several components vary gets a larger advantage: a pooled correlation below the per-group one "
+               "means decoupling re-weights groups more than it reorders responses within them.")
+
+
 def why_lines(pfs) -> str:
+    closer = [pf.seed for pf in pfs if pf.mechanism["out_follow_gdpo"] > pf.mechanism["out_follow_grpo"]]
+    above = [f"seed {pf.seed}: {sum(r['above_chance'] > 0 for r in pf.per_type.values())} of {len(pf.per_type)}"
+             for pf in pfs]
     return ("Why: decoupling can reorder a group's responses only where two or more components vary in it with "
             "different spreads (or cancel in the sum); that share is "
             + ", ".join(f"{100 * pf.mechanism['multi_varying']:.1f}% (seed {pf.seed})" for pf in pfs)
-            + " of the groups here.")
+            + " of the groups here. Stream-GDPO's advantage follows R_out more closely than GRPO's on the sum on "
+            f"{len(closer)} of {len(pfs)} seeds. Tasks on which the start is above chance: " + ", ".join(above) + ".")
 
 
 def write_report(path: Path, text: str) -> None:
-    """``text`` on top of ``path``; what followed ``MARKER`` (or the whole old file) kept below the marker."""
+    """``text`` on top of ``path``; what followed ``MARKER`` (or the whole old file) kept below the marker and the
+    ``EARLIER`` label."""
     old = path.read_text() if path.exists() else ""
     if MARKER in old:
         old = old.split(MARKER, 1)[1].lstrip("\n")
+        old = old[len(EARLIER):].lstrip("\n") if old.startswith(EARLIER) else old
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text.rstrip() + "\n\n" + MARKER + "\n\n" + old)
+    path.write_text(text.rstrip() + "\n\n" + MARKER + "\n\n" + EARLIER + "\n\n" + old)
 
 
 def main(argv: List[str] | None = None) -> None:
@@ -330,7 +370,7 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--n-train", type=int, default=64)
     p.add_argument("--n-test", type=int, default=32)
-    p.add_argument("--sft-steps", type=int, default=300)
+    p.add_argument("--sft-steps", type=int, default=200)
     p.add_argument("--sft-batch", type=int, default=8)
     p.add_argument("--sft-lr", type=float, default=3e-4, help="the base's own SFT lr (1e-3 collapsed its vision)")
     p.add_argument("--blocks-per-stream", type=int, default=4,
@@ -342,6 +382,7 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("--report", default=str(REPO / "docs/results/stream.md"))
     p.add_argument("--render-only", action="store_true")
     p.add_argument("--reuse-sft", action="store_true", help="keep a seed's finished SFT checkpoint in --out")
+    p.add_argument("--note", default="", help="a line printed under the command (how the seeds were run)")
     p.add_argument("--smoke", action="store_true", help="fewer seeds than the protocol's (labelled SMOKE RUN)")
     args = p.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -353,8 +394,10 @@ def main(argv: List[str] | None = None) -> None:
     if args.render_only or len(args.seeds) > 1 or args.smoke:
         if not args.smoke and len(recs) < MIN_SEEDS:
             raise ProtocolError(f"protocol: {len(recs)} seed(s); the diagnostic's table needs >= {MIN_SEEDS} (--smoke)")
-        cmd = shlex.join(["OMP_NUM_THREADS=1", ".venv/bin/python", "bench/stream_gdpo_diag.py", *argv])
-        text = render(recs, cmd, args.smoke)
+        shown = [a for i, a in enumerate(argv) if a != "--note" and (i == 0 or argv[i - 1] != "--note")]
+        cmd = shlex.join(["OMP_NUM_THREADS=1", ".venv/bin/python", "bench/stream_gdpo_diag.py", *shown]
+                         + (["--note", "(the paragraph below)"] if args.note else []))
+        text = render(recs, cmd, args.smoke, args.note)
         print(text)
         write_report(Path(args.report), text)
 

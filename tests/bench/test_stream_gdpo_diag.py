@@ -78,6 +78,15 @@ def test_all_zero_advantages_mean_no_effect():
     assert none and "zero or constant" in why
 
 
+def test_decoupling_follows_the_outcome_when_a_noisy_component_dominates_the_sum():
+    """R_mem spreads more than R_out: the summed advantage follows R_mem, the decoupled one R_out more closely."""
+    D = load_bench("stream_gdpo_diag")
+    comps = {"out": [1, 1, 0, 0], "fmt": [1, 1, 1, 1], "tool": [0, 0, 0, 0], "mem": [0, 3, 1, 2]}
+    m = D.mechanism_stats(_rec(0, comps, [0, 0, 0, 0]))
+    assert m["out_follow_gdpo"] > m["out_follow_grpo"] and m["multi_varying"] == 1.0
+    assert m["zero_fmt"] == 1.0 and m["zero_out"] == 0.0 and m["rho_multi_mean"] < 1.0
+
+
 def _rec(seed, comps, gids):
     return {"seed": seed, "start": {"acc": {"EPM": 0.5, "CRR": 0.4}, "n": {"EPM": 32, "CRR": 200},
                                     "chance": {"EPM": 0.25, "CRR": 0.45}, "overall": 0.3, "invalid_frac": 0.1},
@@ -98,12 +107,13 @@ def test_render_writes_the_verdict_on_top_and_keeps_earlier_runs(tmp_path):
     text2 = D.render([_rec(s, mixed, gids) for s in (0, 1, 2)], "cmd", smoke=False)
     assert "decoupling changes the advantage" in text2 and "100.0%" in text2
     assert "What the RL arms would need (not run)" in text2 and "What the RL arms" not in text
+    assert "not above chance on CRR on at least one seed" in text2
     path = tmp_path / "stream.md"
     path.write_text("# old tables\n\nold row\n")
     D.write_report(path, text)
     D.write_report(path, text2)  # a rerun replaces the top section, the earlier runs stay once
     body = path.read_text()
-    assert body.startswith("# Stream-GDPO") and body.count("old row") == 1 and body.count(D.MARKER) == 1
+    assert body.startswith("# Stream-GDPO") and body.count("old row") == 1 and body.count(D.MARKER) == 1 and body.count(D.EARLIER) == 1
     assert "decoupling changes the advantage" in body and "stopped before RL" not in body
 
 
