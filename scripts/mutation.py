@@ -494,6 +494,41 @@ EQUIVALENT = {
      'if action.think and action.reason not in ("XXno_thinkXX", "multiple_thinks"):'),
     ('mmrl/stream/env.py', 'if action.think and action.reason not in ("no_think", "multiple_thinks"):',
      'if action.think and action.reason not in ("NO_THINK", "multiple_thinks"):'),
+    # views: an integer arange squared and divided by a Python float is float32, as the float32 arange gives (the same kernel)
+    ('mmrl/views/transforms.py', 'k = torch.exp(-(torch.arange(-r, r + 1, dtype=torch.float32) ** 2) / (2 * sigma**2))',
+     'k = torch.exp(-(torch.arange(-r, r + 1, dtype=None) ** 2) / (2 * sigma**2))'),
+    ('mmrl/views/transforms.py', 'k = torch.exp(-(torch.arange(-r, r + 1, dtype=torch.float32) ** 2) / (2 * sigma**2))',
+     'k = torch.exp(-(torch.arange(-r, r + 1, ) ** 2) / (2 * sigma**2))'),
+    # views: the blur is a convex combination of uint8 values (positive kernel, normalised), so after round() it lies in
+    # [0, 255]: clamp's bounds None / 256 change nothing; a 1-pixel frame blurred with replicate borders is itself
+    ('mmrl/views/transforms.py', 'return y.round().clamp(0, 255).to(torch.uint8).reshape(n, c, h, w)',
+     'return y.round().clamp(None, 255).to(torch.uint8).reshape(n, c, h, w)'),
+    ('mmrl/views/transforms.py', 'return y.round().clamp(0, 255).to(torch.uint8).reshape(n, c, h, w)',
+     'return y.round().clamp(0, None).to(torch.uint8).reshape(n, c, h, w)'),
+    ('mmrl/views/transforms.py', 'return y.round().clamp(0, 255).to(torch.uint8).reshape(n, c, h, w)',
+     'return y.round().clamp(0, ).to(torch.uint8).reshape(n, c, h, w)'),
+    ('mmrl/views/transforms.py', 'return y.round().clamp(0, 255).to(torch.uint8).reshape(n, c, h, w)',
+     'return y.round().clamp(0, 256).to(torch.uint8).reshape(n, c, h, w)'),
+    ('mmrl/views/transforms.py', 'if sigma <= 0 or x.numel() == 0:',
+     'if sigma <= 0 or x.numel() == 1:'),
+    # views: torch.einsum accepts upper-case subscripts: the same contraction
+    ('mmrl/views/image_transforms.py', 'm = torch.einsum("tb,bh,bw->thw", sel.float(), in_r.float(), in_c.float()) > 0',
+     'm = torch.einsum("TB,BH,BW->THW", sel.float(), in_r.float(), in_c.float()) > 0'),
+    # views: the anchor is always the first spec (_parse_qtype puts it first), so anchor_expected is set before it is read
+    ('mmrl/views/viewset.py', 'anchor_expected = None',
+     'anchor_expected = ""'),
+    # views: when a view needs a change, _keep_unchanged raises whatever mode says ("mode == 'error' or needs_change"),
+    # with the same message; any mode other than 'skip' and 'error' keeps the view, as 'keep' does
+    ('mmrl/views/viewset.py', 'mode = s.if_unchanged or ("error" if needs_change else "keep")',
+     'mode = s.if_unchanged or ("error" if (needs_change) and False else "keep")'),
+    ('mmrl/views/viewset.py', 'mode = s.if_unchanged or ("error" if needs_change else "keep")',
+     'mode = s.if_unchanged or ("XXerrorXX" if needs_change else "keep")'),
+    ('mmrl/views/viewset.py', 'mode = s.if_unchanged or ("error" if needs_change else "keep")',
+     'mode = s.if_unchanged or ("ERROR" if needs_change else "keep")'),
+    ('mmrl/views/viewset.py', 'mode = s.if_unchanged or ("error" if needs_change else "keep")',
+     'mode = s.if_unchanged or ("error" if needs_change else "XXkeepXX")'),
+    ('mmrl/views/viewset.py', 'mode = s.if_unchanged or ("error" if needs_change else "keep")',
+     'mode = s.if_unchanged or ("error" if needs_change else "KEEP")'),
 }
 
 CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash
