@@ -197,3 +197,13 @@ def test_sequences_without_a_kv_cache_are_scored_whole(model, monkeypatch):
         response_logprobs(Flash(model), seqs, pad_id=PAD)
     assert used == ["score_shared", "score_sequences", "score_sequences"]
     assert sequence_scoring.score_shared is not None
+
+
+@pytest.mark.parametrize("strategy", ["packed", "expand", "full", "onepass"])
+def test_a_chunk_of_one_item_in_every_layout(model, strategy):
+    """Six items in micro-batches of five: the last chunk holds one item (a one-token response)."""
+    its = items()[1:] + items()[:1]
+    with torch.no_grad():
+        ours = response_logprobs(model, its, temperature=T, micro_batch=5, pad_id=PAD, strategy=strategy)
+        for (p, r), lp in zip(its, ours):
+            assert torch.allclose(lp, plain(model, p, r, T), atol=1e-5)
