@@ -164,7 +164,9 @@ def test_sequences_score_their_model_turns_at_t_and_their_observations_at_zero(m
     seqs = [sequence(vid, 1, share), sequence(vid, 2, share, observation_image=False), sequence(img, 3, share)]
     assert IMAGE in seqs[0][1] and V_START in seqs[0][1] and V_END in seqs[0][1]
     with torch.no_grad():
-        ours = response_logprobs(model, seqs, temperature=temperature, micro_batch=2, pad_id=PAD)
+        # micro-batches of 3: the first chunk holds the video prompt's two sequences and the image prompt's one, so
+        # the shorter prompt is padded in the shared prefill
+        ours = response_logprobs(model, seqs, temperature=temperature, micro_batch=3, pad_id=PAD)
         for (s, tail), lp in zip(seqs, ours):
             want = plain(model, s, tail, temperature, s.trained)
             assert torch.allclose(lp, want, atol=1e-5), (share, (lp - want).abs().max())
@@ -176,7 +178,7 @@ def test_a_mix_of_single_turn_items_and_sequences_keeps_the_items_order(model):
     seqs = [sequence(prompt("video", seed=4), 1), sequence(prompt("image", seed=5), 3, share=False)]
     mixed = [seqs[0], single[0], single[4], seqs[1], single[5]]
     with torch.no_grad():
-        ours = response_logprobs(model, mixed, temperature=T, micro_batch=1, pad_id=PAD)
+        ours = response_logprobs(model, mixed, temperature=T, micro_batch=1, pad_id=0)  # any pad id: it is masked
         for (p, r), lp in zip(mixed, ours):
             tr = p.trained if isinstance(p, SequenceInputs) else None
             assert torch.allclose(lp, plain(model, p, r, T, tr), atol=1e-5)
@@ -197,3 +199,13 @@ def test_sequences_without_a_kv_cache_are_scored_whole(model, monkeypatch):
         response_logprobs(Flash(model), seqs, pad_id=PAD)
     assert used == ["score_shared", "score_sequences", "score_sequences"]
     assert sequence_scoring.score_shared is not None
+
+
+@pytest.mark.parametrize("strategy", ["packed", "expand", "full", "onepass"])
+def test_a_chunk_of_one_item_in_every_layout(model, strategy):
+    """Six items in micro-batches of five: the last chunk holds one item (a one-token response)."""
+    its = items()[1:] + items()[:1]
+    with torch.no_grad():
+        ours = response_logprobs(model, its, temperature=T, micro_batch=5, pad_id=PAD, strategy=strategy)
+        for (p, r), lp in zip(its, ours):
+            assert torch.allclose(lp, plain(model, p, r, T), atol=1e-5)

@@ -39,6 +39,8 @@ def test_scoring_strategy_packs_while_the_extra_keys_stay_within_192(prompt_toke
             "the prompt's row, expand = the prompt's KV cache gathered per response)"),
     (8, 28, "shared-prompt layout: expand ((n-1) x max_new_tokens = 196 > 192; packed = responses side by side in "
             "the prompt's row, expand = the prompt's KV cache gathered per response)"),
+    (2, 100, "shared-prompt layout: packed ((n-1) x max_new_tokens = 100 <= 192; packed = responses side by side in "
+             "the prompt's row, expand = the prompt's KV cache gathered per response)"),
     (3, 96, "shared-prompt layout: packed ((n-1) x max_new_tokens = 192 <= 192; packed = responses side by side in "
             "the prompt's row, expand = the prompt's KV cache gathered per response)"),
 ])

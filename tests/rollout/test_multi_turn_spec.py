@@ -410,3 +410,44 @@ def test_an_observation_the_processor_rejects_names_the_episodes_and_turn():
     assert str(e.value) == f"multi_turn: the processor rejected the observations of s0 (turn 0), s1 (turn 0): {cause}"
     assert len(str(e.value.__cause__)) > 300 and isinstance(e.value.__cause__, RuntimeError)
     assert detokenize(tokenize("<|im_end|>a")) == "<|im_end|>a"
+
+
+# ---- written after the mutation run for its survivors ------------------------------------------------------------
+
+def test_the_trained_mask_of_a_scored_sequence_is_bool():
+    segs = [Segment("model", torch.tensor([3, 4])), Segment("env", torch.tensor([5]))]
+    assert sequence_inputs(PromptInputs(input_ids=torch.tensor([1])), segs).trained.dtype == torch.bool
+
+
+def test_an_engine_that_does_not_say_it_continues_sequences_is_refused():
+    class Bare:
+        def generate(self, reqs, params):
+            raise AssertionError("never called")
+
+    with pytest.raises(ValueError, match=r"^rollout.agent_loop=multi_turn: the Bare cannot continue a sequence"):
+        run(lambda k: ([],), engine=Bare())
+
+
+def test_kept_caches_with_one_episode_and_the_sampling_params_on_every_call():
+    proc = FakeProcessor()
+    reqs = requests(proc, 1, 1)[:1]
+    trajs, _, engine, _ = run(lambda k: ([Observation("O1"), Observation("O2")],), engine=ScriptedEngine(kv=True),
+                              reqs=reqs, proc=proc, max_new_tokens=5)
+    assert [c[0] for c in engine.calls] == ["start", "continue", "continue"] and len(trajs) == 1
+    assert all(c[2] is not None and c[2].max_new_tokens == 5 for c in engine.calls)
+
+
+def test_a_text_only_prompt_gets_the_system_suffix_too():
+    proc = FakeProcessor()
+    text = build_prompt_inputs(proc, [{"role": "user", "content": [{"type": "text", "text": "Q?"}]}], Media("t"))
+    text.media = None
+    req = RolloutRequest(inputs=text, n=2, sample_id="t0")
+    trajs, _, engine, _ = run(lambda k: ([],), reqs=[req], proc=proc, max_turns=1, system_suffix=SUFFIX)
+    assert trajs[0].sequence.prompt.text == ("<|im_start|>system\nYou are a helpful assistant." + SUFFIX + "<|im_end|>\n"
+                                             "<|im_start|>user\nQ?<|im_end|>\n" + GEN)
+
+
+@pytest.mark.parametrize("suffix, out", [(" Tools", " Tools"), ("\nXML tools", "XML tools"), ("\n\n\tT", "\tT")])
+def test_only_leading_newlines_of_the_suffix_are_dropped_in_a_new_system_turn(suffix, out):
+    loop = MultiTurnLoop(FakeProcessor(), lambda: None, system_suffix=suffix)
+    assert loop._system("<|im_start|>user\nQ<|im_end|>\n") == f"<|im_start|>system\n{out}<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n"

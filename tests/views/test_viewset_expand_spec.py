@@ -233,3 +233,42 @@ def test_roles_abstain_and_repr():
     assert repr(ab) == "ViewSet('vs', qtypes=['default'], abstain=True)"
     assert ab.candidates_for(make_sample(candidates=["a", " unknown"], answer="a")) == ["a", " unknown"]
     assert isinstance(ab.expand(make_sample(candidates=["a"], answer="a"), make_clip())[1].media, Media)
+
+
+def test_the_media_kind_a_sample_declares_is_checked_and_none_checks_nothing(test_transforms):
+    VIEW_TRANSFORMS._items.pop("spec_image_only", None)
+    view_transform("spec_image_only", effect="unchanged", kinds=("image",))(lambda media, sample, rng: media)
+    try:
+        vs = vset({"name": "io", "role": "stable", "transform": "spec_image_only"})
+        assert err(vs.views_for, make_sample(sample_id="v2")) == (
+            "sample 'v2': view set 'vs', view 'io' (transform 'spec_image_only') does not apply to video media")
+        assert [s.name for s in vs.views_for(make_sample(image=True))] == ["original", "io"]
+    finally:
+        VIEW_TRANSFORMS._items.pop("spec_image_only", None)
+    rv = vset({"name": "rv", "role": "stable", "transform": "reverse", "effect": "unchanged"})
+    assert [s.name for s in rv.views_for(replace(make_sample(), video=None))] == ["original", "rv"]  # no media: no kind
+
+
+def test_the_anchor_expects_the_answer_whatever_effect_it_declares():
+    vs = vset({"name": "o", "role": "anchor", "effect": "unknown"}, {"name": "g", "role": "stable", "transform": "gray",
+                                                                      "effect": "unknown"})
+    s = make_sample(candidates=["left", "right"], answer="right")
+    assert [vs.expected_for(x, s) for x in vs.qtypes["default"]] == ["B", None]
+
+
+def test_expand_draws_with_seed_zero_by_default(test_transforms):
+    vs = vset({"name": "d1", "role": "stable", "transform": "spec_draw"})
+    a, b = vs.expand(make_sample(), make_clip()), vs.expand(make_sample(), make_clip(), seed=0)
+    assert torch.equal(a[1].media.frames, b[1].media.frames)
+    assert not torch.equal(a[1].media.frames, vs.expand(make_sample(), make_clip(), seed=1)[1].media.frames)
+
+
+def test_pixels_and_with_pixels_of_untimed_and_empty_media():
+    from mmrl.views.transforms import pixels, with_pixels
+
+    untimed = Media("u", frames=torch.zeros(2, 3, 4, 4, dtype=torch.uint8), fps=2.0)
+    out = with_pixels(untimed, torch.ones(2, 3, 4, 4, dtype=torch.uint8))
+    assert out.timestamps is None and int(out.frames.sum()) == 96
+    with pytest.raises(ValueError) as e:
+        pixels(Media("m9"))
+    assert str(e.value) == "media of sample 'm9' has neither frames nor an image"
