@@ -50,7 +50,8 @@ GROUPS = {
     # the methods beyond the GRPO family (issue 30), one group per method family so each fits its budget
     "pacg": (["mmrl/algos/pacg.py", "mmrl/algos/pacg_gate.py"], ["tests/algos/test_pacg_core.py",
                                                                  "tests/algos/test_pacg_spec.py",
-                                                                 "tests/algos/test_pacg_bounds.py"]),
+                                                                 "tests/algos/test_pacg_bounds.py",
+                                                                 "tests/algos/test_pacg_content.py"]),
     "gdpo": (["mmrl/algos/gdpo.py", "mmrl/algos/stream_gdpo.py"], ["tests/algos/test_gdpo.py",
                                                                    "tests/algos/test_stream_gdpo.py"]),
     "dspo": (["mmrl/algos/dspo.py", "mmrl/algos/dspo_math.py", "mmrl/rewards/dspo_rewards.py",
