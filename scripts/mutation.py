@@ -435,6 +435,10 @@ EQUIVALENT = {
     # gives the same token-EFS mean 0.0; repeat_interleave(lens) is repeat_interleave(arange, lens); a one-claim group has
     # ss = 0, so sqrt(0 / 1) = 0 as the guard gives; float zeros as group ids give the same unique/inverse; an arange of
     # shape [T] broadcasts like [1, T]; a zero advantage times a gain is zero
+    # pacg content persistence: with no claims rows and owner (segments_of([])) are both empty, so rows[owner] is the
+    # same empty tensor as rows
+    ('mmrl/algos/pacg.py', 'pers, cefs = claim_scores(list(inter), list(batch.logprobs), rows[owner] if rows.numel() else rows,',
+     'pers, cefs = claim_scores(list(inter), list(batch.logprobs), rows[owner] if (rows.numel()) or True else rows,'),
     ('mmrl/algos/pacg.py', 'decode = getattr(batch, "decode", None)',
      'decode = getattr(batch, "decode", )'),
     ('mmrl/algos/pacg.py', 'rows = torch.tensor([c.row for c in claims], dtype=torch.long)',

@@ -179,3 +179,46 @@ def test_content_spans_on_a_real_tokenizers_pieces(tiny_model_path):
     assert dec(ids[s2:e2]).strip() == "bottom"
     # two words touching in one piece count once; disjoint words stay two segments
     assert content_token_spans([(0, 2), (2, 5), (5, 8), (8, 9)], [(1, 3), (3, 4), (8, 9)]) == ((0, 2), (3, 4))
+
+
+def test_claim_scores_average_a_claims_segments_token_weighted():
+    """A claim with two content words (two segments): P and EFS are means over all their tokens, not per segment."""
+    orig = [torch.zeros(8)]
+    d = [0.0, math.log(0.4), math.log(0.4), 0.0, 0.0, math.log(0.9), math.log(0.9), math.log(0.9)]
+    inter = [torch.tensor(d)]
+    owner, s, e = segments_of([[(1, 3), (5, 8)]])
+    p, efs = claim_scores(inter, orig, torch.tensor([0])[owner], s, e, owner, 1)
+    assert p.tolist() == pytest.approx([(2 * 0.4 + 3 * 0.9) / 5])
+    efs_tok = [r - math.log(r) - 1 for r in (0.4, 0.4, 0.9, 0.9, 0.9)]
+    assert efs.tolist() == pytest.approx([sum(efs_tok) / 5])
+
+
+def test_no_claims_and_no_segments_give_empty_or_sized_results():
+    v = [torch.tensor([1.0, 2.0])]
+    none = torch.zeros(0, dtype=torch.long)
+    assert span_means(v, none, none, none).shape == (0,)  # one value per span: no spans, no values
+    assert span_means(v, none, none, none, None, 2).shape == (0,)
+    assert span_means(v, none, none, none, none).shape == (0,)  # n defaults to no claims
+    assert span_means(v, none, none, none, none, 2).tolist() == [0.0, 0.0]  # one value per claim
+    p, efs = claim_scores([torch.zeros(2)], [torch.zeros(2)], none, none, none, none)
+    assert p.shape == efs.shape == (0,)
+    owner, s, e = segments_of([])
+    assert owner.dtype == s.dtype == e.dtype == torch.long and owner.numel() == 0  # usable as indices
+    with pytest.raises(ValueError, match=r"^every claim needs at least one content segment$"):
+        span_means(v, torch.tensor([0]), torch.tensor([0]), torch.tensor([1]), torch.tensor([1]), 2)
+
+
+def test_a_claim_with_two_content_words_is_measured_on_both_through_the_method():
+    texts = ["<think>I see a red square on the left.</think>A", "<think>I see a blue square in the image.</think>B"]
+    batch = _batch({"red": 0.4, "left": 0.9, "blue": 0.6}, texts=texts, rewards=(1.0, 0.0))
+    batch.groups = {"prompt": torch.tensor([0, 0]), "pack": torch.zeros(2, dtype=torch.long)}
+    out = build_spec("pacg", {"base": "grpo", "claim_extractor": EXTRACTOR, "persistence": "content"},
+                     LossParams()).advantages(batch)
+    assert out.metrics["pacg/claims"] == 2.0
+    assert out.metrics["pacg/persistence_mean"] == pytest.approx(((3 * 0.4 + 4 * 0.9) / 7 + 0.6) / 2)
+
+
+def test_an_extractor_that_cannot_be_imported_is_named():
+    with pytest.raises(ConfigError, match=r"^config key 'algorithm\.params\.claim_extractor': claim extractor "
+                                          r"'no_such_module:f' could not be imported: "):
+        build_spec("pacg", {"base": "grpo", "claim_extractor": "no_such_module:f"}, LossParams())
