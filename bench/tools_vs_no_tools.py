@@ -210,6 +210,15 @@ def rewrite_can_act(st: dict) -> tuple:
     return True, f"rectify would rewrite {100 * share:.1f}% of the start's episodes"
 
 
+def start_eval(args, seed: int, start: dict, cfg) -> dict:
+    """Greedy tool-episode evaluation of the tool warm-up on the test split, run once per seed and kept in
+    ``seed<S>/sft_tools/test_eval.json`` (the pre-flight and the ``sft`` arm both read it)."""
+    path = Path(args.out) / f"seed{seed}" / "sft_tools" / "test_eval.json"
+    if not path.exists():
+        path.write_text(json.dumps(eval_tools(start["tools"], cfg), indent=2, default=str))
+    return json.loads(path.read_text())
+
+
 def preflight_seed(args, seed: int, world: dict, start: dict):
     """The seed's pre-flight (cached in ``preflight_seed<S>.json``): the tool warm-up's greedy test accuracy per type,
     and ``--preflight-groups`` groups of (b)'s rollout on validation prompts."""
@@ -222,7 +231,7 @@ def preflight_seed(args, seed: int, world: dict, start: dict):
         d = json.loads(path.read_text())
         return Preflight(**{**d, "pass_at": {int(k): v for k, v in d["pass_at"].items()}})
     b = rl_configs(args, seed, world, start)["b"]
-    res = eval_tools(start["tools"], b)
+    res = start_eval(args, seed, start, b)
     test, _ = load_samples(world["test"])
     val, _ = load_samples(world["val"])
     trainer = RLTrainer(b, quiet=True)
@@ -268,7 +277,7 @@ def run_arms(args, seed: int, world: dict, start: dict, sel: Selection) -> dict:
     out = {"seed": seed, "lr": sel.lr, "kl": sel.kl}
     plain_eval = load_config([], base_overrides(args, world, root / "x", 0) + PLAIN)
     out["sft_overview"] = eval_plain(start["plain"], plain_eval, root / "sft_plain")
-    out[SFT_ARM] = eval_tools(start["tools"], cfgs["b"])
+    out[SFT_ARM] = start_eval(args, seed, start, cfgs["b"])
     for arm in (COIN_ARM, "a"):
         if not (Path(cfgs[arm].train.out_dir) / "final").exists():
             RLTrainer(cfgs[arm], quiet=True).run(overwrite=True)
