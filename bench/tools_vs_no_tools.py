@@ -18,6 +18,7 @@ split by (b)'s true-reward run and used by every arm, and the arms:
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/tools_vs_no_tools.py [--seeds 0 1 2] [--out runs/tools_vs_no_tools]
         [--prepare-only]   # world, warm-ups and pre-flight of --seeds only (run seeds as separate processes)
+        [--only S]         # seed S's selection grid and arms (one process per seed; waits for the others' grids)
 
 Every stage whose output exists is read, not rerun (``<out>/seed<S>/...``, ``preflight_seed<S>.json``,
 ``selection.json``, ``results_seed<S>.json``), so seeds can be prepared in parallel processes and one last call
@@ -244,25 +245,38 @@ def preflight_seed(args, seed: int, world: dict, start: dict):
 
 
 def selection(args, proto, worlds: dict, starts: dict) -> Selection:
-    """lr x KL chosen on the validation split by (b)'s true-reward run (``--select-steps`` steps), every score
-    cached in ``selection.json`` so an interrupted grid continues."""
-    path = Path(args.out) / "selection.json"
-    done = json.loads(path.read_text()) if path.exists() else {}
-    cfgs = {}
-    for s in proto.seeds:
+    """lr x KL chosen on the validation split by (b)'s true-reward run (``--select-steps`` steps), each seed's score
+    per setting cached in ``selection_seed<S>.json`` so an interrupted grid continues. With ``--only S`` this process
+    scores seed S's grid, then waits (``--wait-min``) for the other seed processes' files; the choice is the best
+    mean over seeds, the same for every seed and arm."""
+    from _protocol import arm_val_score as score_of
+
+    def cfg_of(s: int):
         c = rl_configs(args, s, worlds[s], starts[s])["b"]
         c.train.out_dir = str(Path(args.out) / f"seed{s}" / "select")
-        cfgs[s] = c
-    score = arm_val_score(cfgs, args.select_steps, {s: worlds[s]["val"] for s in proto.seeds})
+        return c
 
-    def cached(lr: float, kl: float) -> float:
-        key = f"{lr:g},{kl:g}"
-        if key not in done:
-            done[key] = score(lr, kl)
-            path.write_text(json.dumps(done, indent=2))
-        return done[key]
+    def seed_scores(s: int) -> dict:
+        path = Path(args.out) / f"selection_seed{s}.json"
+        return json.loads(path.read_text()) if path.exists() else {}
 
-    return select_setting(proto, cached)
+    keys = [f"{lr:g},{kl:g}" for lr in proto.lr_grid for kl in proto.kl_grid]
+    for s in ([args.only] if args.only is not None else proto.seeds):
+        done, path = seed_scores(s), Path(args.out) / f"selection_seed{s}.json"
+        for lr in proto.lr_grid:
+            for kl in proto.kl_grid:
+                if f"{lr:g},{kl:g}" not in done:
+                    done[f"{lr:g},{kl:g}"] = score_of({s: cfg_of(s)}, args.select_steps, {s: worlds[s]["val"]})(lr, kl)
+                    path.write_text(json.dumps(done, indent=2))
+    t0 = time.time()
+    while not all(k in seed_scores(s) for s in proto.seeds for k in keys):
+        if time.time() - t0 > 60 * args.wait_min:
+            missing = [s for s in proto.seeds if not all(k in seed_scores(s) for k in keys)]
+            raise SystemExit(f"tools bench: seeds {missing} have not finished their selection grid after "
+                             f"{args.wait_min} min (run them with --only S)")
+        time.sleep(20)
+    per = {s: seed_scores(s) for s in proto.seeds}
+    return select_setting(proto, lambda lr, kl: sum(per[s][f"{lr:g},{kl:g}"] for s in proto.seeds) / len(proto.seeds))
 
 
 def run_arms(args, seed: int, world: dict, start: dict, sel: Selection) -> dict:
@@ -397,6 +411,9 @@ def main(argv=None) -> str:
     ap.add_argument("--fixed-options", action=argparse.BooleanOptionalAction, default=True,
                     help="every question lists all 4 colours in canonical order (make_seek_world(fixed_options=))")
     ap.add_argument("--prepare-only", action="store_true", help="world, warm-ups and pre-flight of --seeds, then stop")
+    ap.add_argument("--only", type=int, default=None,
+                    help="run seed S's selection grid and arms only (one process per seed); a last call without it renders")
+    ap.add_argument("--wait-min", type=float, default=120, help="--only: minutes to wait for the other seeds' grids")
     ap.add_argument("--results", default=str(REPO / "docs" / "results" / "tools.md"))
     args = ap.parse_args(argv)
     import torch
@@ -404,16 +421,19 @@ def main(argv=None) -> str:
     torch.set_num_threads(1)
     proto = protocol_from_args(args, "bench/tools_vs_no_tools.py", argv)
     res = Results(proto, "Tools: video seek, rectified bootstrapping and its control (b')")
-    worlds = {s: world_of(args, s) for s in proto.seeds}
-    starts = {s: warmups(args, s, worlds[s]) for s in proto.seeds}
-    pfs = [preflight_seed(args, s, worlds[s], starts[s]) for s in proto.seeds]
+    if args.only is not None and args.only not in proto.seeds:
+        raise SystemExit(f"tools bench: --only {args.only} is not one of --seeds {proto.seeds}")
+    mine = [args.only] if args.only is not None else proto.seeds
+    worlds = {s: world_of(args, s) for s in mine}
+    starts = {s: warmups(args, s, worlds[s]) for s in mine}
+    pfs = [preflight_seed(args, s, worlds[s], starts[s]) for s in mine]
     if args.prepare_only:
         return ""
     if stop_if_cannot_act(pfs, res, args.results, "rectification"):
         return res.render()
     sel = selection(args, proto, worlds, starts)
     results = []
-    for s in proto.seeds:
+    for s in ([args.only] if args.only is not None else proto.seeds):
         done = Path(args.out) / f"results_seed{s}.json"
         prev = json.loads(done.read_text()) if done.exists() else None
         if prev is None or (prev["lr"], prev["kl"]) != (sel.lr, sel.kl):
@@ -421,6 +441,8 @@ def main(argv=None) -> str:
         results.append(json.loads(done.read_text()))
         r = results[-1]
         print(f"seed {s}: " + ", ".join(f"{k} {100 * r[k]['accuracy']:.1f}%" for k in ARM_LABEL if k in r), flush=True)
+    if args.only is not None:  # one seed process: the last call without --only renders
+        return ""
     render(args, proto, results, sel, res)
     res.write(args.results)
     text = res.render()

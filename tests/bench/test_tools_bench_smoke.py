@@ -22,8 +22,11 @@ def test_tools_bench_smoke(tiny_model_path, tmp_path):
     out = tmp_path / "bench"
     # --prepare-only: the world, both warm-ups and the pre-flight, no RL arm
     bench.main(_args(out, tiny_model_path, tmp_path / "prep.md", "--prepare-only"))
-    assert (out / "preflight_seed0.json").exists() and not (out / "selection.json").exists()
+    assert (out / "preflight_seed0.json").exists() and not (out / "selection_seed0.json").exists()
     assert not (out / "seed0" / "c").exists() and not (tmp_path / "prep.md").exists()
+    # --only 0: the seed's grid and arms in their own process, no results file; the call without it renders
+    assert bench.main(_args(out, tiny_model_path, tmp_path / "table.md", "--only", "0")) == ""
+    assert (out / "results_seed0.json").exists() and not (tmp_path / "table.md").exists()
     text = bench.main(_args(out, tiny_model_path, tmp_path / "table.md"))
     assert text.startswith("# Tools: video seek") and "SMOKE RUN" in text and text == (tmp_path / "table.md").read_text()
     for head in ("## Pre-flight (SFT start, before any RL)", "## RL setting, chosen on the validation split",
@@ -32,7 +35,7 @@ def test_tools_bench_smoke(tiny_model_path, tmp_path):
         assert head in text, head
     for row in ("| sft |", "| coin_flip |", "| a |", "| b |", "| b2 |", "| c |", "| c − b2 |", "| b − coin_flip |"):
         assert row in text, row
-    assert json.loads((out / "selection.json").read_text()).keys() == {"0.0001,0", "0.0003,0"}
+    assert json.loads((out / "selection_seed0.json").read_text()).keys() == {"0.0001,0", "0.0003,0"}
     res = json.loads((out / "results_seed0.json").read_text())
     assert all(res[k]["n"] == 3 for k in ("sft_overview", "sft", "coin_flip", "a", "b", "b2", "c"))
     assert (res["lr"], res["kl"]) in {(1e-4, 0.0), (3e-4, 0.0)}
