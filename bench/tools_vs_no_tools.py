@@ -263,6 +263,10 @@ def selection(args, proto, worlds: dict, starts: dict) -> Selection:
     keys = [f"{lr:g},{kl:g}" for lr in proto.lr_grid for kl in proto.kl_grid]
     for s in ([args.only] if args.only is not None else proto.seeds):
         done, path = seed_scores(s), Path(args.out) / f"selection_seed{s}.json"
+        if done.get("_select_steps", args.select_steps) != args.select_steps:
+            raise SystemExit(f"tools bench: {path} scored the grid after {done['_select_steps']} RL steps, not "
+                             f"--select-steps {args.select_steps}: remove it or use another --out")
+        done["_select_steps"] = args.select_steps
         for lr in proto.lr_grid:
             for kl in proto.kl_grid:
                 if f"{lr:g},{kl:g}" not in done:
@@ -343,7 +347,8 @@ def render(args, proto, results: list, sel: Selection, res: Results) -> None:
              f"{args.sft_batch} at lr {args.sft_lr:g}; GRPO {args.rl_steps} steps x {args.prompts} prompts x {args.n} "
              f"per RL stage; rectify SFT grid lr {args.rectify_lrs} x steps {args.rectify_steps} x teacher mix "
              f"{args.rectify_mix}, chosen on the validation split (the same grid for (b')). Chance (1 / options, "
-             f"test): {chance}.", ""])
+             f"test): {chance}. A seed's grid and arms run in this process or in its own with the same arguments "
+             f"plus `--only S` (records `results_seed<S>.json` under `--out`, read here).", ""])
     res.add(setting_lines(sel))
     res.add(["Arms: " + "; ".join(f"`{a}` {ARM_LABEL[a]}" for a in arms) + ".", ""])
     res.add(res.arms_table("held-out accuracy % (greedy, with tools where the arm has them)", acc))

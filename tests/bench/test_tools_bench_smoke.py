@@ -35,7 +35,10 @@ def test_tools_bench_smoke(tiny_model_path, tmp_path):
         assert head in text, head
     for row in ("| sft |", "| coin_flip |", "| a |", "| b |", "| b2 |", "| c |", "| c − b2 |", "| b − coin_flip |"):
         assert row in text, row
-    assert json.loads((out / "selection_seed0.json").read_text()).keys() == {"0.0001,0", "0.0003,0"}
+    grid = json.loads((out / "selection_seed0.json").read_text())
+    assert grid.keys() == {"0.0001,0", "0.0003,0", "_select_steps"} and grid["_select_steps"] == 1
+    with pytest.raises(SystemExit, match="scored the grid after 1 RL steps, not --select-steps 2"):
+        bench.main(_args(out, tiny_model_path, tmp_path / "other.md", "--select-steps", "2"))
     res = json.loads((out / "results_seed0.json").read_text())
     assert all(res[k]["n"] == 3 for k in ("sft_overview", "sft", "coin_flip", "a", "b", "b2", "c"))
     assert (res["lr"], res["kl"]) in {(1e-4, 0.0), (3e-4, 0.0)}
