@@ -7,7 +7,8 @@ chosen on a validation split, the coin-flip control, the pre-flight and the resu
 - ``seed_plan``: a protocol seed is an independent world AND an independent SFT checkpoint AND an RL seed.
 - ``select_setting``: the RL learning rate and KL coefficient from a small grid, by validation accuracy (ties to the
   smaller lr, then the larger KL), the same for every arm; ``setting_lines`` reports the grid.
-- ``coin_flip_config``: the control arm, ``accuracy`` replaced by ``coin_flip`` (``mmrl.rewards.coin_flip``).
+- ``coin_flip_config``: the control arm, ``accuracy`` replaced by ``coin_flip`` (``stream`` by ``stream_coin_flip``;
+  ``mmrl.rewards.coin_flip``).
 - ``bench/_preflight.py``: the statistics printed before any RL is spent, and the stop when the method cannot act.
 - ``Results``: the results file written by the bench in one run, its command at the top, every arm with mean
   [95% t-interval] and per-seed values, the SFT start and the coin-flip arm required, paired differences.
@@ -182,15 +183,22 @@ def setting_lines(sel: Selection) -> List[str]:
 
 
 # ---------------------------------------------------------------- the coin-flip control
+CONTROL_OF = {"accuracy": "coin_flip", "stream": "stream_coin_flip"}  # true reward -> its coin-flip control
+
+
 def coin_flip_config(cfg):
-    """A copy of ``cfg`` whose ``accuracy`` reward is ``coin_flip`` (same weight and parameters): the control arm."""
+    """A copy of ``cfg`` whose correctness reward is its coin-flip control (same weight and parameters): ``accuracy``
+    -> ``coin_flip``; without ``accuracy``, Stream-GDPO's ``stream`` -> ``stream_coin_flip`` (R_out a coin, R_tool
+    credited by it, R_fmt and R_mem kept; ``mmrl.rewards.coin_flip``)."""
     cfg = copy.deepcopy(cfg)
-    hits = [r for r in cfg.rewards if r.name == "accuracy"]
-    if not hits:
-        raise ProtocolError(f"protocol: the coin-flip arm replaces the 'accuracy' reward, and this config has none "
-                            f"(rewards: {[r.name for r in cfg.rewards]})")
-    for r in hits:
-        r.name = "coin_flip"
+    names = [r.name for r in cfg.rewards]
+    true = next((n for n in CONTROL_OF if n in names), None)
+    if true is None:
+        raise ProtocolError(f"protocol: the coin-flip arm replaces the 'accuracy' (or 'stream') reward, and this "
+                            f"config has none (rewards: {names})")
+    for r in cfg.rewards:
+        if r.name == true:
+            r.name = CONTROL_OF[true]
     return cfg
 
 
