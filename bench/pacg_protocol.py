@@ -140,10 +140,12 @@ def preflight_stage(seed: int, args, sd: Path, st: SeedState) -> Dict:
         try:
             check_truncation(flags, rec["max_new_tokens"], what=what)
         except ProtocolError as e:
-            if not args.smoke:
-                why.append(str(e))
-            else:
-                log(f"[seed {seed}] smoke run, not stopped: {e}")
+            why.append(str(e))
+    if args.smoke:  # a plumbing run goes on; what would have stopped a full run is kept in the record
+        st.data["smoke_would_stop"] = "; ".join(why)
+        for w in why:
+            log(f"[seed {seed}] smoke run, not stopped: {w}")
+        why = []
     st.data["stopped"] = "; ".join(why)
     st.save()
     return rec

@@ -206,7 +206,9 @@ def render_records(recs: Dict[int, Dict], proto: Protocol, preflight_sections: S
         res.add(res.arms_table(title, vals, scale=scale, missing=miss))
     for src, key, title, scale in METRICS[:4]:
         vals = values(recs, src, key)
-        res.add(res.paired_table(title, vals, [(a, b) for a, b in PAIRS if a in vals and b in vals], scale=scale))
+        pairs = [(a, b) for a, b in PAIRS if a in vals and b in vals]
+        if pairs:
+            res.add(res.paired_table(title, vals, pairs, scale=scale))
     res.add(claim_lines(recs, proto.seeds))
     if notes and Path(notes).exists():
         res.add([f"## Reading (written by hand from the tables above, `{notes}`)", "", Path(notes).read_text().strip(), ""])
