@@ -68,6 +68,24 @@ STEP_RATIO = {"coin_flip": 1.0, "dapo+pacg": 1.5, "vppo": 1.5, "vppo+pacg": 1.8}
 EVAL_MARGIN_MIN = 3.0  # an arm's predicted evaluation minutes (greedy and sampled diagnosis)
 
 
+class Clock:
+    """A stage's wall minutes (``state['minutes'][key]``) and this process's CPU minutes (``state['cpu_minutes']``:
+    ``time.process_time``, one torch thread, so the machine's other load does not count)."""
+
+    def __init__(self, st, key: str):
+        self.st, self.key = st, key
+
+    def __enter__(self) -> "Clock":
+        self.t, self.c = time.time(), time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.cpu_s = time.process_time() - self.c
+            self.st.data["minutes"][self.key] = (time.time() - self.t) / 60
+            self.st.data.setdefault("cpu_minutes", {})[self.key] = self.cpu_s / 60
+
+
 def arm_config(name: str, sd: Path, args, seed: int, sel: Optional[Selection] = None):
     """The arm's config on the seed's world and SFT start (``pacg_preflight.data_overrides``), the RL schedule, the
     arm's algorithm; with ``sel`` the chosen lr and KL; ``coin_flip`` with the coin-flip reward."""
@@ -129,9 +147,8 @@ def preflight_stage(seed: int, args, sd: Path, st: SeedState) -> Dict:
         rec = json.loads((sd / "preflight.json").read_text())
         log(f"[seed {seed}] pre-flight: reused {sd / 'preflight.json'}")
     else:
-        t = time.time()
-        rec = preflight_seed(seed, preflight_args(args), sd)
-        st.data["minutes"]["preflight"] = (time.time() - t) / 60
+        with Clock(st, "preflight"):
+            rec = preflight_seed(seed, preflight_args(args), sd)
         st.save()
     pf = preflight_of(rec, mechanism(PERSISTENCE, INTERVENTION))
     why = [] if pf.can_act else [f"PACG ({PERSISTENCE}, {INTERVENTION}) cannot act: {pf.reason}"]
@@ -159,21 +176,20 @@ def preflight_args(args) -> SimpleNamespace:
 
 
 def run_arm(name: str, sd: Path, args, seed: int, sel: Selection, st: SeedState) -> None:
-    t = time.time()
-    arm = Arm(name, arm_config(name, sd, args, seed, sel))
-    for i in range(args.rl_steps):
-        m = arm.step()
-        if (i + 1) % max(1, args.rl_steps // 4) == 0:
-            log(f"[seed {seed}] {name} step {i + 1}/{args.rl_steps}: {m.get('time/step', 0):.2f} s, "
-                f"reward {m.get('reward/total', float('nan')):.2f}")
-    st.data["costs"][name] = step_costs(arm.history)
-    st.data["algo_means"][name] = algo_means(arm.history)
-    data_cfg = arm.cfg.data
-    path = arm.finish()
-    st.data["minutes"][f"rl_{name}"] = (time.time() - t) / 60
-    t = time.time()
-    st.data["evals"][name] = evaluate(path, sd, data_cfg, seed, args.max_new_tokens)
-    st.data["minutes"][f"eval_{name}"] = (time.time() - t) / 60
+    with Clock(st, f"rl_{name}"):
+        arm = Arm(name, arm_config(name, sd, args, seed, sel))
+        c = time.process_time()
+        for i in range(args.rl_steps):
+            m = arm.step()
+            if (i + 1) % max(1, args.rl_steps // 4) == 0:
+                log(f"[seed {seed}] {name} step {i + 1}/{args.rl_steps}: {m.get('time/step', 0):.2f} s, "
+                    f"reward {m.get('reward/total', float('nan')):.2f}")
+        st.data["costs"][name] = dict(step_costs(arm.history), cpu_step_s=(time.process_time() - c) / args.rl_steps)
+        st.data["algo_means"][name] = algo_means(arm.history)
+        data_cfg = arm.cfg.data
+        path = arm.finish()
+    with Clock(st, f"eval_{name}"):
+        st.data["evals"][name] = evaluate(path, sd, data_cfg, seed, args.max_new_tokens)
     st.save()
 
 
@@ -182,16 +198,15 @@ def run_one(seed: int, args, proto) -> Dict:
     sd.mkdir(parents=True, exist_ok=True)
     st = SeedState(sd / "state.json")
     st.data.setdefault("algo_means", {})
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     rec = preflight_stage(seed, args, sd, st)
     if st.data["stopped"] or args.until == "preflight":
         log(f"[seed {seed}] " + (f"stopped: {st.data['stopped']}" if st.data["stopped"] else "pre-flight done"))
         return write_record(seed, rec, st.data, args, proto)
     sft_cfg = arm_config("dapo", sd, args, seed)
     if "sft" not in st.data["evals"]:
-        t = time.time()
-        st.data["evals"]["sft"] = evaluate(str(sd / "sft" / "final"), sd, sft_cfg.data, seed, args.max_new_tokens)
-        st.data["minutes"]["eval_sft"] = (time.time() - t) / 60
+        with Clock(st, "eval_sft"):
+            st.data["evals"]["sft"] = evaluate(str(sd / "sft" / "final"), sd, sft_cfg.data, seed, args.max_new_tokens)
         st.save()
 
     score = arm_val_score({seed: sft_cfg}, args.rl_steps, {seed: str(sd / "world" / "val.json")}, keep=True)
@@ -200,19 +215,17 @@ def run_one(seed: int, args, proto) -> Dict:
             k = grid_key(lr, kl)
             if k in st.data["grid"] and (sd / "grid" / f"select_lr{lr:g}_kl{kl:g}" / "final").is_dir():
                 continue
-            t = time.time()
-            st.data["grid"][k] = score(lr, kl)
-            st.data["minutes"][f"grid_{k}"] = (time.time() - t) / 60
+            with Clock(st, f"grid_{k}"):
+                st.data["grid"][k] = score(lr, kl)
             st.save()
             log(f"[seed {seed}] grid {k}: validation accuracy {100 * st.data['grid'][k]:.1f} "
                 f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
     if args.until == "grid":
         return write_record(seed, rec, st.data, args, proto)
     if "selection" not in st.data:
-        t = time.time()
-        sel = pooled_selection(proto, Path(args.out), args.wait_min)
-        st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds}
-        st.data["minutes"]["wait"] = (time.time() - t) / 60
+        with Clock(st, "wait"):
+            sel = pooled_selection(proto, Path(args.out), args.wait_min)
+            st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds}
         st.save()
     sel = Selection(st.data["selection"]["lr"], st.data["selection"]["kl"])
     log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
@@ -221,9 +234,8 @@ def run_one(seed: int, args, proto) -> Dict:
     if "dapo" not in st.data["evals"]:
         hist = json.loads((chosen / "history.json").read_text())
         st.data["costs"]["dapo"], st.data["algo_means"]["dapo"] = step_costs(hist), algo_means(hist)
-        t = time.time()
-        st.data["evals"]["dapo"] = evaluate(str(chosen / "final"), sd, sft_cfg.data, seed, args.max_new_tokens)
-        st.data["minutes"]["eval_dapo"] = (time.time() - t) / 60
+        with Clock(st, "eval_dapo"):
+            st.data["evals"]["dapo"] = evaluate(str(chosen / "final"), sd, sft_cfg.data, seed, args.max_new_tokens)
         st.save()
     deadline = deadline_epoch(args.deadline)
     for name in LATER:
@@ -243,6 +255,7 @@ def run_one(seed: int, args, proto) -> Dict:
         log(f"[seed {seed}] {name} done: sampled accuracy {100 * e['accuracy']:.1f}, correct with an unsupported "
             f"claim {100 * e.get('correct_with_unsupported', float('nan')):.1f}")
     st.data["minutes"]["this_run"] = (time.time() - t0) / 60
+    st.data.setdefault("cpu_minutes", {})["this_run"] = (time.process_time() - c0) / 60
     st.save()
     return write_record(seed, rec, st.data, args, proto)
 

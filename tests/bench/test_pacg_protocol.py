@@ -59,7 +59,8 @@ def _record(seed: int, smoke: bool = False, arms=ARMS, stopped: str = ""):
                         "lr_grid": [1e-6, 1e-5], "kl_grid": [0.0], "model": "base", "overrides": []},
            "grid": {"lr1e-06_kl0": 0.9 + 0.01 * seed, "lr1e-05_kl0": 0.95}, "evals": evals, "stopped": stopped,
            "selection": {"lr": 1e-5, "kl": 0.0, "seeds": [0, 1, 2]},
-           "costs": {a: {"median_step_s": 7.0 + seed} for a in arms if a != "sft"},
+           "costs": {a: {"median_step_s": 7.0 + seed, "cpu_step_s": 2.0} for a in arms if a != "sft"},
+           "cpu_minutes": {"preflight": 3.0, "grid_lr1e-05_kl0": 10.0, "this_run": 13.0},
            "algo_means": {a: {"algo/pacg/claims": 120.0, "algo/pacg/flagged_frac": 0.2, "algo/pacg/gain_flagged_mean": 0.7,
                               "algo/pacg/persistence_mean": 0.4} for a in arms if "+pacg" in a},
            "minutes": {"preflight": 12.0, "grid_lr1e-05_kl0": 30.0, "rl_dapo+pacg": 40.0, "eval_dapo+pacg": 1.0},
@@ -122,7 +123,9 @@ def test_render_builds_the_results_file_from_the_records_alone(tmp_path):
     assert ("| PACG lowers the share of correct responses with an unsupported claim, over DAPO | dapo+pacg − dapo | "
             "correct_with_unsupported | − | -10.0 [-12.5, -7.5] | -10.0, -9.0, -11.0 | **reproduced** |") in text
     assert "| DAPO+PACG | 120.000 [120.000, 120.000] | 0.200 [0.200, 0.200] | 0.700 [0.700, 0.700] |" in text
-    assert "Median seconds per RL step (mean over seeds): DAPO, coin-flip reward 8.00" in text
+    assert "Median wall seconds per RL step (mean over seeds): DAPO, coin-flip reward 8.00" in text
+    assert "CPU seconds per RL step (mean over seeds): DAPO, coin-flip reward 2.00" in text
+    assert "| 0 | 12.0 | 30.0 | 0.0 | 41.0 | 83.0 | 13.0 |" in text  # CPU: preflight + grid (this_run not added)
     assert "## Earlier runs" in text and "pacg_random_init.md" in text
     smoke = _write(tmp_path / "s", {s: _record(s, smoke=True) for s in (0, 1)})
     b.main(["--seeds", "0", "1", "--render", "--seed-dir", str(smoke), "--report", str(report)])
