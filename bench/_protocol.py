@@ -143,12 +143,13 @@ def apply_setting(cfg, sel: Selection):
 
 
 def arm_val_score(cfgs: Dict[int, object], steps: int, val_paths: Dict[int, str],
-                  keep: bool = False) -> Callable[[float, float], float]:
+                  keep: bool = False, evaluate: Optional[Callable] = None) -> Callable[[float, float], float]:
     """``val_score`` for ``select_setting``: per seed, a true-reward arm (``bench/_arms.Arm``) at ``(lr, kl)`` for
     ``steps`` RL steps, then its greedy accuracy on that seed's VALIDATION file (``data.test`` swapped for it, so the
     test split is never seen); the mean over seeds. Each run writes under ``<out_dir>/select_lr<lr>_kl<kl>``;
     ``keep`` also writes its step metrics to ``<that>/history.json`` and its model to ``<that>/final`` (the chosen
-    run can then serve as the bench's true-reward arm: same config, seed and steps)."""
+    run can then serve as the bench's true-reward arm: same config, seed and steps). ``evaluate(trainer)`` replaces
+    ``trainer.evaluate`` (it returns ``eval/accuracy``; e.g. a sampled accuracy)."""
     from _arms import Arm
 
     def score(lr: float, kl: float) -> float:
@@ -160,7 +161,8 @@ def arm_val_score(cfgs: Dict[int, object], steps: int, val_paths: Dict[int, str]
             arm = Arm(f"select lr {lr:g} kl {kl:g} seed {seed}", c)
             for _ in range(steps):
                 arm.step()
-            accs.append(float(arm.on_own_stream(arm.trainer.evaluate)["eval/accuracy"]))
+            ev = arm.trainer.evaluate if evaluate is None else (lambda t=arm.trainer: evaluate(t))
+            accs.append(float(arm.on_own_stream(ev)["eval/accuracy"]))
             if keep:  # the step metrics, then the model at <out_dir>/final
                 Path(c.train.out_dir).mkdir(parents=True, exist_ok=True)
                 (Path(c.train.out_dir) / "history.json").write_text(json.dumps(arm.history))

@@ -13,9 +13,10 @@ Per seed (``seed_plan``: its own world, SFT and RL seed), each stage resumable (
    groups on the validation prompts; the seed stops there (no RL) when PACG's gate (content persistence under
    ``full_mask``) cannot act, or when more than 5% of the sampled or greedy responses are cut at max new tokens
    (``_preflight.check_truncation``; a smoke run records the share and goes on);
-2. **grid**: the DAPO arm at every ``(lr, KL)`` for ``--rl-steps`` steps, scored by greedy accuracy on the
-   validation split (``_protocol.arm_val_score``, model kept); ``select_setting`` over the mean of every seed's grid
-   picks one setting for every arm and seed; the chosen run IS the ``dapo`` arm;
+2. **grid**: the DAPO arm at every ``(lr, KL)`` for ``--rl-steps`` steps, scored on the validation split
+   (``grid_point``: sampled accuracy by default, ``--select-on greedy`` for greedy; the greedy SFT start sits at
+   100%), model kept; ``select_setting`` over the mean of every seed's grid picks one setting for every arm and
+   seed; the chosen run IS the ``dapo`` arm;
 3. **arms** from the same SFT start, steps, prompts, responses, lr and KL: ``coin_flip`` (DAPO with the coin-flip
    reward, without dynamic sampling: it filters on the true accuracy), ``dapo+pacg``, ``vppo``, ``vppo+pacg``
    (PACG: ``persistence: content``, ``intervention: full_mask``); an arm starts only when its predicted end (the
@@ -134,6 +135,28 @@ def evaluate(model_dir: str, sd: Path, data_cfg, seed: int, max_new_tokens: int)
     return {"greedy": summary(greedy), "sampled": summary(sampled)}
 
 
+def grid_point(cfg, seed: int, lr: float, kl: float, steps: int, val_json: Path) -> Dict[str, float]:
+    """The DAPO arm at ``(lr, kl)`` for ``steps`` steps (``_protocol.arm_val_score``, its history and model kept under
+    ``<out_dir>/select_lr<lr>_kl<kl>``), then on the validation split: ``greedy`` accuracy and ``sampled`` accuracy
+    (``rollout.n`` responses per prompt at the rollout's temperature, ``_preflight.sample_groups``; the greedy SFT
+    start sits at 100%, so greedy accuracy cannot rank the grid)."""
+    from _preflight import sample_groups
+
+    from mmrl.data.annotations import load_samples
+
+    out = {}
+
+    def score(trainer) -> Dict[str, float]:
+        out["greedy"] = float(trainer.evaluate()["eval/accuracy"])
+        val, _ = load_samples(str(val_json), str(val_json.parent))
+        flat = [x for g in sample_groups(trainer, val).correct for x in g]
+        out["sampled"] = sum(flat) / len(flat)
+        return {"eval/accuracy": out["greedy"]}
+
+    arm_val_score({seed: cfg}, steps, {seed: str(val_json)}, keep=True, evaluate=score)(lr, kl)
+    return out
+
+
 def algo_means(history: List[Dict[str, float]]) -> Dict[str, float]:
     keys = sorted({k for h in history for k in h if k.startswith(("algo/pacg/", "algo/dapo/"))})
     return {k: statistics.mean([h[k] for h in history if k in h]) for k in keys}
@@ -209,17 +232,18 @@ def run_one(seed: int, args, proto) -> Dict:
             st.data["evals"]["sft"] = evaluate(str(sd / "sft" / "final"), sd, sft_cfg.data, seed, args.max_new_tokens)
         st.save()
 
-    score = arm_val_score({seed: sft_cfg}, args.rl_steps, {seed: str(sd / "world" / "val.json")}, keep=True)
+    st.data.setdefault("grid_both", {})
     for lr in proto.lr_grid:
         for kl in proto.kl_grid:
             k = grid_key(lr, kl)
             if k in st.data["grid"] and (sd / "grid" / f"select_lr{lr:g}_kl{kl:g}" / "final").is_dir():
                 continue
             with Clock(st, f"grid_{k}"):
-                st.data["grid"][k] = score(lr, kl)
+                both = grid_point(sft_cfg, seed, lr, kl, args.rl_steps, sd / "world" / "val.json")
+            st.data["grid_both"][k], st.data["grid"][k] = both, both[args.select_on]
             st.save()
-            log(f"[seed {seed}] grid {k}: validation accuracy {100 * st.data['grid'][k]:.1f} "
-                f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
+            log(f"[seed {seed}] grid {k}: validation accuracy greedy {100 * both['greedy']:.1f}, sampled "
+                f"{100 * both['sampled']:.1f} ({st.data['minutes'][f'grid_{k}']:.1f} min)")
     if args.until == "grid":
         return write_record(seed, rec, st.data, args, proto)
     if "selection" not in st.data:
@@ -275,7 +299,7 @@ def write_record(seed: int, rec: Dict, state: Dict, args, proto) -> Dict:
     """``SEED_DIR/seed<S>.json``: the command, settings, the pre-flight record and the seed's state."""
     record = {"seed": seed, "command": proto.command, "plan": vars(seed_plan(seed)),
               "settings": {k: getattr(args, k) for k in ("n_train", "n_test", "n_val", "sft_steps", "sft_lr", "rl_steps",
-                                                         "prompts_per_step", "n", "group_size", "max_new_tokens",
+                                                         "prompts_per_step", "n", "group_size", "max_new_tokens", "select_on",
                                                          "lr_grid", "kl_grid", "model", "overrides")},
               "preflight": compact_preflight(rec), **state}
     d = Path(args.seed_dir)
@@ -318,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--n", type=int, default=8, help="responses per prompt (8 x 8 = 64 per step)")
     ap.add_argument("--group-size", type=int, default=8, help="the pre-flight's sampled group size")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="above the 50-token SFT traces")
+    ap.add_argument("--select-on", choices=["sampled", "greedy"], default="sampled",
+                    help="the grid's validation accuracy: sampled (temperature 1, rollout.n per prompt) or greedy")
     ap.add_argument("--deadline", help="HH:MM UTC: an arm starts only if predicted to end before it")
     ap.add_argument("--wait-min", type=float, default=45.0, help="minutes to wait for the other seeds' grids")
     ap.add_argument("--out", default="runs/pacg_protocol")

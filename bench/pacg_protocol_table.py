@@ -106,7 +106,9 @@ def claim_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
 
 def grid_lines(recs: Dict[int, Dict], proto: Protocol) -> List[str]:
     keys = [(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
-    lines = ["## The grid, per seed (validation accuracy %, greedy, the DAPO arm)", "",
+    how = {"sampled": "sampled at temperature 1, rollout.n per prompt", "greedy": "greedy"}[
+        next(iter(recs.values()))["settings"].get("select_on", "greedy")]
+    lines = [f"## The grid, per seed (validation accuracy %, {how}, the DAPO arm)", "",
              "| lr | KL | " + " | ".join(f"seed {s}" for s in recs) + " |", "|---|---|" + "---:|" * len(recs)]
     for lr, kl in keys:
         lines.append(f"| {lr:g} | {kl:g} | " + " | ".join(
@@ -161,10 +163,15 @@ def cost_lines(recs: Dict[int, Dict]) -> List[str]:
 def stop_lines(recs: Dict[int, Dict]) -> List[str]:
     """Seeds whose pre-flight stopped the bench (the gate cannot act, or the 5% truncation rule)."""
     stopped = {s: r["stopped"] for s, r in recs.items() if r.get("stopped")}
-    if not stopped:
-        return []
-    return (["## Stopped before RL", "", "The pre-flight stopped these seeds before any RL was spent:", ""]
-            + [f"- seed {s}: {why}" for s, why in stopped.items()] + [""])
+    would = {s: r["smoke_would_stop"] for s, r in recs.items() if r.get("smoke_would_stop")}
+    lines = []
+    if stopped:
+        lines += (["## Stopped before RL", "", "The pre-flight stopped these seeds before any RL was spent:", ""]
+                  + [f"- seed {s}: {why}" for s, why in stopped.items()] + [""])
+    if would:
+        lines += (["## What would have stopped a full run (smoke run: it went on)", ""]
+                  + [f"- seed {s}: {why}" for s, why in would.items()] + [""])
+    return lines
 
 
 def intro_lines(st: Dict) -> List[str]:

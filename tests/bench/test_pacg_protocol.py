@@ -55,7 +55,7 @@ def _record(seed: int, smoke: bool = False, arms=ARMS, stopped: str = ""):
     evals = {a: _eval(*TABLE[seed][a]) for a in arms}
     rec = {"seed": seed, "command": cmd, "plan": {}, "preflight": _preflight(seed),
            "settings": {"n_train": 1024, "n_test": 512, "n_val": 64, "sft_steps": 300, "sft_lr": 3e-4, "rl_steps": 200,
-                        "prompts_per_step": 8, "n": 8, "group_size": 8, "max_new_tokens": 128,
+                        "prompts_per_step": 8, "n": 8, "group_size": 8, "max_new_tokens": 128, "select_on": "sampled",
                         "lr_grid": [1e-6, 1e-5], "kl_grid": [0.0], "model": "base", "overrides": []},
            "grid": {"lr1e-06_kl0": 0.9 + 0.01 * seed, "lr1e-05_kl0": 0.95}, "evals": evals, "stopped": stopped,
            "selection": {"lr": 1e-5, "kl": 0.0, "seeds": [0, 1, 2]},
@@ -117,6 +117,7 @@ def test_render_builds_the_results_file_from_the_records_alone(tmp_path):
     # the pre-flight from the records (no world on disk): start vs chance, the gate, can act
     assert "| 0 | 100.0 vs 25.0 | 100.0 vs 25.0 |" in text and "## Can PACG act?" in text
     assert "PACG (content, full): can act on seed(s) [0, 1, 2]" in text
+    assert "## The grid, per seed (validation accuracy %, sampled at temperature 1, rollout.n per prompt, the DAPO arm)" in text
     assert "| 1e-05 | 95.0 **(chosen)** |" in text and "Chosen: lr 1e-05, KL 0, from the mean over seeds [0, 1, 2]" in text
     assert "| dapo+pacg | 21.0 [18.5, 23.5] | 22.0 | 21.0 | 20.0 |" in text  # arms table, sampled
     assert "| dapo+pacg − dapo | -10.0 [-12.5, -7.5] (CI below 0) | -10.0 | -9.0 | -11.0 | 0/3 |" in text
@@ -127,9 +128,12 @@ def test_render_builds_the_results_file_from_the_records_alone(tmp_path):
     assert "CPU seconds per RL step (mean over seeds): DAPO, coin-flip reward 2.00" in text
     assert "| 0 | 12.0 | 30.0 | 0.0 | 41.0 | 83.0 | 13.0 |" in text  # CPU: preflight + grid (this_run not added)
     assert "## Earlier runs" in text and "pacg_random_init.md" in text
-    smoke = _write(tmp_path / "s", {s: _record(s, smoke=True) for s in (0, 1)})
-    b.main(["--seeds", "0", "1", "--render", "--seed-dir", str(smoke), "--report", str(report)])
-    assert "**SMOKE RUN: below the protocol's minimums" in report.read_text()
+    assert "What would have stopped" not in text and "## Stopped before RL" not in text
+    recs = {s: dict(_record(s, smoke=True), smoke_would_stop="protocol: 9.0% of 20 sampled ...") for s in (0, 1)}
+    b.main(["--seeds", "0", "1", "--render", "--seed-dir", str(_write(tmp_path / "s", recs)), "--report", str(report)])
+    text = report.read_text()
+    assert "**SMOKE RUN: below the protocol's minimums" in text
+    assert "## What would have stopped a full run (smoke run: it went on)\n\n- seed 0: protocol: 9.0% of 20" in text
 
 
 def test_a_stopped_seed_renders_the_reason_and_no_arm(tmp_path):

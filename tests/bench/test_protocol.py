@@ -236,3 +236,15 @@ def test_arm_val_score_runs_the_grid_on_the_validation_file(tiny_model_path, ima
         assert ids and ids <= {s["id"] for s in json.loads(Path(val).read_text())}  # scored on validation only
         run = tmp_path / "rl" / f"select_lr{lr}_kl0"  # keep: the run's step metrics and its model
         assert len(json.loads((run / "history.json").read_text())) == 1 and (run / "final" / "config.json").exists()
+
+
+def test_arm_val_score_takes_the_benchs_own_validation_score(tiny_model_path, image_world, tmp_path):
+    from mmrl.config import load_config
+    from tests.support import small_overrides
+
+    cfg = load_config([], small_overrides(image_world, tmp_path / "rl", tiny_model_path))
+    val = str(image_world / "train.json")
+    seen = []
+    score = P.arm_val_score({0: cfg}, steps=1, val_paths={0: val},
+                            evaluate=lambda tr: seen.append((tr.step, tr.cfg.data.test)) or {"eval/accuracy": 0.25})
+    assert score(1e-5, 0.0) == 0.25 and seen == [(1, val)]  # after the steps, on the validation file
