@@ -284,6 +284,32 @@ def run_one(seed: int, args, proto) -> Dict:
     return write_record(seed, rec, st.data, args, proto)
 
 
+def cost_probe(seed: int, args, steps: int) -> Dict[str, Dict[str, float]]:
+    """CPU seconds per RL step of every arm (``time.process_time``, one torch thread), the arms stepped round-robin
+    for ``steps`` steps from the seed's SFT start (its pre-flight must exist) at the grid's first lr and KL, so they
+    share the machine's load; with the response tokens per step, to predict a full run's cost. Written to
+    ``OUT/seed<S>/cost_probe.json``."""
+    sd = Path(args.out) / f"seed{seed}"
+    if not (sd / "sft" / "final" / "config.json").exists():
+        raise SystemExit(f"--cost-probe: no SFT start in {sd} (run the pre-flight first: --until preflight)")
+    sel = Selection(args.lr_grid[0], args.kl_grid[0])
+    arms = {n: Arm(n, arm_config(n, sd, args, seed, sel)) for n in ARMS}
+    cpu: Dict[str, List[float]] = {n: [] for n in arms}
+    for i in range(steps):
+        order = list(arms)[i % len(arms):] + list(arms)[:i % len(arms)]
+        for n in order:
+            c = time.process_time()
+            arms[n].step()
+            cpu[n].append(time.process_time() - c)
+    out = {n: {"cpu_step_s": statistics.mean(cpu[n]), "cpu_steps": cpu[n],
+               "wall_step_s": statistics.mean(h["time/step"] for h in arms[n].history),
+               "response_tokens": statistics.mean(h.get("work/response_tokens", 0.0) for h in arms[n].history),
+               "resample_rounds": statistics.mean(h.get("resample_rounds", 0.0) for h in arms[n].history)}
+           for n in arms}
+    (sd / "cost_probe.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
 def compact_preflight(rec: Dict) -> Dict:
     """The pre-flight record without the world on disk: its test items kept as (type, candidates), the claim rows'
     persistences rounded to 5 decimals."""
@@ -344,6 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=128, help="above the 50-token SFT traces")
     ap.add_argument("--select-on", choices=["sampled", "greedy"], default="sampled",
                     help="the grid's validation accuracy: sampled (temperature 1, rollout.n per prompt) or greedy")
+    ap.add_argument("--cost-probe", type=int, default=0, metavar="K",
+                    help="with --only S: step every arm K times round-robin from the seed's SFT start and print CPU "
+                         "seconds per step (the cost of a full run); nothing else is run")
     ap.add_argument("--deadline", help="HH:MM UTC: an arm starts only if predicted to end before it")
     ap.add_argument("--wait-min", type=float, default=45.0, help="minutes to wait for the other seeds' grids")
     ap.add_argument("--out", default="runs/pacg_protocol")
@@ -363,6 +392,11 @@ def main(argv=None) -> None:
         raise SystemExit("give --only S (one of --seeds) to run a seed, or --render")
     proto = protocol_from_args(args, SCRIPT, argv)
     torch_threads()
+    if args.cost_probe:
+        for n, c in cost_probe(args.only, args, args.cost_probe).items():
+            print(f"{n}: {c['cpu_step_s']:.2f} CPU s / step ({c['wall_step_s']:.2f} wall), "
+                  f"{c['response_tokens']:.0f} response tokens / step, {c['resample_rounds']:.2f} resample rounds")
+        return None
     rec = run_one(args.only, args, proto)
     log(f"[seed {args.only}] record written: {Path(args.seed_dir) / f'seed{args.only}.json'} "
         f"(evals: {', '.join(rec.get('evals', {}))})")
