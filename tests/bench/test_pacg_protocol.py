@@ -196,3 +196,24 @@ def test_arm_configs_pacg_with_content_persistence_under_full_mask_and_the_coin_
     assert {(c.train.lr, c.algorithm.kl_coef, c.train.steps, c.rollout.n, c.train.prompts_per_step)
             for c in cfgs.values()} == {(1e-5, 0.01, 3, 8, 8)}
     assert len({c.train.seed for c in cfgs.values()}) == 1 and str(cfgs["dapo"].model.path).endswith("seed0/sft/final")
+
+
+@pytest.mark.slow
+def test_one_smoke_seed_runs_every_stage_on_the_tiny_model_then_renders(tiny_model_path, tmp_path):
+    b = load_bench("pacg_protocol")
+    out, recs = tmp_path / "out", tmp_path / "records"
+    run = ["--smoke", "--seeds", "0", "--n-train", "4", "--n-val", "2", "--n-test", "4", "--sft-steps", "1",
+           "--group-size", "2", "--rl-steps", "1", "--prompts-per-step", "2", "--n", "2", "--lr-grid", "1e-5",
+           "--kl-grid", "0.0", "--wait-min", "0.01", "--model", tiny_model_path, "--out", str(out),
+           "--seed-dir", str(recs)]
+    b.main(run + ["--only", "0"])
+    rec = json.loads((recs / "seed0.json").read_text())
+    assert set(rec["evals"]) == set(ARMS) and rec["stopped"] == ""
+    assert "cannot act" in rec["smoke_would_stop"]  # the untrained model writes no claim: a full run would stop
+    assert set(rec["grid_both"]["lr1e-05_kl0"]) == {"greedy", "sampled"} and rec["selection"]["lr"] == 1e-5
+    assert all(rec["costs"][a]["cpu_step_s"] > 0 for a in ARMS if a not in ("sft", "dapo"))
+    assert rec["evals"]["dapo"]["sampled"]["n_responses"] == 4.0 and "test_items" in rec["preflight"]
+    report = tmp_path / "pacg.md"
+    b.main(["--seeds", "0", "--render", "--seed-dir", str(recs), "--report", str(report)])
+    text = report.read_text()
+    assert "**SMOKE RUN" in text and "## The paper's direction, per claim" in text and "| dapo+pacg |" in text
