@@ -7,7 +7,8 @@ chosen on a validation split, the coin-flip control, the pre-flight and the resu
 - ``seed_plan``: a protocol seed is an independent world AND an independent SFT checkpoint AND an RL seed.
 - ``select_setting``: the RL learning rate and KL coefficient from a small grid, by validation accuracy (ties to the
   smaller lr, then the larger KL), the same for every arm; ``setting_lines`` reports the grid.
-- ``coin_flip_config``: the control arm, ``accuracy`` replaced by ``coin_flip`` (``mmrl.rewards.coin_flip``).
+- ``coin_flip_config``: the control arm, ``accuracy`` replaced by ``coin_flip`` (``stream`` by ``stream_coin_flip``;
+  ``mmrl.rewards.coin_flip``).
 - ``bench/_preflight.py``: the statistics printed before any RL is spent, and the stop when the method cannot act.
 - ``Results``: the results file written by the bench in one run, its command at the top, every arm with mean
   [95% t-interval] and per-seed values, the SFT start and the coin-flip arm required, paired differences.
@@ -142,12 +143,13 @@ def apply_setting(cfg, sel: Selection):
 
 
 def arm_val_score(cfgs: Dict[int, object], steps: int, val_paths: Dict[int, str],
-                  keep: bool = False) -> Callable[[float, float], float]:
+                  keep: bool = False, evaluate: Optional[Callable] = None) -> Callable[[float, float], float]:
     """``val_score`` for ``select_setting``: per seed, a true-reward arm (``bench/_arms.Arm``) at ``(lr, kl)`` for
     ``steps`` RL steps, then its greedy accuracy on that seed's VALIDATION file (``data.test`` swapped for it, so the
     test split is never seen); the mean over seeds. Each run writes under ``<out_dir>/select_lr<lr>_kl<kl>``;
     ``keep`` also writes its step metrics to ``<that>/history.json`` and its model to ``<that>/final`` (the chosen
-    run can then serve as the bench's true-reward arm: same config, seed and steps)."""
+    run can then serve as the bench's true-reward arm: same config, seed and steps). ``evaluate(trainer)`` replaces
+    ``trainer.evaluate`` (it returns ``eval/accuracy``; e.g. a sampled accuracy)."""
     from _arms import Arm
 
     def score(lr: float, kl: float) -> float:
@@ -159,7 +161,8 @@ def arm_val_score(cfgs: Dict[int, object], steps: int, val_paths: Dict[int, str]
             arm = Arm(f"select lr {lr:g} kl {kl:g} seed {seed}", c)
             for _ in range(steps):
                 arm.step()
-            accs.append(float(arm.on_own_stream(arm.trainer.evaluate)["eval/accuracy"]))
+            ev = arm.trainer.evaluate if evaluate is None else (lambda t=arm.trainer: evaluate(t))
+            accs.append(float(arm.on_own_stream(ev)["eval/accuracy"]))
             if keep:  # the step metrics, then the model at <out_dir>/final
                 Path(c.train.out_dir).mkdir(parents=True, exist_ok=True)
                 (Path(c.train.out_dir) / "history.json").write_text(json.dumps(arm.history))
@@ -182,15 +185,22 @@ def setting_lines(sel: Selection) -> List[str]:
 
 
 # ---------------------------------------------------------------- the coin-flip control
+CONTROL_OF = {"accuracy": "coin_flip", "stream": "stream_coin_flip"}  # true reward -> its coin-flip control
+
+
 def coin_flip_config(cfg):
-    """A copy of ``cfg`` whose ``accuracy`` reward is ``coin_flip`` (same weight and parameters): the control arm."""
+    """A copy of ``cfg`` whose correctness reward is its coin-flip control (same weight and parameters): ``accuracy``
+    -> ``coin_flip``; without ``accuracy``, Stream-GDPO's ``stream`` -> ``stream_coin_flip`` (R_out a coin, R_tool
+    credited by it, R_fmt and R_mem kept; ``mmrl.rewards.coin_flip``)."""
     cfg = copy.deepcopy(cfg)
-    hits = [r for r in cfg.rewards if r.name == "accuracy"]
-    if not hits:
-        raise ProtocolError(f"protocol: the coin-flip arm replaces the 'accuracy' reward, and this config has none "
-                            f"(rewards: {[r.name for r in cfg.rewards]})")
-    for r in hits:
-        r.name = "coin_flip"
+    names = [r.name for r in cfg.rewards]
+    true = next((n for n in CONTROL_OF if n in names), None)
+    if true is None:
+        raise ProtocolError(f"protocol: the coin-flip arm replaces the 'accuracy' (or 'stream') reward, and this "
+                            f"config has none (rewards: {names})")
+    for r in cfg.rewards:
+        if r.name == true:
+            r.name = CONTROL_OF[true]
     return cfg
 
 

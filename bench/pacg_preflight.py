@@ -272,9 +272,29 @@ def pacg_lines(recs: Sequence[Dict], source: str) -> List[str]:
     return lines + [""]
 
 
-def render(recs: Sequence[Dict], proto, args) -> Results:
-    from mmrl.data.annotations import load_samples
+def test_items(rec: Dict) -> List[Tuple[str, int]]:
+    """(question type, number of candidates) per test item: kept in the record (``test_items``) or read from the
+    world's ``test.json``."""
+    if "test_items" in rec:
+        return [tuple(x) for x in rec["test_items"]]
+    return [(it["qtype"], len(it["candidates"])) for it in json.loads(Path(rec["test"]).read_text())]
 
+
+def preflight_of(rec: Dict, mech: Mechanism):
+    """``build_preflight`` of one seed's record (chance per type from its test items)."""
+    from types import SimpleNamespace
+
+    samples = [SimpleNamespace(qtype=q, is_choice=True, candidates=[None] * k) for q, k in test_items(rec)]
+    return build_preflight(rec["seed"], rec["per_qtype"], samples, Groups(**rec["groups"]), ks=(1, 4, 8),
+                           mechanism=mech, context={"rec": rec})
+
+
+def mechanism(persistence: str, intervention: str) -> Mechanism:
+    return Mechanism(f"PACG ({persistence}, {intervention})",
+                     lambda ctx: mechanism_stats(ctx["rec"], persistence, intervention), can_act)
+
+
+def render(recs: Sequence[Dict], proto, args) -> Results:
     res = Results(proto, "PACG pre-flight on the base (no RL)")
     if args.render_only:
         res.add([f"Rendered from the per-seed records `{args.out}/seed<S>/preflight.json`, written by this command "
@@ -286,10 +306,8 @@ def render(recs: Sequence[Dict], proto, args) -> Results:
              "seed (SFT / diagnosis, greedy and sampled / sampled groups): " + ", ".join(
                  f"seed {r['seed']} {r['minutes']['sft']:.1f} / {r['minutes']['diagnose']:.1f} / "
                  f"{r['minutes']['rollout']:.1f}" for r in recs) + ".", ""])
-    mech = Mechanism(f"PACG ({args.persistence}, {args.intervention})",
-                     lambda ctx: mechanism_stats(ctx["rec"], args.persistence, args.intervention), can_act)
-    pfs = [build_preflight(r["seed"], r["per_qtype"], load_samples(r["test"])[0], Groups(**r["groups"]), ks=(1, 4, 8),
-                           mechanism=mech, context={"rec": r}) for r in recs]
+    mech = mechanism(args.persistence, args.intervention)
+    pfs = [preflight_of(r, mech) for r in recs]
     res.add(preflight_lines(pfs, mech.name))
     res.add(["Sampled accuracy (temperature 1, one response per test image): " + ", ".join(
         f"seed {r['seed']} {100 * r['sampled_accuracy']:.1f}%" for r in recs) + "; truncated responses (greedy / "

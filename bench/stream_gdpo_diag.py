@@ -290,8 +290,8 @@ def rl_needs_lines(recs: Sequence[Dict], pfs, steps: int = 100, blocks: int = 64
     return ["## What the RL arms would need (not run)", ""] + start + [
             f"- Arms per seed: Stream-GDPO and GRPO on the sum from the same masked-SFT start, same prompts, rollouts, "
             f"steps and seed (action-branch weight 1 so that they differ only in the advantage), plus a coin-flip "
-            f"control (R_out replaced by a Bernoulli draw of its batch mean; `coin_flip_config` replaces an "
-            f"`accuracy` reward, which the stream config does not have, so this control is still to be written).",
+            f"control (R_out replaced by a Bernoulli draw of its batch mean and R_tool credited by it, R_fmt and R_mem "
+            f"kept: `coin_flip_config` turns the `stream` reward into `stream_coin_flip`).",
             f"- Setting: lr {', '.join(f'{x:g}' for x in DEFAULT_LR_GRID)} x KL {', '.join(f'{x:g}' for x in DEFAULT_KL_GRID)} "
             f"({grid} points) chosen by GRPO on the sum on a validation split of streams (`select_setting`), then the "
             f"same for both arms; >= {steps} RL steps of {blocks} blocks x {g} episodes (the paper's 64 prompts x 4).",

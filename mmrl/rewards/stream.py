@@ -107,6 +107,20 @@ def memory_reward(rec) -> float:
     return sum(vals) / len(vals)
 
 
+def recall_credit(rec, q) -> float:
+    """ℓ_q · u_q: the teacher recalls in q's decision interval and the rollout makes a valid recall there
+    (R_tool^q = ℓ_q · u_q · R_out^q)."""
+    teacher = any(s.action.kind == "recall" for s in _interval(rec.teacher_actions, q.qid))
+    used = any(s.action.kind == "recall" and s.valid for s in _interval(rec.subturns, q.qid))
+    return float(teacher) * float(used)
+
+
+def mean_recall_credit(rec) -> float:
+    """ℓ_q · u_q averaged over the episode's scored questions (0 without one)."""
+    qs = questions_scored(rec)
+    return sum(recall_credit(rec, q) for q in qs) / len(qs) if qs else 0.0
+
+
 def stream_components(rec) -> Dict[str, float]:
     """``{out, fmt, tool, mem}`` of one episode (module docstring)."""
     qs = questions_scored(rec)
@@ -116,13 +130,10 @@ def stream_components(rec) -> Dict[str, float]:
         return {"out": 0.0, "fmt": fmt, "tool": 0.0, "mem": memory_reward(rec)}
     out = fmt = tool = 0.0
     for q in qs:
-        mine = _interval(rec.subturns, q.qid)
         r_out = outcome(rec, q)
-        teacher = any(s.action.kind == "recall" for s in _interval(rec.teacher_actions, q.qid))
-        used = any(s.action.kind == "recall" and s.valid for s in mine)
         out += r_out
-        fmt += float(all(s.action.valid for s in mine))
-        tool += float(teacher) * float(used) * r_out
+        fmt += float(all(s.action.valid for s in _interval(rec.subturns, q.qid)))
+        tool += recall_credit(rec, q) * r_out
     n = len(qs)
     return {"out": out / n, "fmt": fmt / n, "tool": tool / n, "mem": memory_reward(rec)}
 
@@ -139,14 +150,20 @@ def record_of(ctx: RewardContext):
     return rec
 
 
-@REWARDS.register("stream")
-def stream(ctx: List[RewardContext], weights: Optional[Dict[str, float]] = None) -> Dict[str, List[float]]:
-    """The four components per rollout plus their weighted sum ``stream`` (the total; module docstring)."""
+def component_weights(weights: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+    """``DEFAULT_WEIGHTS`` updated by ``weights``; a ``ValueError`` names a key that is not a component."""
     w = dict(DEFAULT_WEIGHTS)
     for k, v in (weights or {}).items():
         if k not in COMPONENTS:
             raise ValueError(f"stream reward: weights.{k} is not a component; components: {', '.join(COMPONENTS)}")
         w[k] = float(v)
+    return w
+
+
+@REWARDS.register("stream")
+def stream(ctx: List[RewardContext], weights: Optional[Dict[str, float]] = None) -> Dict[str, List[float]]:
+    """The four components per rollout plus their weighted sum ``stream`` (the total; module docstring)."""
+    w = component_weights(weights)
     rows = [stream_components(record_of(c)) for c in ctx]
     res = {f"stream_{k}": [r[k] for r in rows] for k in COMPONENTS}
     res["stream"] = [sum(w[k] * r[k] for k in COMPONENTS) for r in rows]

@@ -89,6 +89,24 @@ def test_the_coin_flip_arm_replaces_accuracy_only():
         P.coin_flip_config(cfg)
 
 
+def test_the_coin_flip_arm_of_the_stream_reward_set_replaces_its_outcome_reward():
+    from mmrl.config import load_config
+    from mmrl.rewards import REWARDS
+
+    root = Path(__file__).resolve().parents[2]
+    for files in (["configs/stream_gdpo.yaml"], ["configs/stream_gdpo.yaml", "configs/stream_grpo_sum.yaml"]):
+        cfg = load_config([str(root / f) for f in files], [])
+        cfg.rewards[0].params = {"weights": {"tool": 2.0}}
+        coin = P.coin_flip_config(cfg)
+        assert [(r.name, r.weight, r.params) for r in coin.rewards] == [
+            ("stream_coin_flip", 1.0, {"weights": {"tool": 2.0}})]
+        assert [r.name for r in cfg.rewards] == ["stream"]  # the original is untouched
+        assert REWARDS.get("stream_coin_flip") is not None
+    cfg = Config()  # both present: accuracy is the one replaced (the earlier benches' control)
+    cfg.rewards[1].name = "stream"
+    assert [r.name for r in P.coin_flip_config(cfg).rewards] == ["coin_flip", "stream"]
+
+
 def test_results_need_the_sft_start_and_the_coin_flip_arm_and_give_cis_and_pairs(tmp_path):
     r = P.Results(_proto(), "Bench")
     vals = {"sft": {0: 0.5, 1: 0.6, 2: 0.7}, "coin_flip": {0: 0.5, 1: 0.55, 2: 0.6}, "grpo": {0: 0.6, 1: 0.7, 2: 0.8}}
@@ -218,3 +236,15 @@ def test_arm_val_score_runs_the_grid_on_the_validation_file(tiny_model_path, ima
         assert ids and ids <= {s["id"] for s in json.loads(Path(val).read_text())}  # scored on validation only
         run = tmp_path / "rl" / f"select_lr{lr}_kl0"  # keep: the run's step metrics and its model
         assert len(json.loads((run / "history.json").read_text())) == 1 and (run / "final" / "config.json").exists()
+
+
+def test_arm_val_score_takes_the_benchs_own_validation_score(tiny_model_path, image_world, tmp_path):
+    from mmrl.config import load_config
+    from tests.support import small_overrides
+
+    cfg = load_config([], small_overrides(image_world, tmp_path / "rl", tiny_model_path))
+    val = str(image_world / "train.json")
+    seen = []
+    score = P.arm_val_score({0: cfg}, steps=1, val_paths={0: val},
+                            evaluate=lambda tr: seen.append((tr.step, tr.cfg.data.test)) or {"eval/accuracy": 0.25})
+    assert score(1e-5, 0.0) == 0.25 and seen == [(1, val)]  # after the steps, on the validation file

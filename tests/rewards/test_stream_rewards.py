@@ -216,3 +216,49 @@ def test_a_fact_starting_at_the_compaction_time_is_not_yet_observed():
     comp = Compaction(time=4.0, chunk=3, pre=[], post=[MemoryLine("red square left", 1.0, 2.0)])
     rec = _record([_sub(1.0, silence())], [], compactions=[comp], facts=facts)
     assert sr.memory_reward(rec) == pytest.approx(1.0)
+
+
+# ---- the coin-flip control for the stream reward set (mmrl.rewards.coin_flip.stream_coin_flip)
+def _episodes(monkeypatch, recs):
+    """Contexts whose episode record is ``recs[i]`` (``record_of`` patched where the control reads it)."""
+    from types import SimpleNamespace
+
+    from mmrl.rewards import coin_flip as cf
+
+    by_id = {i: r for i, r in enumerate(recs)}
+    monkeypatch.setattr(cf, "record_of", lambda c: by_id[c.i])
+    return [SimpleNamespace(i=i) for i in range(len(recs))]
+
+
+def test_stream_coin_flip_replaces_the_outcome_by_coins_and_keeps_format_and_memory(monkeypatch):
+    import torch
+
+    from mmrl.rewards.base import REWARDS, RewardSpec, compute_rewards
+
+    right = _record([_sub(4.0, recall(0, 2)), _sub(4.0, response("q1", "B"))], [AnswerEvent("q1", "B", 4.0, 3)], TEACHER)
+    wrong = _record([_sub(4.0, recall(0, 2)), _sub(4.0, response("q1", "C"))], [AnswerEvent("q1", "C", 4.0, 3)], TEACHER)
+    bad_fmt = _record([_sub(4.0, "<speak>"), _sub(4.0, response("q1", "C"))], [AnswerEvent("q1", "C", 4.0, 3)], TEACHER)
+    recs = [right, wrong, bad_fmt, right] * 50  # true mean R_out 0.5
+    ctx = _episodes(monkeypatch, recs)
+    torch.manual_seed(3)
+    comps, total = compute_rewards([RewardSpec("stream_coin_flip")], ctx)
+    true = [sr.stream_components(r) for r in recs]
+    assert comps["coin_flip/true_stream_out"] == [t["out"] for t in true]
+    assert comps["coin_flip/true_stream_tool"] == [t["tool"] for t in true]
+    assert comps["stream_fmt"] == [t["fmt"] for t in true] and comps["stream_mem"] == [t["mem"] for t in true]
+    assert 0.0 in comps["stream_fmt"] and 1.0 in comps["stream_fmt"]  # the format component varies and is kept
+    coins = comps["stream_out"]
+    assert set(coins) == {0.0, 1.0} and abs(sum(coins) / len(coins) - 0.5) < 0.15  # the batch's mean, as coins
+    hits = [c for c, t in zip(coins, true) if t["out"] == 1.0]
+    misses = [c for c, t in zip(coins, true) if t["out"] == 0.0]
+    assert 0 < sum(misses) and sum(hits) < len(hits)  # wrong answers win coins, right ones lose some: no signal
+    assert comps["stream_tool"] == [sr.mean_recall_credit(r) * c for r, c in zip(recs, coins)]  # recall credited by the coin
+    assert total == comps["stream_coin_flip"] == [
+        c["stream_out"] + c["stream_fmt"] + 0.5 * c["stream_tool"] + 0.5 * c["stream_mem"]
+        for c in ({k: v[i] for k, v in comps.items()} for i in range(len(recs)))]
+    assert "stream" not in comps  # the true total is not computed under another name
+    fn = REWARDS.get("stream_coin_flip")
+    assert fn(ctx[:4], p=1.0)["stream_out"] == [1.0] * 4 and fn(ctx[:4], p=0.0)["stream_tool"] == [0.0] * 4
+    assert fn(ctx[:1], p=1.0, weights={"tool": 2.0})["stream_coin_flip"] == [1.0 + 1.0 + 2.0 * 1.0 + 0.5 * 0.0]
+    with pytest.raises(ValueError, match="weights.speed"):
+        fn(ctx[:1], weights={"speed": 1.0})
