@@ -335,6 +335,37 @@ def direction(d: list, claim: str) -> str:
     return f"- {claim}: **{word}** (mean {m:+.1f} points, 95% CI [{lo:+.1f}, {hi:+.1f}])"
 
 
+def train_curve(run: str | Path, window: int = 10) -> dict:
+    """What an RL stage did on its own training prompts (``metrics.jsonl``): the true accuracy (``coin_flip``'s
+    logged ``true_accuracy`` for the control) and the share of invalid tool calls, mean over the first and the last
+    ``window`` steps; {} when the stage has no metrics."""
+    path = Path(run) / "metrics.jsonl"
+    if not path.exists():
+        return {}
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    key = "reward/coin_flip/true_accuracy" if rows and "reward/coin_flip/true_accuracy" in rows[0] else "reward/accuracy"
+    mean = lambda part, k: sum(r.get(k, 0.0) for r in part) / max(len(part), 1)  # noqa: E731
+    head, tail = rows[:window], rows[-window:]
+    return {"steps": len(rows), "acc_first": mean(head, key), "acc_last": mean(tail, key),
+            "invalid_first": mean(head, "tools/invalid_frac"), "invalid_last": mean(tail, "tools/invalid_frac")}
+
+
+def train_lines(args, results: list) -> list:
+    """The RL stages' training curves per seed: did the true reward rise on the training prompts?"""
+    stages = {COIN_ARM: "coin_flip", "a": "a", "b": "c/rl1", "c": "c/rl2", "b2": "c/control/rl2"}
+    lines = ["## RL on the training prompts (mean of the first / last 10 steps)", "",
+             "True accuracy of the sampled responses (the coin-flip arm's true accuracy, not its reward) and the "
+             "share of invalid tool calls, per RL stage; (c) and (b') are their second RL stage, after their SFT.", "",
+             "| arm | seed | accuracy first → last % | invalid calls first → last % |", "|---|---|---:|---:|"]
+    for arm, sub in stages.items():
+        for r in results:
+            c = train_curve(Path(args.out) / f"seed{r['seed']}" / sub)
+            if c:
+                inv = "n/a" if arm == "a" else f"{100 * c['invalid_first']:.1f} → {100 * c['invalid_last']:.1f}"
+                lines.append(f"| {arm} | {r['seed']} | {100 * c['acc_first']:.1f} → {100 * c['acc_last']:.1f} | {inv} |")
+    return lines + [""]
+
+
 def render(args, proto, results: list, sel: Selection, res: Results) -> None:
     seeds = [r["seed"] for r in results]
     arms = [a for a in ARM_LABEL if all(a in r for r in results)]
@@ -359,6 +390,7 @@ def render(args, proto, results: list, sel: Selection, res: Results) -> None:
         res.add(res.arms_table(label, {a: {r["seed"]: r[a][key] for r in results} for a in which}, scale=scale))
     pairs = [(x, y) for x, y in PAIRS if x in arms and y in arms]
     res.add(res.paired_table("held-out accuracy", acc, pairs))
+    res.add(train_lines(args, results))
     claims = [("c", "b2", "rectification adds accuracy over the same SFT grid on teacher scripts (AdSeek's rectified "
                           "bootstrapping), (c) - (b')"),
               ("b", "a", "tools help where the overview misses the evidence, (b) - (a)"),
@@ -366,6 +398,9 @@ def render(args, proto, results: list, sel: Selection, res: Results) -> None:
     res.add(["## The claims, direction per claim", ""]
             + [direction([acc[x][s] - acc[y][s] for s in seeds], claim) for x, y, claim in claims
                if x in acc and y in acc] + [""])
+    if args.notes and Path(args.notes).exists():  # a hand-written reading of these tables, named as such
+        res.add(["## Reading (written by hand from the tables above, `" + str(args.notes) + "`)", "",
+                 Path(args.notes).read_text().strip(), ""])
     lines = ["## Per seed", ""]
     for r in results:
         rc = r["rectify"]
@@ -420,6 +455,7 @@ def main(argv=None) -> str:
                     help="run seed S's selection grid and arms only (one process per seed); a last call without it renders")
     ap.add_argument("--wait-min", type=float, default=120, help="--only: minutes to wait for the other seeds' grids")
     ap.add_argument("--results", default=str(REPO / "docs" / "results" / "tools.md"))
+    ap.add_argument("--notes", help="a markdown file of hand-written reading, printed after the claims")
     args = ap.parse_args(argv)
     import torch
 

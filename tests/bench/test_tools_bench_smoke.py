@@ -31,8 +31,11 @@ def test_tools_bench_smoke(tiny_model_path, tmp_path):
     assert text.startswith("# Tools: video seek") and "SMOKE RUN" in text and text == (tmp_path / "table.md").read_text()
     for head in ("## Pre-flight (SFT start, before any RL)", "## RL setting, chosen on the validation split",
                  "## held-out accuracy % (greedy", "## call validity %", "## seek IoU x 100",
-                 "## held-out accuracy: paired differences", "## The claims, direction per claim"):
+                 "## held-out accuracy: paired differences", "## The claims, direction per claim",
+                 "## RL on the training prompts (mean of the first / last 10 steps)"):
         assert head in text, head
+    for row in ("| coin_flip | 0 |", "| b | 0 |", "| b2 | 0 |", "| c | 0 |", "| a | 0 |"):
+        assert row in text.split("## RL on the training prompts")[1], row
     for row in ("| sft |", "| coin_flip |", "| a |", "| b |", "| b2 |", "| c |", "| c − b2 |", "| b − coin_flip |"):
         assert row in text, row
     grid = json.loads((out / "selection_seed0.json").read_text())
@@ -69,3 +72,17 @@ def test_tools_bench_smoke(tiny_model_path, tmp_path):
     again = bench.main(_args(out, tiny_model_path, tmp_path / "again.md"))
     rows = lambda text: [x for x in text.splitlines() if x.startswith("| ")]  # noqa: E731
     assert rows(again) == rows(text)
+
+
+def test_train_curve_reads_the_true_accuracy_and_invalid_calls(tmp_path):
+    bench = load_bench("tools_vs_no_tools")
+    assert bench.train_curve(tmp_path) == {}
+    rows = [{"reward/accuracy": 0.1 * i, "tools/invalid_frac": 0.5 - 0.01 * i} for i in range(12)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    c = bench.train_curve(tmp_path, window=3)
+    assert c["steps"] == 12 and c["acc_first"] == pytest.approx(0.1) and c["acc_last"] == pytest.approx(1.0)
+    assert c["invalid_first"] == pytest.approx(0.49) and c["invalid_last"] == pytest.approx(0.40)
+    # the coin-flip control: its true accuracy, not the coin it was paid
+    coin = [{"reward/accuracy": 1.0, "reward/coin_flip/true_accuracy": 0.25} for _ in range(4)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in coin))
+    assert bench.train_curve(tmp_path)["acc_last"] == pytest.approx(0.25)
