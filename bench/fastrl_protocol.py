@@ -195,6 +195,23 @@ def preflight(sd: Path, w, args, seed: int) -> Dict:
             "mean_response_tokens": sum(len(r) for x in resp for r in x) / max(sum(len(x) for x in resp), 1)}
 
 
+def style_rows(sd: Path, w, args, items: int = 200) -> List[List[float]]:
+    """MDAP's similarity test offline (``fastrl_preflight.style_distances``, the tokenizer only): per n-gram size
+    (1 and ``--ngram``) and pair of styles, [n, a, b, θ min, θ median, share θ >= τ] over the seed's first train
+    items, each written in both styles."""
+    import statistics
+
+    from fastrl_preflight import style_distances
+    from mmrl.models.loading import load_processor
+
+    tok = load_processor(str(sd / "sft" / "final")).tokenizer
+    its = json.loads(Path(w["train"]).read_text())[:items]
+    dist = style_distances(lambda t: tok.encode(t, add_special_tokens=False), its, args.styles,
+                           sorted({1, args.ngram}), args.answer_first)
+    return [[n, a, b, min(xs), statistics.median(xs), sum(1 for x in xs if x >= args.tau) / len(xs)]
+            for (n, a, b), xs in sorted(dist.items())]
+
+
 def run_arms(names, sd, w, args, seed, sel, tags=None) -> Dict[str, ProtoArm]:
     """The arms stepped round-robin from the same start, evaluated at step 0, every ``--eval-every`` and the end."""
     arms = {n: ProtoArm(n, arm_config(n, sd, w, args, seed, sel, (tags or {}).get(n, ""))) for n in names}
@@ -238,6 +255,8 @@ def run_one(seed: int, args, proto) -> Dict:
                                  ars_epochs_below_G=float(sum(1 for n in pf["ars_n"] if n < args.n)))
     if pf["pf"]["can_act"]:
         pf["pf"]["reason"] = mdap_can_act(pf["pf"]["mechanism"])[1]
+    if "style_distances" not in pf:
+        pf["style_distances"] = style_rows(sd, w, args)
     if args.stop_after == "preflight":
         st.save()
         return write_record(seed, st.data, args, proto)

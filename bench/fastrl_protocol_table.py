@@ -200,7 +200,7 @@ def render(recs: List[Dict], proto: Protocol, notes: str = "") -> str:
             "", "Truncation share of the sampled responses (max new tokens "
             f"{st['max_new_tokens']}): " + ", ".join(f"seed {r['seed']} {100 * r['preflight']['truncation']:.1f}%"
                                                      for r in recs), ""]
-    res.add(pre)
+    res.add(pre + style_lines(recs, st["tau"]))
     grid = r0.get("selection")
     if grid:
         sel = Selection(grid["lr"], grid["kl"], {(float(k.split("_")[0][2:]), float(k.split("_")[1][2:])): v
@@ -237,6 +237,24 @@ def render(recs: List[Dict], proto: Protocol, notes: str = "") -> str:
                         for r in recs)
     res.add(["Minutes per stage: " + minutes, ""] + ([notes] if notes else []))
     return res.render()
+
+
+def style_lines(recs: List[Dict], tau: float) -> List[str]:
+    """MDAP's similarity test offline: θ between one item's targets in two reasoning styles, per seed."""
+    if not all("style_distances" in r["preflight"] for r in recs):
+        return []
+    lines = [f"MDAP's similarity test offline (the base's tokenizer, no model forward): Jaccard distance θ between the "
+             f"same item's SFT targets in two styles (first 200 train items per seed); the test can keep both of two "
+             f"same-advantage responses only when θ >= τ = {tau}:", "",
+             "| n-gram | styles | θ min (all seeds) | θ median per seed | share θ >= τ per seed |", "|---|---|---:|---|---|"]
+    rows = {}
+    for r in recs:
+        for n, a, b, lo, med, share in r["preflight"]["style_distances"]:
+            rows.setdefault((n, a, b), []).append((lo, med, share))
+    for (n, a, b), xs in sorted(rows.items()):
+        lines.append(f"| {n} | {a} vs {b} | {min(x[0] for x in xs):.3f} | {', '.join(f'{x[1]:.3f}' for x in xs)} "
+                     f"| {', '.join(f'{100 * x[2]:.0f}%' for x in xs)} |")
+    return lines + [""]
 
 
 def cost_lines(recs: List[Dict]) -> List[str]:
