@@ -147,7 +147,8 @@ def sft(sd: Path, w, args, seed: int) -> str:
     if not path.is_dir():
         run_sft(load_config([str(DEMO)], common(w, args) + [
             f"model.path={start}", f"data.train={w['train']}", f"train.seed={seed_plan(seed).sft_seed}",
-            f"train.out_dir={sd / 'sft'}", f"sft.steps={args.sft_steps}"] + list(args.overrides)),
+            f"train.out_dir={sd / 'sft'}", f"sft.steps={args.sft_steps}", f"sft.lr={args.sft_lr}",
+            f"model.freeze_vision={str(args.freeze_vision).lower()}"] + list(args.overrides)),
             quiet=True, overwrite=True)
     return str(path)
 
@@ -313,7 +314,7 @@ def run_one(seed: int, args, proto) -> Dict:
     return write_record(seed, st.data, args, proto)
 
 
-SETTINGS = ("model", "n_train", "n_rl", "n_test", "n_val", "sft_steps", "rl_steps", "prompts_per_step", "n", "eval_every",
+SETTINGS = ("model", "n_train", "sft_lr", "freeze_vision", "n_rl", "n_test", "n_val", "sft_steps", "rl_steps", "prompts_per_step", "n", "eval_every",
             "max_new_tokens", "tau", "ngram", "styles", "answer_first", "lr_grid", "kl_grid", "overrides")
 
 
@@ -338,6 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--n-train", type=int, default=512)
     ap.add_argument("--n-rl", type=int, default=64, help="first train clips used for RL (several ARS epochs)")
     ap.add_argument("--sft-steps", type=int, default=300)
+    ap.add_argument("--sft-lr", type=float, default=2e-4, help="SFT lr (3e-4 with the vision tower trained collapsed "
+                    "every seed's start onto one letter)")
+    ap.add_argument("--freeze-vision", action=argparse.BooleanOptionalAction, default=True,
+                    help="SFT with the vision tower frozen (the base's perception kept)")
     ap.add_argument("--rl-steps", type=int, default=40)
     ap.add_argument("--prompts-per-step", type=int, default=8)
     ap.add_argument("--n", type=int, default=8, help="rollout.n = G")
