@@ -200,7 +200,7 @@ def render(recs: List[Dict], proto: Protocol, notes: str = "") -> str:
             "", "Truncation share of the sampled responses (max new tokens "
             f"{st['max_new_tokens']}): " + ", ".join(f"seed {r['seed']} {100 * r['preflight']['truncation']:.1f}%"
                                                      for r in recs), ""]
-    res.add(pre + style_lines(recs, st["tau"]))
+    res.add(pre + other_ngram_lines(recs, st["ngram"]) + style_lines(recs, st["tau"]))
     grid = r0.get("selection")
     if grid:
         sel = Selection(grid["lr"], grid["kl"], {(float(k.split("_")[0][2:]), float(k.split("_")[1][2:])): v
@@ -237,6 +237,20 @@ def render(recs: List[Dict], proto: Protocol, notes: str = "") -> str:
                         for r in recs)
     res.add(["Minutes per stage: " + minutes, ""] + ([notes] if notes else []))
     return res.render()
+
+
+def other_ngram_lines(recs: List[Dict], ngram: int) -> List[str]:
+    """MDAP on the same sampled groups at the other n-gram size: what the choice of n does to the prune share."""
+    rows = []
+    for r in recs:
+        for n, o in sorted(r["preflight"].get("mdap_other_ngram", {}).items()):
+            pruned = o["pruned_by_advantage"] - o["kept_by_similarity"]
+            rows.append(f"seed {r['seed']}: {100 * pruned:.1f}% pruned, {100 * o['kept_by_similarity']:.1f}% kept "
+                        f"back by the similarity test ({n}-grams)")
+    if not rows:
+        return []
+    return [f"MDAP on the same sampled groups at the other n-gram size (this run prunes on {ngram}-grams): "
+            + "; ".join(rows) + ".", ""]
 
 
 def style_lines(recs: List[Dict], tau: float) -> List[str]:

@@ -77,7 +77,9 @@ def _record(seed, fast_cpu):
                     sft_steps=10, rl_steps=20, prompts_per_step=8, n=8, max_new_tokens=112, tau=0.8, ngram=2,
                     eval_every=10)
     return {"seed": seed, "settings": settings, "preflight": {"pf": pf, "start_acc": 0.40, "ars_n": [8, 8, 7],
-                                                              "truncation": 0.0,
+                                                              "truncation": 0.0, "mdap_other_ngram": {"2": {
+                                                                  "pruned_by_advantage": 0.6, "kept_by_similarity": 0.55,
+                                                                  "partitions_similarity_acts": 0.9}},
                                                               "style_distances": [[2, 0, 1, 0.85 + seed / 100, 0.9, 1.0]]},
             "selection": {"lr": 1e-5, "kl": 0.0, "scores": {"lr1e-05_kl0": 0.5, "lr3e-05_kl0": 0.4}},
             "arms": {"grpo": arm(base), "grpo_fastrl": arm(fast), P.COIN_ARM: arm(_pts((0, 0.4, 0), (20, 0.3, 200)))},
@@ -91,6 +93,7 @@ def test_render_from_seed_records():
     assert "Command: `python bench/fastrl_protocol.py --only S`" in text
     assert "## Pre-flight (SFT start, before any RL)" in text and "seed 2: [8, 8, 7]" in text
     assert "| 1e-05 | 50.0 **(chosen)** |" in text
+    assert "seed 1: 5.0% pruned, 55.0% kept back by the similarity test (2-grams)" in text
     assert "| 2 | 0 vs 1 | 0.850 | 0.900, 0.900, 0.900 | 100%, 100%, 100% |" in text
     assert "| GRPO | 1 | 50.0 | 10; 100, 200, 10.0, 5.0 | 10; 40, 80, 4.0, 2.0 | 2.50x | 2.50x |  |" in text
     # speed-ups 2.0, 2.5, 2.22: mean 2.24; base − FastRL CPU s 50, 60, 55 -> CI above 0 -> reproduced
