@@ -22,8 +22,8 @@ Per seed (``seed_plan``: its own world, SFT and RL seed), each stage kept in ``O
    the coin-flip accuracy reward), then the optional ``dapo``/``dapo_fastrl`` and ``gspo``/``gspo_fastrl``
    (``ppo_epochs: 2``), each pair started only when predicted to end before ``--deadline``.
 
-Every arm is evaluated greedily on the test split at step 0 (the start), every ``--eval-every`` steps and at the
-end, outside its clock; its cost (process CPU seconds, wall seconds, generated and update-pass tokens) is recorded
+Every arm is evaluated greedily on the test split every ``--eval-every`` steps and at the end (the coin-flip control
+at the end only), outside its clock, its step-0 point being the start's evaluation from the pre-flight; its cost (process CPU seconds, wall seconds, generated and update-pass tokens) is recorded
 at each point, so the time to the base's best held-out accuracy can be read per seed. The seed record
 (``--seed-dir``/seed<S>.json) is written after every stage; ``--render`` builds the results file from the records.
 """
@@ -50,6 +50,7 @@ from fastrl_protocol_table import ars_predict, mdap_can_act, mdap_stats, render 
 SCRIPT = "bench/fastrl_protocol.py"
 CLIP_WORLD = dict(size=56, n_frames=8, fps=4.0)  # the base's clips (docs/base_model.md, bpo_preflight.CLIP_WORLD)
 PAIRS = {"core": ("grpo_fastrl", COIN_ARM), "dapo": ("dapo", "dapo_fastrl"), "gspo": ("gspo", "gspo_fastrl")}
+END_ONLY = (COIN_ARM,)  # the control needs its final accuracy only: no evaluations on the way
 PAIR_COST = {"core": 1.6, "dapo": 2.0, "gspo": 3.0}  # predicted step cost of a pair, in plain GRPO steps
 
 
@@ -218,15 +219,21 @@ def style_rows(sd: Path, w, args, items: int = 200) -> List[List[float]]:
             for (n, a, b), xs in sorted(dist.items())]
 
 
-def run_arms(names, sd, w, args, seed, sel, tags=None) -> Dict[str, ProtoArm]:
-    """The arms stepped round-robin from the same start, evaluated at step 0, every ``--eval-every`` and the end."""
+def run_arms(names, sd, w, args, seed, sel, tags=None, start_acc=None) -> Dict[str, ProtoArm]:
+    """The arms stepped round-robin from the same start, evaluated every ``--eval-every`` steps and at the end
+    (``END_ONLY`` arms, the control, at the end only); the step-0 point is the start's greedy test accuracy
+    ``start_acc`` from the pre-flight (the same checkpoint and the same deterministic eval), or evaluated."""
     arms = {n: ProtoArm(n, arm_config(n, sd, w, args, seed, sel, (tags or {}).get(n, ""))) for n in names}
     for a in arms.values():
-        a.evaluate()
+        if start_acc is None:
+            a.evaluate()
+        else:
+            a.points.append({"step": 0, "acc": float(start_acc), "cpu": 0.0, "wall": 0.0, "gen": 0.0, "upd": 0.0})
     for i in range(args.rl_steps):
         step_round_robin(arms, i)
-        if (i + 1) % args.eval_every == 0 or i + 1 == args.rl_steps:
-            accs = {n: a.evaluate() for n, a in arms.items()}
+        last = i + 1 == args.rl_steps
+        if (i + 1) % args.eval_every == 0 or last:
+            accs = {n: a.evaluate() for n, a in arms.items() if last or n not in END_ONLY}
             log(f"[seed {seed}] step {i + 1}: " + ", ".join(f"{n} {100 * x:.1f}% ({arms[n].cpu:.0f} CPU s)"
                                                            for n, x in accs.items()))
     return arms
@@ -307,7 +314,7 @@ def run_one(seed: int, args, proto) -> Dict:
             st.save()
             continue
         t = time.time()
-        arms = run_arms(list(names), sd, w, args, seed, sel)
+        arms = run_arms(list(names), sd, w, args, seed, sel, start_acc=pf["start_acc"])
         st.data["arms"].update({n: summary(a) for n, a in arms.items()})
         st.data["minutes"][f"rl_{pair}"] = (time.time() - t) / 60
         for n in names:

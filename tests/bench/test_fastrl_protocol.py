@@ -115,8 +115,9 @@ def test_fastrl_protocol_smoke(tiny_model_path, tmp_path):
     B.main(argv + ["--only", "0"])
     r = json.loads((rec / "seed0.json").read_text())
     assert set(r["arms"]) == {"grpo", "grpo_fastrl", P.COIN_ARM}
-    for a in r["arms"].values():
-        assert [p["step"] for p in a["points"]] == [0, 1, 2] and a["points"][0]["acc"] == r["preflight"]["start_acc"]
+    for name, a in r["arms"].items():
+        steps = [0, 2] if name == P.COIN_ARM else [0, 1, 2]  # the control: its end only
+        assert [p["step"] for p in a["points"]] == steps and a["points"][0]["acc"] == r["preflight"]["start_acc"]
     assert r["arms"]["grpo_fastrl"]["kept_frac"] < 1.0  # τ = 1: one rollout per advantage partition
     B.main(argv + ["--render", "--report", str(tmp_path / "fastrl.md")])
     assert "SMOKE RUN" in (tmp_path / "fastrl.md").read_text()
