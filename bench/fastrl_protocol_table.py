@@ -192,10 +192,19 @@ def render(recs: List[Dict], proto: Protocol, notes: str = "") -> str:
              f"{st['rl_steps'] * st['prompts_per_step'] // st['n_rl']} epochs; greedy held-out accuracy every "
              f"{st['eval_every']} steps. Costs per arm: process CPU seconds and wall seconds of its steps, generated "
              f"tokens, update-pass tokens (response tokens of the rows entering the actor pass x ppo_epochs).", ""])
-    pfs = [Preflight(**{**r["preflight"]["pf"], "pass_at": {int(k): v for k, v in r["preflight"]["pf"]["pass_at"].items()}})
-           for r in recs]
+    pfs = []
+    for r in recs:
+        d = r["preflight"]["pf"]
+        mech = dict(d["mechanism"])
+        mech["mdap_pruned"] = mech.get("pruned_by_advantage", float("nan")) - mech.get("kept_by_similarity", 0.0)
+        pfs.append(Preflight(**{**d, "mechanism": mech, "pass_at": {int(k): v for k, v in d["pass_at"].items()}}))
     pre = preflight_lines(pfs, "FastRL (MDAP + ARS)")
-    pre += ["ARS's predicted rollout count per epoch (start's kept-set sizes held fixed): "
+    pre += ["Mechanism columns (shares of the sampled rollouts): `mdap_pruned` what MDAP at τ prunes, "
+            "`pruned_by_advantage` what one rollout per advantage partition would prune, `kept_by_similarity` what "
+            "the similarity test keeps back of that, `partitions_similarity_acts` the share of partitions with two or "
+            "more rollouts where it keeps more than one, `kept_per_prompt` MDAP's mean kept set per prompt; "
+            "`ars_n_min` and `ars_epochs_below_G` from ARS's prediction:", "",
+            "ARS's predicted rollout count per epoch (start's kept-set sizes held fixed): "
             + "; ".join(f"seed {r['seed']}: {r['preflight']['ars_n']}" for r in recs),
             "", "Truncation share of the sampled responses (max new tokens "
             f"{st['max_new_tokens']}): " + ", ".join(f"seed {r['seed']} {100 * r['preflight']['truncation']:.1f}%"
@@ -212,7 +221,8 @@ def render(recs: List[Dict], proto: Protocol, notes: str = "") -> str:
             dropped.setdefault(a, f"seed {r['seed']}: {why}")
     for key, title in (("final", "final held-out accuracy %"), ("best", "best held-out accuracy % over the eval points")):
         vals = arm_values(recs, key)
-        res.add(res.arms_table(title, vals, missing={a: w for a, w in dropped.items() if a not in vals and a == COIN_ARM}))
+        missing = {} if COIN_ARM in vals else {COIN_ARM: dropped.get(COIN_ARM, "not finished when this file was rendered")}
+        res.add(res.arms_table(title, vals, missing=missing))
         pairs = [(f"{b}_fastrl", b) for b in BASES if b in vals and f"{b}_fastrl" in vals]
         pairs += [(a, b) for a, b in (("grpo", COIN_ARM), ("grpo", SFT_ARM), (COIN_ARM, SFT_ARM)) if a in vals and b in vals]
         res.add(res.paired_table(title, vals, pairs))
