@@ -373,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="runs/fastrl_protocol")
     ap.add_argument("--seed-dir", default="bench/results/fastrl_protocol")
     ap.add_argument("--report", default="docs/results/fastrl.md")
+    ap.add_argument("--record-only", action="store_true", help="with --only S: write the seed record of a stopped run "
+                    "from its state, the unfinished arms labelled (nothing is run)")
     ap.add_argument("--notes", help="--render: a markdown file appended after the tables (earlier runs)")
     ap.add_argument("overrides", nargs="*")
     return ap
@@ -392,6 +394,16 @@ def main(argv=None) -> None:
         return print(text)
     if args.only is None or args.only not in args.seeds:
         raise SystemExit("give --only S (one of --seeds) to run a seed, or --render")
+    if args.record_only:  # the record of a stopped run: what finished, the unfinished arms labelled
+        st = SeedState(Path(args.out) / f"seed{args.only}" / "state.json")
+        for pair in ["core"] + list(args.optional):
+            for n in PAIRS[pair]:
+                if n not in st.data.get("arms", {}) and n not in st.data["dropped"]:
+                    st.data["dropped"][n] = f"not finished when the run was stopped at {time.strftime('%H:%M', time.gmtime())} UTC"
+        st.save()
+        run_argv = [a for a in argv if a != "--record-only"]
+        write_record(args.only, st.data, args, protocol_from_args(args, SCRIPT, run_argv))
+        return log(f"[seed {args.only}] record written from the state of the stopped run")
     import torch
 
     torch.set_num_threads(1)
