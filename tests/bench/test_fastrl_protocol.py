@@ -27,6 +27,7 @@ def test_time_to_best_reads_the_first_point_at_the_bases_best():
     assert t["base_wall"] == 200 and t["fast_upd"] == 6000
     never = T.time_to_best({"grpo": {"points": base}, "grpo_fastrl": {"points": fast[:2]}}, "grpo")
     assert never["why"] == "FastRL never reached it" and never["speedup_cpu"] is None
+    assert never["base_cpu"] == 100 and never["fast_cpu"] is None  # the base's own cost is still read
     flat = _pts((0, 0.55, 0), (10, 0.50, 100))  # RL never improved on the start: no time to read
     t = T.time_to_best({"grpo": {"points": flat}, "grpo_fastrl": {"points": fast}}, "grpo")
     assert t["why"].startswith("the base's best is its SFT start") and t["base_cpu"] is None
@@ -101,6 +102,13 @@ def test_render_from_seed_records():
     assert "| grpo − coin_flip | +19.0 [19.0, 19.0] (CI above 0) |" in text
     assert "keeps the final accuracy** (paper: comparable or better): reversed" in text  # 0.47 vs 0.49 everywhere
     assert "- dapo: seed 0: predicted to end at 09:30 UTC" in text
+    assert "coin_flip: not run (evaluated at its end only" in text  # no best-over-the-curve for the control
+    recs = [_record(s, 50) for s in (0, 1, 2)]
+    for r in recs:  # FastRL never gets to the base's best on any seed: the claim reads reversed
+        r["arms"]["grpo_fastrl"]["points"] = _pts((0, 0.40, 0), (10, 0.45, 50), (20, 0.47, 100))
+    text = T.render(recs, proto)
+    assert "(paper: yes): reversed: FastRL never reached the base's best held-out accuracy" in text
+    assert "| GRPO | 0 | 50.0 | 10; 100, 200, 10.0, 5.0 | —; —, —, —, — | — | — | FastRL never reached it |" in text
 
 
 @pytest.mark.slow
