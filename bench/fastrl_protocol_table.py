@@ -224,7 +224,7 @@ def render(recs: List[Dict], proto: Protocol, notes: str = "") -> str:
     dropped = {}
     for r in recs:
         for a, why in r.get("dropped", {}).items():
-            dropped.setdefault(a, f"seed {r['seed']}: {why}")
+            dropped[a] = (dropped[a] + "; " if a in dropped else "") + f"seed {r['seed']}: {why}"
     for key, title in (("final", "final held-out accuracy %"), ("best", "best held-out accuracy % over the eval points")):
         vals = arm_values(recs, key)
         missing = {} if COIN_ARM in vals else {COIN_ARM: dropped.get(COIN_ARM, "not finished when this file was rendered")}
