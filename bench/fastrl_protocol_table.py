@@ -192,7 +192,7 @@ def render(recs: List[Dict], proto: Protocol, notes: str = "") -> str:
     res.add([f"Setting: per seed the synthetic video world at the base's resolution ({st['world']}), reasoning targets "
              f"in {st['styles']} styles (`mmrl.data.reasoning`, answer-first {st['answer_first']}), "
              f"{st['n_train']} train clips (the first {st['n_rl']} are the RL split), {st['n_val']} validation and "
-             f"{st['n_test']} test clips; SFT {st['sft_steps']} steps from `model.path=base`; RL {st['rl_steps']} "
+             f"{st['n_test']} test clips; SFT {st['sft_steps']} steps from `model.path=base` at lr {st.get('sft_lr', 'of configs/demo.yaml')}{', vision tower frozen' if st.get('freeze_vision') else ''}; RL {st['rl_steps']} "
              f"steps x {st['prompts_per_step']} prompts x G = {st['n']}, max {st['max_new_tokens']} new tokens, reward "
              f"accuracy + 0.5 x answer-tag format; FastRL τ = {st['tau']} on {st['ngram']}-grams, ARS over "
              f"{st['rl_steps'] * st['prompts_per_step'] // st['n_rl']} epochs; greedy held-out accuracy every "
