@@ -2,7 +2,7 @@
 ``docs/base_model.md``): before any router stage, can the embedder read what the links need?
 
     .venv/bin/python bench/vhop_preflight.py [--seeds 0 1 2] [--sizes 56 112] [--train-worlds 6] [--n-train 50]
-        [--n-test 100] [--pretrain-steps 0] [--out runs/vhop_preflight] [--write docs/results/vhop.md]
+        [--n-test 100] [--pretrain-steps 0] [--pretrain-sizes PX ...] [--out runs/vhop_preflight] [--write docs/results/vhop.md]
         [--render-only] [--smoke]
 
 Per protocol seed (``seed_plan``: its own worlds) and image size: ``--train-worlds`` VHOP worlds (the train split
@@ -17,13 +17,14 @@ of world seeds ``100 * world_seed + k``, ``--n-train`` queries each) and one hel
    the scene (colour x ground). Two frozen features: the embedder's output (what retrieval compares) and the vision
    tower's merged tokens concatenated in raster order (is the emblem in the tower at all?). Chance: the held-out
    share of its most frequent class (the best constant answer).
-2. ``--pretrain-steps N``: the attribute heads of the issue's plan (one linear head per attribute on the pooled
-   hidden state, summed cross-entropy, AdamW lr ``--pretrain-lr``, batch 32) train the whole backbone for N steps
+2. ``--pretrain-steps N``: the attribute heads of the issue's plan (``pretrain``: one linear head per attribute on
+   the embedder's output, summed cross-entropy, AdamW lr ``--pretrain-lr``, batch 32) train the whole backbone for N steps
    on the train worlds' images, then the same probes and retrieval on the held-out world (``pretrained`` rows).
 3. **Retrieval**: hop-1 top-1 of single-step retrieval (the query's text embedding -> the first gold image, over
    the held-out corpus) with chance 1 / corpus and the scene-only level (mean 1 / images in the named scene: a
    retriever that matches the scene but not the object); hop-2 top-1 (the state (query, first gold image) -> the
-   second, queries of level >= 2) with its scene-only level 1 / (scene size - 1).
+   second, queries of level >= 2) with its scene-only level 1 / (scene size - 1); and the same two hops by the
+   output probes alone (``probe_hops``), what the frozen features could carry.
 
 The router "can act" on a seed (``can_act``) when the embedder's emblem accuracy is above chance by two binomial
 standard errors (``sqrt(c (1 - c) / n)`` at chance c, as ``_preflight.build_preflight``) AND hop-1 top-1 is above
@@ -38,16 +39,15 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _protocol import MIN_SEEDS, ProtocolError, seed_plan  # noqa: E402
+from vhop_preflight_table import ATTRS, render, write_results  # noqa: E402,F401
 
 WORLD = dict(colours=8, shapes=5, scene_cap=24, emblem_scale=0.28)
-ATTRS = ("emblem", "emblem_colour", "emblem_shape", "main", "scene")
 FEATURES = ("output", "tokens")
-MARK = "<!-- vhop_preflight: everything below this line is kept when the pre-flight is rewritten -->"
 
 
 def attribute_labels(meta: dict) -> Dict[str, str]:
@@ -86,9 +86,20 @@ def fit_probe(x, y: Sequence[str], wd: float = 1e-3, iters: int = 100):
     return classes, mu, sd, w.detach(), b.detach()
 
 
-def predict_probe(probe, x) -> List[str]:
+def probe_logp(probe, x):
+    """``[N, classes]`` log-probabilities of ``probe`` on ``x``."""
     classes, mu, sd, w, b = probe
-    return [classes[i] for i in (((x.double() - mu) / sd) @ w + b).argmax(1).tolist()]
+    return torch_log_softmax(((x.double() - mu) / sd) @ w + b)
+
+
+def torch_log_softmax(z):
+    import torch
+
+    return torch.log_softmax(z, dim=1)
+
+
+def predict_probe(probe, x) -> List[str]:
+    return [probe[0][i] for i in probe_logp(probe, x).argmax(1).tolist()]
 
 
 def constant_chance(y_test: Sequence[str]) -> float:
@@ -100,13 +111,17 @@ def constant_chance(y_test: Sequence[str]) -> float:
     return max(counts.values()) / len(y_test)
 
 
-def score_probe(x_train, y_train: Sequence[str], x_test, y_test: Sequence[str], wd: float = 1e-3) -> Dict[str, float]:
+def score_probe(x_train, y_train: Sequence[str], x_test, y_test: Sequence[str], wd: float = 1e-3,
+                keep: Optional[dict] = None) -> Dict[str, float]:
     """Held-out accuracy of a probe trained on ``(x_train, y_train)``, with chance, n, classes and the binomial
-    standard error at chance."""
+    standard error at chance; the fitted probe goes to ``keep["probe"]`` when given."""
     if not len(y_test) or len(set(y_train)) < 2:
         raise ValueError(f"a probe needs >= 2 train classes and >= 1 test item, got {len(set(y_train))} and "
                          f"{len(y_test)}")
-    pred = predict_probe(fit_probe(x_train, y_train, wd), x_test)
+    probe = fit_probe(x_train, y_train, wd)
+    if keep is not None:
+        keep["probe"] = probe
+    pred = predict_probe(probe, x_test)
     acc = sum(p == t for p, t in zip(pred, y_test)) / len(y_test)
     c = constant_chance(y_test)
     return {"acc": acc, "chance": c, "n": len(y_test), "classes": len(set(y_train)), "se": binomial_se(c, len(y_test))}
@@ -152,6 +167,32 @@ def top1_hits(q_emb, img_emb, gold: Sequence[int], exclude: Sequence[Sequence[in
     return [float(t == g) for t, g in zip(top, gold)]
 
 
+def probe_hops(logp: Dict[str, Tuple[List[str], object]], corpus, queries) -> Dict[str, float]:
+    """Retrieval by the attribute probes alone (what the frozen features carry, given a reader that parses the
+    query exactly): hop 1 ranks every image by ``log p(main) + log p(scene)`` of the described start; hop 2 reads
+    the first gold image's emblem and scene (probe argmax) and ranks the other images by ``log p(main = emblem) +
+    log p(scene)``. ``logp[attr] = (classes, [N, C] log-probs over corpus)``."""
+    pos = {it.id: i for i, it in enumerate(corpus.items)}
+    n = len(corpus.items)
+
+    def col(attr: str, label: str):
+        classes, lp = logp[attr]
+        return lp[:, classes.index(label)] if label in classes else lp.new_full((n,), -1e9)
+
+    h1, h2 = [], []
+    for q in queries:
+        lab = attribute_labels(q.meta["start"])
+        h1.append(float(int((col("main", lab["main"]) + col("scene", lab["scene"])).argmax()) == pos[q.chain[0]]))
+        if len(q.chain) >= 2:
+            i0 = pos[q.chain[0]]
+            emblem = logp["emblem"][0][int(logp["emblem"][1][i0].argmax())]
+            scene = logp["scene"][0][int(logp["scene"][1][i0].argmax())]
+            s = col("main", emblem) + col("scene", scene)
+            s[i0] = -float("inf")
+            h2.append(float(int(s.argmax()) == pos[q.chain[1]]))
+    return {"probe_hop1": sum(h1) / len(h1), "probe_hop2": sum(h2) / max(1, len(h2))}
+
+
 # ---------------------------------------------------------------- the model side
 def load_world_images(path: str, split: str):
     from mmrl.data.vhop_format import load_corpus, load_queries
@@ -180,9 +221,9 @@ def extract(emb, corpus, batch: int = 32):
     return torch.cat(outs), toks.reshape(len(corpus.items), -1)
 
 
-def probe_all(train: List[Tuple], test: Tuple, wd: float) -> Dict[str, Dict[str, dict]]:
+def probe_all(train: List[Tuple], test: Tuple, wd: float, keep: Optional[dict] = None) -> Dict[str, Dict[str, dict]]:
     """Per feature and attribute: ``score_probe`` from the train worlds' ``(corpus, output, tokens)`` to the held-out
-    world's."""
+    world's; ``keep[attr]`` gets the output feature's probes."""
     import torch
 
     out: Dict[str, Dict[str, dict]] = {}
@@ -199,7 +240,10 @@ def probe_all(train: List[Tuple], test: Tuple, wd: float) -> Dict[str, Dict[str,
                             ys.append(lab)
                 return torch.stack(xs), ys
             (xa, ya), (xb, yb) = split(train), split([test])
-            out[feat][attr] = score_probe(xa, ya, xb, yb, wd)
+            box: dict = {}
+            out[feat][attr] = score_probe(xa, ya, xb, yb, wd, box)
+            if keep is not None and feat == "output":
+                keep[attr] = box["probe"]
     return out
 
 
@@ -252,7 +296,7 @@ def pretrain(emb, worlds: List, steps: int, lr: float, seed: int, batch: int = 3
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     emb.eval()
     return losses
 
@@ -275,18 +319,22 @@ def run_seed(seed: int, size: int, a, out: Path) -> List[dict]:
     test_c, test_q = load_world_images(str(wdir / "heldout"), "test")
     emb = Embedder.from_pretrained("base").eval()
     rows = []
-    for name in ("base",) + (("pretrained",) if a.pretrain_steps else ()):
+    pre = a.pretrain_steps and (not a.pretrain_sizes or size in a.pretrain_sizes)
+    for name in ("base",) + (("pretrained",) if pre else ()):
         t0, c0, losses = time.time(), time.process_time(), []
         if name == "pretrained":
             losses = pretrain(emb, [(c,) for c in train_c], a.pretrain_steps, a.pretrain_lr, seed_plan(seed).sft_seed)
         train = [(c,) + extract(emb, c) for c in train_c]
         test = (test_c,) + extract(emb, test_c)
+        kept: dict = {}
         row = {"seed": seed, "size": size, "embedder": name, "world_seed": ws,
                "images": {"train": sum(len(c.items) for c in train_c), "test": len(test_c.items)},
-               "queries_test": len(test_q), "probes": probe_all(train, test, a.wd),
+               "queries_test": len(test_q), "probes": probe_all(train, test, a.wd, kept),
                "retrieval": retrieval(emb, test_c, test_q, test[1]),
                "pretrain": {"steps": a.pretrain_steps, "lr": a.pretrain_lr, "loss_first": losses[:10],
                             "loss_last": losses[-10:]} if losses else None}
+        row["retrieval"].update(probe_hops({k: (kept[k][0], probe_logp(kept[k], test[1])) for k in
+                                            ("main", "scene", "emblem")}, test_c, test_q))
         row["can_act"], row["reason"] = can_act(row)
         row["cpu_s"], row["wall_s"] = time.process_time() - c0, time.time() - t0
         (out / f"seed{seed}").mkdir(parents=True, exist_ok=True)
@@ -299,58 +347,6 @@ def run_seed(seed: int, size: int, a, out: Path) -> List[dict]:
     return rows
 
 
-# ---------------------------------------------------------------- the results section
-def _pct(r: dict) -> str:
-    return f"{100 * r['acc']:.1f} ({100 * r['chance']:.1f})"
-
-
-def render(rows: Sequence[dict], command: str, smoke: bool = False) -> List[str]:
-    """The pre-flight section: one row per (size, embedder, seed), the probes on both features, retrieval, the
-    verdict, and the overall verdict (the router can act only if it can on every seed of some size/embedder)."""
-    rows = sorted(rows, key=lambda r: (r["size"], r["embedder"] != "base", r["seed"]))
-    head = ["px", "embedder", "seed", "images train / held-out"] + [f"{a} (output)" for a in ATTRS] + [
-        "emblem (tower tokens)", "main (tower tokens)", "hop-1 top-1 (chance; scene-only)",
-        "hop-2 top-1 (scene-only)", "can act"]
-    lines = ["## Pre-flight on the base (issue 29): can the router act?", ""]
-    if smoke:
-        lines += ["**SMOKE RUN** (fewer seeds or smaller worlds than the pre-flight asks): not a result.", ""]
-    lines += ["```bash", command, "```", "",
-              "Held-out accuracy % of linear probes on the frozen embedder (chance in brackets: the best constant "
-              "answer, the held-out share of the most frequent class), trained on the train worlds' images and scored on a held-out "
-              "world's; `output` = the embedder's unit vector (what retrieval compares), `tower tokens` = the vision "
-              "tower's merged tokens concatenated. Retrieval top-1 % on the held-out world's queries over its corpus. "
-              "Can act: emblem (output) above chance by 2 s.e. and hop-1 above the scene-only level by 2 s.e.", "",
-              "| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 4) + "---|"]
-    for r in rows:
-        p, t, h = r["probes"]["output"], r["probes"]["tokens"], r["retrieval"]
-        cells = [str(r["size"]), r["embedder"] + (f" ({r['pretrain']['steps']} steps)" if r.get("pretrain") else ""),
-                 str(r["seed"]), f"{r['images']['train']} / {r['images']['test']}"] + [_pct(p[a]) for a in ATTRS]
-        cells += [_pct(t["emblem"]), _pct(t["main"]),
-                  f"{100 * h['hop1']:.1f} ({100 * h['hop1_chance']:.1f}; {100 * h['hop1_scene_only']:.1f})",
-                  f"{100 * h['hop2']:.1f} ({100 * h['hop2_scene_only']:.1f})",
-                  "yes" if r["can_act"] else f"**no**: {r['reason']}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    groups: Dict[Tuple[int, str], List[bool]] = {}
-    for r in rows:
-        groups.setdefault((r["size"], r["embedder"]), []).append(bool(r["can_act"]))
-    ok = [k for k, v in groups.items() if all(v)]
-    lines += ["", "**Verdict:** " + (
-        "the router can act with " + ", ".join(f"the {e} embedder at {s} px" for s, e in ok) + " on every seed."
-        if ok else "the router **cannot act** on this embedder: on no (size, embedder) does every seed read the "
-                   "emblem above chance and find the described image above the scene-only level; router stages "
-                   "would train on links the embedder cannot see."), ""]
-    return lines
-
-
-def write_results(path: Path, section: Sequence[str]) -> None:
-    """Put ``section`` at the top of ``path`` (after its title), keeping what follows ``MARK`` (or, the first time,
-    everything after the title) below it."""
-    text = path.read_text() if path.exists() else "# VHOP router: multi-hop visual retrieval\n"
-    title, _, rest = text.partition("\n")
-    kept = rest.split(MARK, 1)[1] if MARK in rest else "\n## Earlier runs (random-init tiny embedder)\n" + rest
-    path.write_text("\n".join([title, ""] + list(section) + [MARK]) + kept)
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -361,6 +357,7 @@ def main(argv=None) -> None:
     p.add_argument("--wd", type=float, default=1e-3, help="the probes' L2 weight")
     p.add_argument("--pretrain-steps", type=int, default=0)
     p.add_argument("--pretrain-lr", type=float, default=3e-4)
+    p.add_argument("--pretrain-sizes", type=int, nargs="*", help="pre-train only at these sizes (default: all)")
     p.add_argument("--out", default="runs/vhop_preflight")
     p.add_argument("--write", help="results file to put the table at the top of (e.g. docs/results/vhop.md)")
     p.add_argument("--render-only", action="store_true", help="render the saved rows of --out")
@@ -375,8 +372,8 @@ def main(argv=None) -> None:
         import torch
 
         torch.set_num_threads(1)
-        for s in a.seeds:
-            for size in a.sizes:
+        for size in a.sizes:  # every seed of a size before the next size
+            for s in a.seeds:
                 run_seed(s, size, a, out)
     rows = [json.loads(f.read_text()) for s in a.seeds for f in sorted((out / f"seed{s}").glob("px*.json"))
             if json.loads(f.read_text())["size"] in a.sizes]

@@ -77,7 +77,7 @@ def _row(seed, size, emb, ok):
             "probes": {f: {a: p for a in ("emblem", "emblem_colour", "emblem_shape", "main", "scene")}
                        for f in ("output", "tokens")},
             "retrieval": {"hop1": 0.2, "hop1_chance": 0.01, "hop1_scene_only": 0.05, "n_hop1": 100, "hop2": 0.1,
-                          "hop2_scene_only": 0.06},
+                          "hop2_scene_only": 0.06, "probe_hop1": 0.3, "probe_hop2": 0.2},
             "can_act": ok, "reason": "ok" if ok else "emblem accuracy 4.0% is not above chance"}
 
 
@@ -86,7 +86,7 @@ def test_render_verdict(tmp_path):
     lines = b.render([_row(s, 56, "base", s != 1) for s in range(3)], "CMD")
     text = "\n".join(lines)
     assert "CMD" in text and "**no**: emblem accuracy 4.0%" in text and "cannot act" in text
-    assert text.count("| 56 | base |") == 3
+    assert text.count("| 56 | base |") == 3 and "| 30.0 / 20.0 |" in text
     good = "\n".join(b.render([_row(s, 112, "base", True) for s in range(3)], "CMD", smoke=True))
     assert "can act with the base embedder at 112 px" in good and "SMOKE RUN" in good
 
@@ -100,3 +100,23 @@ def test_write_results_keeps_earlier_content(tmp_path):
     text = f.read_text()
     assert text.startswith("# VHOP router\n\n## Pre-flight\nsecond")
     assert "first" not in text and text.count("old table") == 1 and text.count("## Earlier runs") == 1
+
+
+def test_probe_hops_follow_the_read_emblem():
+    """Three images in one scene: a (red circle, emblem blue square) -> b (blue square); c (green cross) is a
+    decoy. Probes that read perfectly find a for hop 1 and b for hop 2; a probe that reads the emblem as the decoy's
+    object sends hop 2 to c."""
+    from types import SimpleNamespace as NS
+
+    b = _bench()
+    corpus = NS(items=[NS(id="a"), NS(id="b"), NS(id="c")])
+    q = NS(chain=["a", "b"], meta={"start": {"main": {"colour": "red", "shape": "circle"},
+                                             "scene": {"colour": "navy", "ground": "dots"}}})
+    mains = ["blue square", "green cross", "red circle"]
+    lp_main = torch.log(torch.tensor([[0.01, 0.01, 0.98], [0.98, 0.01, 0.01], [0.01, 0.98, 0.01]]))
+    lp_scene = torch.zeros(3, 1)
+    good = {"main": (mains, lp_main), "scene": (["navy dots"], lp_scene),
+            "emblem": (["blue square", "green cross"], torch.log(torch.tensor([[0.9, 0.1]] * 3)))}
+    assert b.probe_hops(good, corpus, [q]) == {"probe_hop1": 1.0, "probe_hop2": 1.0}
+    bad = dict(good, emblem=(["blue square", "green cross"], torch.log(torch.tensor([[0.1, 0.9]] * 3))))
+    assert b.probe_hops(bad, corpus, [q]) == {"probe_hop1": 1.0, "probe_hop2": 0.0}
