@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _protocol import MIN_SEEDS, ProtocolError, seed_plan  # noqa: E402
-from vhop_preflight_table import ATTRS, render, write_results  # noqa: E402,F401
+from vhop_preflight_table import ATTRS, above, binomial_se, render, write_results  # noqa: E402,F401
 
 WORLD = dict(colours=8, shapes=5, scene_cap=24, emblem_scale=0.28)
 FEATURES = ("output", "tokens")
@@ -125,15 +125,6 @@ def score_probe(x_train, y_train: Sequence[str], x_test, y_test: Sequence[str], 
     acc = sum(p == t for p, t in zip(pred, y_test)) / len(y_test)
     c = constant_chance(y_test)
     return {"acc": acc, "chance": c, "n": len(y_test), "classes": len(set(y_train)), "se": binomial_se(c, len(y_test))}
-
-
-def binomial_se(p: float, n: int) -> float:
-    return math.sqrt(max(p * (1 - p), 1e-12) / n) if n else float("inf")
-
-
-def above(acc: float, level: float, n: int) -> bool:
-    """``acc`` above ``level`` by two binomial standard errors at ``level``."""
-    return acc > level + 2 * binomial_se(level, n)
 
 
 def can_act(row: dict) -> Tuple[bool, str]:

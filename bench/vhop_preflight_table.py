@@ -2,11 +2,28 @@
 seed), the verdict, and its place at the top of the results file with the earlier content kept below ``MARK``."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 ATTRS = ("emblem", "emblem_colour", "emblem_shape", "main", "scene")
 MARK = "<!-- vhop_preflight: everything below this line is kept when the pre-flight is rewritten -->"
+
+
+def binomial_se(p: float, n: int) -> float:
+    return math.sqrt(max(p * (1 - p), 1e-12) / n) if n else float("inf")
+
+
+def above(acc: float, level: float, n: int) -> bool:
+    """``acc`` above ``level`` by two binomial standard errors at ``level``."""
+    return acc > level + 2 * binomial_se(level, n)
+
+
+
+def carries_link(row: dict) -> bool:
+    """The frozen features carry a link: hop-2 top-1 by the probes alone above the hop-2 scene-only level by 2 s.e."""
+    h = row["retrieval"]
+    return above(h["probe_hop2"], h["hop2_scene_only"], h["n_hop2"])
 
 
 def _pct(r: dict) -> str:
@@ -43,15 +60,20 @@ def render(rows: Sequence[dict], command: str, smoke: bool = False) -> List[str]
                   f"{100 * h['probe_hop1']:.1f} / {100 * h['probe_hop2']:.1f}",
                   "yes" if r["can_act"] else f"**no**: {r['reason']}"]
         lines.append("| " + " | ".join(cells) + " |")
-    groups: Dict[Tuple[int, str], List[bool]] = {}
+    groups: Dict[Tuple[int, str], List[dict]] = {}
     for r in rows:
-        groups.setdefault((r["size"], r["embedder"]), []).append(bool(r["can_act"]))
-    ok = [k for k, v in groups.items() if all(v)]
+        groups.setdefault((r["size"], r["embedder"]), []).append(r)
+    ok = [k for k, v in groups.items() if all(r["can_act"] for r in v)]
+    link = [k for k, v in groups.items() if all(carries_link(r) for r in v)]
+    name = lambda ks: ", ".join(f"the {e} embedder at {s} px" for s, e in ks)  # noqa: E731
     lines += ["", "**Verdict:** " + (
-        "the router can act with " + ", ".join(f"the {e} embedder at {s} px" for s, e in ok) + " on every seed."
-        if ok else "the router **cannot act** on this embedder: on no (size, embedder) does every seed read the "
-                   "emblem above chance and find the described image above the scene-only level; router stages "
-                   "would train on links the embedder cannot see."), ""]
+        f"the router can act with {name(ok)} on every seed." if ok else
+        "the router **cannot act** on this embedder as it stands: on no (size, embedder) does every seed read the "
+        "emblem above chance by 2 s.e. and find the described image above the scene-only level by 2 s.e."),
+        "", "**Do the frozen features carry a link?** (hop-2 by the probes alone above its scene-only level by 2 "
+        "s.e. on every seed): " + (f"yes with {name(link)}" if link else "no") + (
+            "; not with " + name([k for k in groups if k not in link]) if link and len(link) < len(groups) else "")
+        + ".", ""]
     return lines
 
 

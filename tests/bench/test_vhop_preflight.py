@@ -77,7 +77,7 @@ def _row(seed, size, emb, ok):
             "probes": {f: {a: p for a in ("emblem", "emblem_colour", "emblem_shape", "main", "scene")}
                        for f in ("output", "tokens")},
             "retrieval": {"hop1": 0.2, "hop1_chance": 0.01, "hop1_scene_only": 0.05, "n_hop1": 100, "hop2": 0.1,
-                          "hop2_scene_only": 0.06, "probe_hop1": 0.3, "probe_hop2": 0.2},
+                          "hop2_scene_only": 0.06, "probe_hop1": 0.3, "probe_hop2": 0.2, "n_hop2": 80},
             "can_act": ok, "reason": "ok" if ok else "emblem accuracy 4.0% is not above chance"}
 
 
@@ -86,6 +86,7 @@ def test_render_verdict(tmp_path):
     lines = b.render([_row(s, 56, "base", s != 1) for s in range(3)], "CMD")
     text = "\n".join(lines)
     assert "CMD" in text and "**no**: emblem accuracy 4.0%" in text and "cannot act" in text
+    assert "carry a link?** (hop-2 by the probes alone above its scene-only level by 2 s.e. on every seed): yes" in text
     assert text.count("| 56 | base |") == 3 and "| 30.0 / 20.0 |" in text
     good = "\n".join(b.render([_row(s, 112, "base", True) for s in range(3)], "CMD", smoke=True))
     assert "can act with the base embedder at 112 px" in good and "SMOKE RUN" in good
@@ -120,3 +121,11 @@ def test_probe_hops_follow_the_read_emblem():
     assert b.probe_hops(good, corpus, [q]) == {"probe_hop1": 1.0, "probe_hop2": 1.0}
     bad = dict(good, emblem=(["blue square", "green cross"], torch.log(torch.tensor([[0.1, 0.9]] * 3))))
     assert b.probe_hops(bad, corpus, [q]) == {"probe_hop1": 1.0, "probe_hop2": 0.0}
+
+
+def test_render_link_verdict_needs_every_seed():
+    b = _bench()
+    rows = [_row(s, 56, "base", False) for s in range(3)]
+    rows[2]["retrieval"]["probe_hop2"] = 0.10  # 0.06 + 2 * sqrt(0.06 * 0.94 / 80) = 0.113 > 0.10
+    text = "\n".join(b.render(rows, "CMD"))
+    assert "on every seed): no." in text
