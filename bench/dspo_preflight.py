@@ -211,6 +211,10 @@ def run_seed(seed: int, size: int, args, out: Path) -> Dict:
     return rec
 
 
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
 def mechanism_stats(rec: Dict) -> Dict[str, float]:
     """CVIG's spread (response and candidates' log-prob), the boxed share and the tokens a box covers."""
     c = rec["cvig"]
@@ -222,7 +226,8 @@ def mechanism_stats(rec: Dict) -> Dict[str, float]:
     s.update(boxed=len(c) / max(rec["n_sampled"], 1), cand_diff=cand["diff"], cand_lo=cand["diff_lo"],
              cand_hi=cand["diff_hi"], cand_wins=cand["gold_wins"], tokens=c[0]["tokens"] if c else float("nan"),
              gold_tokens=sum(r["gold_tokens"] for r in c) / n, shared=sum(r["shared_tokens"] for r in c) / n,
-             trunc=sum(x for g in rec["groups"]["truncated"] for x in g) / max(rec["n_sampled"], 1))
+             trunc=sum(x for g in rec["groups"]["truncated"] for x in g) / max(rec["n_sampled"], 1),
+             own_iou=_mean([x for g in rec["groups"]["components"].get("dspo_evidence", []) for x in g]))
     return s
 
 
@@ -250,13 +255,15 @@ def cvig_lines(recs: Sequence[Dict], pfs) -> List[str]:
     f = lambda x: "—" if x != x else f"{x:.3f}"  # noqa: E731
     lines = ["| size | seed | boxed responses | visual tokens | gold box covers (shared with random) | gold drop | "
              "random drop | gold − random [95% CI] | gold > random | candidates: gold − random [95% CI] | "
-             "candidates: gold > random | CVIG can act |", "|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|---|"]
+             "candidates: gold > random | own box IoU with the cue | CVIG can act |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---|"]
     for rec, pf in zip(recs, pfs):
         s = mechanism_stats(rec)
         lines.append(f"| {rec['size']} px | {rec['seed']} | {s['n']:.0f} ({100 * s['boxed']:.0f}%) | {s['tokens']:.0f} | "
                      f"{s['gold_tokens']:.2f} ({s['shared']:.2f}) | {f(s['gold_drop'])} | {f(s['rand_drop'])} | "
                      f"{f(s['diff'])} [{f(s['diff_lo'])}, {f(s['diff_hi'])}] | {100 * s['gold_wins']:.0f}% | "
                      f"{f(s['cand_diff'])} [{f(s['cand_lo'])}, {f(s['cand_hi'])}] | {100 * s['cand_wins']:.0f}% | "
+                     f"{f(s['own_iou'])} | "
                      + ("yes" if pf.can_act else f"**no**: {pf.reason}") + " |")
     return lines + [""]
 
@@ -285,7 +292,8 @@ def render(recs: Sequence[Dict], proto, args) -> Results:
             f"**CVIG's spread across candidate boxes** ({size} px): drop = log-prob of the sampled response (nats, "
             "summed over its tokens; `candidates`: over the step-3 candidates' tokens, CVIG's p_k) unmasked minus "
             "with the box's merged visual tokens zeroed (`score_with_masked_boxes`, DSPO's CVIG path); gold = the "
-            "cue's box, random = a box of the same size placed uniformly; CI: 95% t over prompts.", ""]
+            "cue's box, random = a box of the same size placed uniformly; CI: 95% t over prompts; own box IoU: the mean IoU of the "
+            "sampled responses' step-1 box (the box DSPO's CVIG zeroes) with the cue (`dspo_evidence`, 0 unparsed).", ""]
             + cvig_lines(rs, pfs))
         blocked = [pf.seed for pf in pfs if not pf.can_act]
         res.add([f"**Can CVIG act at {size} px?** " + ("yes, on every seed" if not blocked else

@@ -71,7 +71,7 @@ def _rec(seed, gold_lp, rand_lp):
     return {"seed": seed, "size": 112, "test_items": [["emotion", 6]] * 8, "eval": {"top1": 0.5, "well_formed": 1.0,
             "box_iou": 0.4}, "greedy_truncated": [False] * 8,
             "groups": {"rewards": [[1, 0], [1, 1]], "correct": [[1, 0], [1, 1]], "qtypes": ["emotion"] * 2,
-                       "components": {}, "truncated": [[False, False], [False, False]]},
+                       "components": {"dspo_evidence": [[0.5, 0.0], [0.25, 0.25]]}, "truncated": [[False, False], [False, False]]},
             "n_sampled": 4, "cvig": cv, "longest_trace": 140, "mean_trace": 135.0, "sft_steps": 3, "sft_lr": 1e-3,
             "n_train": 8, "max_new_tokens": 176, "minutes": {"sft": 1, "eval": 1, "rollout": 1, "cvig": 1, "total": 4}}
 
@@ -80,6 +80,7 @@ def test_mechanism_stats_and_render_on_hand_records():
     b = _bench()
     acts, flat = _rec(0, [2.0, 2.2, 1.8, 2.1], [0.1, 0.2, 0.0, 0.1]), _rec(1, [0.5, 0.1, 0.4, 0.2], [0.5, 0.1, 0.4, 0.2])
     s = b.mechanism_stats(acts)
+    assert s["own_iou"] == pytest.approx(0.25)
     assert s["boxed"] == 1.0 and s["tokens"] == 16 and s["gold_tokens"] == 4 and s["shared"] == 1
     assert s["diff"] == pytest.approx(1.925) and s["gold_wins"] == 1.0 and s["diff_lo"] > 0
     assert s["cand_diff"] == pytest.approx(1.925 / 2 + 0.1 / 2)  # candidate drops: gold g/2, random 0
