@@ -19,9 +19,9 @@ stay), with ``configs/dspo_mood.yaml``'s prompt and rewards; then on the SFT sta
   (``mmrl.models.feature_mask.score_with_masked_boxes`` over the trainer's ``backend.score``, as
   ``mmrl.train.step.rescore``); drop = lp(original) − lp(masked), per response ``gold drop − random drop``.
 
-CVIG "can act" on a seed (``can_act``) when at least ``MIN_BOXED`` of the sampled responses have a box to zero, the
-gold-minus-random drop of the response's log-prob has a 95% interval over prompts above 0 and the gold drop exceeds
-the random one in more than ``MIN_GOLD_WINS`` of the responses. Each (size, seed) writes
+CVIG "can act" on a seed (``can_act``) when at least ``MIN_BOXED`` of the sampled responses are well-formed with a box
+(CVIG scores no other) and, on the candidates' tokens (what CVIG's p_k reads), the gold-minus-random drop has a 95%
+interval over prompts above 0 and the gold drop exceeds the random one in more than ``MIN_GOLD_WINS`` of responses. Each (size, seed) writes
 ``OUT/px<size>/seed<S>/preflight.json``; ``--render-only`` renders the saved records.
 """
 from __future__ import annotations
@@ -63,8 +63,8 @@ def random_box(box: Sequence[float], rng: random.Random) -> Tuple[float, float, 
 
 
 def spread_stats(gold: Sequence[float], rand: Sequence[float], groups: Sequence[int]) -> Dict[str, float]:
-    """Per response ``d = gold drop − random drop``: the share with d > 0 (ties count half), the mean of d with a
-    95% t-interval over prompt groups (each group's mean d: responses of one prompt are not independent)."""
+    """Per response ``d = gold drop − random drop``: the share with d > 0 (ties count half); the mean of the prompt
+    groups' mean d with its 95% t-interval over groups (responses of one prompt are not independent)."""
     if not gold:
         return {"n": 0.0, "gold_wins": float("nan"), "diff": float("nan"), "diff_lo": float("nan"),
                 "diff_hi": float("nan"), "gold_drop": float("nan"), "rand_drop": float("nan")}
@@ -74,20 +74,23 @@ def spread_stats(gold: Sequence[float], rand: Sequence[float], groups: Sequence[
         per.setdefault(gid, []).append(x)
     m, lo, hi = ci95([sum(v) / len(v) for v in per.values()])
     wins = sum(1.0 if x > 0 else 0.5 if x == 0 else 0.0 for x in d) / len(d)
-    return {"n": float(len(d)), "gold_wins": wins, "diff": sum(d) / len(d), "diff_lo": lo, "diff_hi": hi,
-            "gold_drop": sum(gold) / len(gold), "rand_drop": sum(rand) / len(rand)}
+    return {"n": float(len(d)), "prompts": float(len(per)), "gold_wins": wins, "diff": m, "diff_lo": lo,
+            "diff_hi": hi, "gold_drop": sum(gold) / len(gold), "rand_drop": sum(rand) / len(rand)}
 
 
 def can_act(s: Dict[str, float]) -> Tuple[bool, str]:
-    """CVIG tells the gold box from a random one: enough boxed responses, the mean gold − random drop of the
-    response log-prob above 0 (95% CI over prompts) and the gold drop larger in > ``MIN_GOLD_WINS`` of responses."""
+    """CVIG tells the gold box from a random one: at least ``MIN_BOXED`` of the sampled responses boxed (CVIG scores
+    no other), and on the candidates' tokens (CVIG's p_k) the gold − random drop has a 95% CI over prompts above 0
+    and the gold drop is larger in more than ``MIN_GOLD_WINS`` of the responses."""
     if not s.get("boxed", 0.0) >= MIN_BOXED:
-        return False, f"{100 * s.get('boxed', 0.0):.0f}% of the sampled responses have a box to zero (< {100 * MIN_BOXED:.0f}%)"
-    if not s["diff_lo"] > 0:
-        return False, (f"gold − random drop {s['diff']:.3g} nats, 95% CI [{s['diff_lo']:.3g}, {s['diff_hi']:.3g}] "
-                       f"not above 0")
-    if not s["gold_wins"] > MIN_GOLD_WINS:
-        return False, f"the gold box drops more than a random one in {100 * s['gold_wins']:.0f}% of responses (<= {100 * MIN_GOLD_WINS:.0f}%)"
+        return False, (f"{100 * s.get('boxed', 0.0):.0f}% of the sampled responses are well-formed with a box to "
+                       f"zero (< {100 * MIN_BOXED:.0f}%)")
+    if not s["cand_lo"] > 0:
+        return False, (f"candidates' gold − random drop {s['cand_diff']:.3g} nats, 95% CI [{s['cand_lo']:.3g}, "
+                       f"{s['cand_hi']:.3g}] not above 0")
+    if not s["cand_wins"] > MIN_GOLD_WINS:
+        return False, (f"the gold box drops the candidates more than a random one in {100 * s['cand_wins']:.0f}% of "
+                       f"responses (<= {100 * MIN_GOLD_WINS:.0f}%)")
     return True, "ok"
 
 
@@ -231,7 +234,7 @@ def mechanism_stats(rec: Dict) -> Dict[str, float]:
     return s
 
 
-SHOWN = ("boxed", "diff", "diff_lo", "diff_hi", "gold_wins", "trunc")  # in the generic pre-flight table
+SHOWN = ("boxed", "cand_diff", "cand_lo", "cand_hi", "cand_wins", "trunc")  # in the generic pre-flight table
 
 
 def shown_stats(rec: Dict) -> Dict[str, float]:
@@ -259,7 +262,8 @@ def cvig_lines(recs: Sequence[Dict], pfs) -> List[str]:
              "|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---|"]
     for rec, pf in zip(recs, pfs):
         s = mechanism_stats(rec)
-        lines.append(f"| {rec['size']} px | {rec['seed']} | {s['n']:.0f} ({100 * s['boxed']:.0f}%) | {s['tokens']:.0f} | "
+        lines.append(f"| {rec['size']} px | {rec['seed']} | {s['n']:.0f} ({100 * s['boxed']:.0f}%), {s.get('prompts', 0):.0f} prompts | "
+                     f"{s['tokens']:.0f} | "
                      f"{s['gold_tokens']:.2f} ({s['shared']:.2f}) | {f(s['gold_drop'])} | {f(s['rand_drop'])} | "
                      f"{f(s['diff'])} [{f(s['diff_lo'])}, {f(s['diff_hi'])}] | {100 * s['gold_wins']:.0f}% | "
                      f"{f(s['cand_diff'])} [{f(s['cand_lo'])}, {f(s['cand_hi'])}] | {100 * s['cand_wins']:.0f}% | "
@@ -298,8 +302,8 @@ def render(recs: Sequence[Dict], proto, args) -> Results:
         blocked = [pf.seed for pf in pfs if not pf.can_act]
         res.add([f"**Can CVIG act at {size} px?** " + ("yes, on every seed" if not blocked else
                  f"no on seed(s) {blocked}") + f" (rule, `can_act`: >= {100 * MIN_BOXED:.0f}% of sampled responses "
-                 f"boxed, gold − random drop of the response log-prob with a 95% CI above 0, gold > random in "
-                 f"> {100 * MIN_GOLD_WINS:.0f}% of responses).", ""])
+                 f"well-formed with a box; on the candidates' tokens, CVIG's p_k, gold − random drop with a 95% CI over "
+                 f"prompts above 0 and gold > random in > {100 * MIN_GOLD_WINS:.0f}% of responses).", ""])
     return res
 
 

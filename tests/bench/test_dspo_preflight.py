@@ -41,12 +41,14 @@ def test_spread_stats_on_hand_values():
     assert s["gold_drop"] == pytest.approx(1.5) and s["rand_drop"] == pytest.approx(1.0)
     half = 12.706 * math.sqrt(2.0) / math.sqrt(2.0)  # t(1 dof) x sd of (1.5, -0.5) / sqrt(2)
     assert s["diff_lo"] == pytest.approx(0.5 - half, abs=1e-2) and s["diff_hi"] == pytest.approx(0.5 + half, abs=1e-2)
+    uneven = _bench().spread_stats([2.0, 2.0, 0.0], [0.0, 0.0, 0.0], [0, 0, 1])
+    assert uneven["diff"] == pytest.approx(1.0) and uneven["prompts"] == 2.0  # mean of the prompts' means, not 4/3
     empty = _bench().spread_stats([], [], [])
     assert empty["n"] == 0.0 and math.isnan(empty["diff"])
 
 
 def _stats(**kw):
-    s = {"boxed": 0.9, "diff": 0.4, "diff_lo": 0.1, "diff_hi": 0.7, "gold_wins": 0.8}
+    s = {"boxed": 0.9, "cand_diff": 0.4, "cand_lo": 0.1, "cand_hi": 0.7, "cand_wins": 0.8}
     s.update(kw)
     return s
 
@@ -55,18 +57,18 @@ def test_can_act_rule():
     can = _bench().can_act
     assert can(_stats()) == (True, "ok")
     ok, why = can(_stats(boxed=0.3))
-    assert not ok and "30% of the sampled responses have a box" in why
-    ok, why = can(_stats(diff_lo=-0.05))
+    assert not ok and "30% of the sampled responses are well-formed" in why
+    ok, why = can(_stats(cand_lo=-0.05))
     assert not ok and "not above 0" in why
-    ok, why = can(_stats(gold_wins=0.55))
-    assert not ok and "55% of responses" in why
-    assert not can(_stats(diff_lo=float("nan")))[0]  # one prompt: no interval, no claim
+    ok, why = can(_stats(cand_wins=0.55))
+    assert not ok and "55% of" in why
+    assert not can(_stats(cand_lo=float("nan")))[0]  # one prompt: no interval, no claim
 
 
 def _rec(seed, gold_lp, rand_lp):
     """A seed record whose 4 boxed responses (2 prompts) lose ``gold_lp`` / ``rand_lp`` nats under the masks."""
     cv = [{"group": i // 2, "tokens": 16, "gold_tokens": 4, "rand_tokens": 4, "shared_tokens": 1, "lp": -10.0,
-           "lp_gold": -10.0 - g, "lp_rand": -10.0 - r, "cand": -2.0, "cand_gold": -2.0 - g / 2, "cand_rand": -2.0}
+           "lp_gold": -10.0 - g, "lp_rand": -10.0 - r, "cand": -2.0, "cand_gold": -2.0 - g / 2, "cand_rand": -2.0 - r / 2}
           for i, (g, r) in enumerate(zip(gold_lp, rand_lp))]
     return {"seed": seed, "size": 112, "test_items": [["emotion", 6]] * 8, "eval": {"top1": 0.5, "well_formed": 1.0,
             "box_iou": 0.4}, "greedy_truncated": [False] * 8,
@@ -82,13 +84,13 @@ def test_mechanism_stats_and_render_on_hand_records():
     s = b.mechanism_stats(acts)
     assert s["own_iou"] == pytest.approx(0.25)
     assert s["boxed"] == 1.0 and s["tokens"] == 16 and s["gold_tokens"] == 4 and s["shared"] == 1
-    assert s["diff"] == pytest.approx(1.925) and s["gold_wins"] == 1.0 and s["diff_lo"] > 0
-    assert s["cand_diff"] == pytest.approx(1.925 / 2 + 0.1 / 2)  # candidate drops: gold g/2, random 0
+    assert s["diff"] == pytest.approx(1.925) and s["gold_wins"] == 1.0 and s["diff_lo"] > 0 and s["prompts"] == 2
+    assert s["cand_diff"] == pytest.approx(1.925 / 2) and s["cand_wins"] == 1.0  # candidate drops: half the response's
     proto = SimpleNamespace(n_val=2, n_test=8, seeds=[0, 1], smoke=True, command="python bench/dspo_preflight.py --smoke",
                             header=lambda title: [f"# {title}", ""])
     args = SimpleNamespace(model="base", group_size=2)
     text = "\n".join(line for sec in b.render([acts, flat], proto, args).sections for line in sec)
-    assert "### 112 px images" in text and "| 112 px | 0 | 4 (100%) | 16 | 4.00 (1.00) |" in text
+    assert "### 112 px images" in text and "| 112 px | 0 | 4 (100%), 2 prompts | 16 | 4.00 (1.00) |" in text
     rows = [line for line in text.splitlines() if line.startswith("| 112 px |")]
     assert rows[0].endswith("| yes |") and "**no**" in rows[1] and "not above 0" in rows[1]
     assert "no on seed(s) [1]" in text
