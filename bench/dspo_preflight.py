@@ -22,7 +22,8 @@ stay), with ``configs/dspo_mood.yaml``'s prompt and rewards; then on the SFT sta
 CVIG "can act" on a seed (``can_act``) when at least ``MIN_BOXED`` of the sampled responses are well-formed with a box
 (CVIG scores no other) and, on the candidates' tokens (what CVIG's p_k reads), the gold-minus-random drop has a 95%
 interval over prompts above 0 and the gold drop exceeds the random one in more than ``MIN_GOLD_WINS`` of responses. Each (size, seed) writes
-``OUT/px<size>/seed<S>/preflight.json``; ``--render-only`` renders the saved records.
+``OUT/px<size>/seed<S>/preflight.json``; ``--render-only`` renders the saved records (a missing one is listed as not
+run).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import json
 import math
 import random
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -202,7 +204,7 @@ def run_seed(seed: int, size: int, args, out: Path) -> Dict:
     cvig = cvig_records(trainer, keep["si"], keep["trajs"], plan.rl_seed)
     cvig_min = (time.time() - t) / 60
     test_items = [(it["qtype"], len(it["candidates"])) for it in json.loads((world / "test.json").read_text())]
-    rec = {"seed": seed, "size": size, "plan": [plan.world_seed, plan.sft_seed, plan.rl_seed], "test_items": test_items,
+    rec = {"command": shlex.join(["python", "bench/dspo_preflight.py", *sys.argv[1:]]), "seed": seed, "size": size, "plan": [plan.world_seed, plan.sft_seed, plan.rl_seed], "test_items": test_items,
            "eval": {k: v for k, v in ev.items() if isinstance(v, (int, float))}, "greedy_truncated": greedy_trunc,
            "groups": vars(groups), "n_sampled": len(keep["trajs"]), "cvig": cvig, "longest_trace": max(traces),
            "mean_trace": sum(traces) / len(traces), "sft_steps": args.sft_steps, "sft_lr": args.sft_lr,
@@ -275,6 +277,10 @@ def cvig_lines(recs: Sequence[Dict], pfs) -> List[str]:
 def render(recs: Sequence[Dict], proto, args) -> Results:
     res = Results(proto, "DSPO pre-flight on the base (no RL)")
     r0 = recs[0]
+    if args.render_only:
+        cmds = sorted({r.get("command", "?") for r in recs})
+        res.add(["Rendered from the per-run records `OUT/px<size>/seed<S>/preflight.json`, written by: "
+                 + "; ".join(f"`{c}`" for c in cmds) + ".", ""])
     res.add([f"Per seed and image size: the mood world ({r0['n_train']} SFT traces, {proto.n_val} validation prompts, "
              f"{proto.n_test} held-out test images), SFT {r0['sft_steps']} steps at lr {r0['sft_lr']:g} from "
              f"`model.path={args.model}` on the short four-step responses (`short_response`: mean "
@@ -328,11 +334,18 @@ def main(argv=None) -> str:
 
     torch.set_num_threads(1)
     out = Path(args.out)
-    recs = []
+    recs, missing = [], []
     for size in args.sizes:
         for s in proto.seeds:
             d = out / f"px{size}" / f"seed{s}"
-            recs.append(json.loads((d / "preflight.json").read_text()) if args.render_only else run_seed(s, size, args, d))
+            if not args.render_only:
+                recs.append(run_seed(s, size, args, d))
+            elif (d / "preflight.json").exists():
+                recs.append(json.loads((d / "preflight.json").read_text()))
+            else:
+                missing.append(f"{size} px seed {s}")
+    if not recs:
+        raise ProtocolError(f"--render-only: no record under {out}/px<size>/seed<S>/preflight.json")
     failed = []
     for r in recs:
         flags = [([x for g in r["groups"]["truncated"] for x in g], "sampled responses (groups)"),
@@ -343,6 +356,8 @@ def main(argv=None) -> str:
             except ProtocolError as e:
                 failed.append(str(e))
     res = render(recs, proto, args)
+    if missing:
+        res.sections.insert(0, ["**Not run** (no record under `" + str(out) + "`): " + ", ".join(missing) + ".", ""])
     if failed:
         res.sections.insert(0, ["## FAILED: the 5% truncation rule (`_preflight.check_truncation`)", ""]
                             + [f"- {f}" for f in failed] + [""])

@@ -88,7 +88,7 @@ def test_mechanism_stats_and_render_on_hand_records():
     assert s["cand_diff"] == pytest.approx(1.925 / 2) and s["cand_wins"] == 1.0  # candidate drops: half the response's
     proto = SimpleNamespace(n_val=2, n_test=8, seeds=[0, 1], smoke=True, command="python bench/dspo_preflight.py --smoke",
                             header=lambda title: [f"# {title}", ""])
-    args = SimpleNamespace(model="base", group_size=2)
+    args = SimpleNamespace(model="base", group_size=2, render_only=False)
     text = "\n".join(line for sec in b.render([acts, flat], proto, args).sections for line in sec)
     assert "### 112 px images" in text and "| 112 px | 0 | 4 (100%), 2 prompts | 16 | 4.00 (1.00) |" in text
     rows = [line for line in text.splitlines() if line.startswith("| 112 px |")]
