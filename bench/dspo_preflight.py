@@ -96,6 +96,50 @@ def can_act(s: Dict[str, float]) -> Tuple[bool, str]:
     return True, "ok"
 
 
+def box_coverage(boxes: Sequence[Sequence[float]], grid: Sequence[int], rng: random.Random) -> Dict[str, float]:
+    """Merged visual tokens (``box_token_mask``, CVIG's box -> token rule) that each normalised box and a random box
+    of the same size cover on an image of patch ``grid`` (t, h, w): means, the tokens both share, and the share of
+    random boxes that zero exactly the gold box's tokens (CVIG cannot tell those two apart)."""
+    import torch
+
+    from mmrl.models.feature_mask import box_token_mask
+
+    g = [box_token_mask(b, grid) for b in boxes]
+    r = [box_token_mask(random_box(b, rng), grid) for b in boxes]
+    n = max(len(g), 1)
+    return {"tokens": float(g[0].numel()) if g else float("nan"), "gold": sum(float(m.sum()) for m in g) / n,
+            "random": sum(float(m.sum()) for m in r) / n, "shared": sum(float((a & b).sum()) for a, b in zip(g, r)) / n,
+            "same": sum(bool(torch.equal(a, b)) for a, b in zip(g, r)) / n}
+
+
+def world_coverage(seeds: Sequence[int], sizes: Sequence[int], n_test: int, tmp: Path) -> List[Dict]:
+    """``box_coverage`` of each seed's held-out cue boxes (its mood world, re-drawn at each size; no model)."""
+    from mmrl.data.synth_mood import make_mood_world
+    from mmrl.rewards.dspo_rewards import evidence_box
+    from types import SimpleNamespace
+
+    out = []
+    for size in sizes:
+        for seed in seeds:
+            w = make_mood_world(str(tmp / f"px{size}_seed{seed}"), 0, n_test, seed=seed_plan(seed).world_seed, size=size)
+            boxes = []
+            for it in json.loads(Path(w["test"]).read_text()):
+                ev = SimpleNamespace(boxes=it["evidence"]["boxes"], source_size=it["evidence"]["source_size"])
+                boxes.append(evidence_box(SimpleNamespace(id=it["id"], evidence=ev), None))
+            out.append(dict(box_coverage(boxes, (1, size // 14, size // 14), random.Random(seed)), size=size, seed=seed))
+    return out
+
+
+def coverage_lines(cov: Sequence[Dict]) -> List[str]:
+    lines = ["### Visual tokens a cue box covers (the held-out cue boxes of each seed's world; geometry only, no model)",
+             "", "| size | seed | merged visual tokens | gold box covers | random box covers | shared | random box "
+             "zeroes exactly the gold's tokens |", "|---|---|---:|---:|---:|---:|---:|"]
+    for c in cov:
+        lines.append(f"| {c['size']} px | {c['seed']} | {c['tokens']:.0f} | {c['gold']:.2f} | {c['random']:.2f} | "
+                     f"{c['shared']:.2f} | {100 * c['same']:.1f}% |")
+    return lines + [""]
+
+
 def candidate_lp(text: str, ids: List[int], lp, tokenizer) -> float:
     """Sum of the log-probs over the step-3 candidates' tokens (what CVIG's p_k multiplies; ``dspo.cvig_row``)."""
     from mmrl.algos.dspo import token_offsets
@@ -326,6 +370,8 @@ def main(argv=None) -> str:
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--out", default="runs/dspo_preflight")
     ap.add_argument("--render-only", action="store_true", help="render OUT/px<size>/seed<S>/preflight.json")
+    ap.add_argument("--coverage", type=int, nargs="*", default=[],
+                    help="also tabulate the tokens the seeds' held-out cue boxes cover at these sizes (no model)")
     ap.add_argument("--report", help="write the results as the top section of this file (docs/results/dspo.md)")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
@@ -356,6 +402,11 @@ def main(argv=None) -> str:
             except ProtocolError as e:
                 failed.append(str(e))
     res = render(recs, proto, args)
+    if args.coverage:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            res.add(coverage_lines(world_coverage(proto.seeds, args.coverage, proto.n_test, Path(tmp))))
     if missing:
         res.sections.insert(0, ["**Not run** (no record under `" + str(out) + "`): " + ", ".join(missing) + ".", ""])
     if failed:

@@ -102,3 +102,15 @@ def test_records_round_trip_through_json(tmp_path):
     p = tmp_path / "preflight.json"
     p.write_text(json.dumps(rec))
     assert b.mechanism_stats(json.loads(p.read_text())) == b.mechanism_stats(rec)
+
+
+def test_box_coverage_on_hand_boxes():
+    b = _bench()
+    # 56 px: 4x4 patches -> a 2x2 token map; a box of half the side at the corner covers 1 token, a random box of
+    # that size (almost never aligned) straddles both rows and columns: all 4; the whole image is the same box
+    full = b.box_coverage([(0.0, 0.0, 1.0, 1.0)], (1, 4, 4), random.Random(0))
+    assert full["tokens"] == 4 and full["gold"] == 4 and full["random"] == 4 and full["same"] == 1.0
+    corner = b.box_coverage([(0.0, 0.0, 0.5, 0.5)] * 200, (1, 4, 4), random.Random(0))
+    assert corner["gold"] == 1.0 and corner["random"] == 4.0 and corner["shared"] == 1.0 and corner["same"] == 0.0
+    big = b.box_coverage([(0.0, 0.0, 0.5, 0.5)] * 200, (1, 8, 8), random.Random(0))  # 112 px: 4x4 tokens
+    assert big["tokens"] == 16 and big["gold"] == 4.0 and big["random"] == 9.0 and big["shared"] < 4.0
