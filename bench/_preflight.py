@@ -84,10 +84,11 @@ def check_truncation(truncated: Sequence[bool], max_new_tokens: int, limit: floa
     return share
 
 
-def sample_groups(trainer, samples, correct_key: str = "accuracy") -> Groups:
+def sample_groups(trainer, samples, correct_key: str = "accuracy", keep: Optional[Dict] = None) -> Groups:
     """Roll out ``samples`` with ``trainer`` (an ``RLTrainer`` at its start: the real engine, views, plan and
     rewards) and group the rewards per prompt. The global RNG state is restored afterwards, so the pre-flight does
-    not shift the arm's own run."""
+    not shift the arm's own run. ``keep`` (a dict) receives the rollout's ``si`` and ``trajs`` for a bench's own
+    statistics on the same responses."""
     from mmrl.train.checkpoint import rng_state, set_rng_state
 
     saved = rng_state()
@@ -96,6 +97,8 @@ def sample_groups(trainer, samples, correct_key: str = "accuracy") -> Groups:
         comps, total = trainer.rewards(si, trajs)
     finally:
         set_rng_state(saved)
+    if keep is not None:
+        keep.update(si=si, trajs=trajs)
     by_group: Dict[int, List[int]] = defaultdict(list)
     for i, t in enumerate(trajs):
         by_group[t.group_id].append(i)

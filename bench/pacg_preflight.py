@@ -325,14 +325,14 @@ def render(recs: Sequence[Dict], proto, args) -> Results:
 MARK = "<!-- end of the section written by bench/pacg_preflight.py; everything below is earlier -->"
 
 
-def write_top(path: Path, text: str) -> Path:
-    """Write ``text`` as the top section of ``path``: it replaces the section an earlier run wrote (above ``MARK``)
+def write_top(path: Path, text: str, mark: str = MARK) -> Path:
+    """Write ``text`` as the top section of ``path``: it replaces the section an earlier run wrote (above ``mark``)
     and keeps everything below; a file without the mark is kept whole below it."""
     path = Path(path)
     old = path.read_text() if path.exists() else ""
-    rest = old.split(MARK, 1)[1].lstrip("\n") if MARK in old else old
+    rest = old.split(mark, 1)[1].lstrip("\n") if mark in old else old
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text.rstrip("\n") + "\n\n" + MARK + ("\n\n" + rest if rest else "\n"))
+    path.write_text(text.rstrip("\n") + "\n\n" + mark + ("\n\n" + rest if rest else "\n"))
     return path
 
 
