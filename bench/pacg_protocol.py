@@ -17,8 +17,9 @@ Per seed (``seed_plan``: its own world, SFT and RL seed), each stage resumable (
    (``grid_point``: sampled accuracy by default, ``--select-on greedy`` for greedy; the greedy SFT start sits at
    100%), model kept; ``select_setting`` over the mean of every seed's grid picks one setting for every arm and
    seed; the chosen run IS the ``dapo`` arm;
-3. **arms** from the same SFT start, steps, prompts, responses, lr and KL: ``coin_flip`` (DAPO with the coin-flip
-   reward, without dynamic sampling: it filters on the true accuracy), ``dapo+pacg``, ``vppo``, ``vppo+pacg``
+3. **arms** from the same SFT start, steps, prompts, responses, lr and KL, in this order: ``dapo+pacg``,
+   ``coin_flip`` (DAPO with the coin-flip reward, without dynamic sampling: it filters on the true accuracy), ``vppo``,
+   ``vppo+pacg``
    (PACG: ``persistence: content``, ``intervention: full_mask``); an arm starts only when its predicted end (the
    DAPO arm's median step x ``STEP_RATIO``) is before ``--deadline``. Each arm and the SFT start are diagnosed on
    the test images (``summary``): greedy, and one response per image sampled at temperature 1 (same seed for all).
@@ -64,7 +65,9 @@ ARMS: Dict[str, List[str]] = {"dapo": OLD_ARMS["dapo"], "vppo": OLD_ARMS["vppo"]
                               "coin_flip": ["algorithm.name=dapo", "algorithm.clip_high=0.28",
                                             "algorithm.params={dynamic_sampling: false}"],
                               "dapo+pacg": pacg_over("dapo"), "vppo+pacg": pacg_over("vppo")}
-LATER = ("coin_flip", "dapo+pacg", "vppo", "vppo+pacg")  # after dapo, the grid's chosen run
+# After dapo (the grid's chosen run), in this order: the claim's arm first, then its control, then the VPPO pair, so
+# that a --deadline drops the arms the main claim (DAPO + PACG - DAPO) needs least.
+LATER = ("dapo+pacg", "coin_flip", "vppo", "vppo+pacg")
 STEP_RATIO = {"coin_flip": 1.0, "dapo+pacg": 1.5, "vppo": 1.5, "vppo+pacg": 1.8}  # predicted step / DAPO's step
 EVAL_MARGIN_MIN = 3.0  # an arm's predicted evaluation minutes (greedy and sampled diagnosis)
 
