@@ -6,12 +6,16 @@ chosen on a validation split, the coin-flip control, the pre-flight and the resu
   ``smoke`` is set; a smoke run's results file says so at the top.
 - ``seed_plan``: a protocol seed is an independent world AND an independent SFT checkpoint AND an RL seed.
 - ``select_setting``: the RL learning rate and KL coefficient from a small grid, by validation accuracy (ties to the
-  smaller lr, then the larger KL), the same for every arm; ``setting_lines`` reports the grid.
+  smaller lr, then the larger KL), the same for every arm; ``setting_lines`` reports the grid; ``pooled_selection``
+  waits for every seed process's grid and selects on their mean.
+- ``add_seed_process_args`` / ``write_seed_record``: a bench run as one process per seed (``--only S``) writing
+  ``<seed_dir>/seed<S>.json``, then one ``--render`` of the results file from those records.
 - ``coin_flip_config``: the control arm, ``accuracy`` replaced by ``coin_flip`` (``stream`` by ``stream_coin_flip``;
   ``mmrl.rewards.coin_flip``).
 - ``bench/_preflight.py``: the statistics printed before any RL is spent, and the stop when the method cannot act.
 - ``Results``: the results file written by the bench in one run, its command at the top, every arm with mean
-  [95% t-interval] and per-seed values, the SFT start and the coin-flip arm required, paired differences.
+  [95% t-interval] and per-seed values, the SFT start and the coin-flip arm required, paired differences, the
+  setting chosen from the seed records' grids.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import json
 import math
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -98,6 +103,36 @@ def add_protocol_args(p: argparse.ArgumentParser, seeds: Sequence[int] = (0, 1, 
     p.add_argument("--smoke", action="store_true", help="allow fewer seeds / test items (labelled SMOKE RUN)")
 
 
+def add_seed_process_args(ap: argparse.ArgumentParser, name: str, own: Callable[[argparse.ArgumentParser], None],
+                          wait_min: float = 45.0, deadline_for: str = "an arm", record_only: Optional[str] = None,
+                          notes: str = "--render: a markdown file of hand-written reading, printed after the claims"
+                          ) -> None:
+    """The arguments of a bench run as one process per protocol seed (``--only S``), then one ``--render`` from the
+    seed records: ``own`` adds the bench's own arguments after ``--render``; ``--out runs/<name>_protocol``,
+    ``--seed-dir bench/results/<name>_protocol``, ``--report docs/results/<name>.md``; ``deadline_for``: what
+    ``--deadline`` holds back; ``record_only``: the help of ``--record-only``, where the bench has it."""
+    ap.add_argument("--only", type=int, help="run this protocol seed alone (one process per seed)")
+    ap.add_argument("--render", action="store_true", help="write the results file from the seed records")
+    own(ap)
+    ap.add_argument("--deadline", help=f"HH:MM UTC: {deadline_for} starts only if predicted to end before it")
+    ap.add_argument("--wait-min", type=float, default=wait_min, help="minutes to wait for the other seeds' grids")
+    ap.add_argument("--out", default=f"runs/{name}_protocol")
+    ap.add_argument("--seed-dir", default=f"bench/results/{name}_protocol")
+    ap.add_argument("--report", default=f"docs/results/{name}.md")
+    if record_only is not None:
+        ap.add_argument("--record-only", action="store_true", help=record_only)
+    ap.add_argument("--notes", help=notes)
+    ap.add_argument("overrides", nargs="*")
+
+
+def write_seed_record(seed_dir: str | Path, seed: int, record: Dict) -> Dict:
+    """``<seed_dir>/seed<S>.json``: one seed's record, compact on one line; returns ``record``."""
+    d = Path(seed_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"seed{seed}.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    return record
+
+
 def protocol_from_args(args, script: str, argv: Optional[Sequence[str]] = None,
                        small_effect: bool = False) -> Protocol:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -133,6 +168,46 @@ def select_setting(protocol: Protocol, val_score: Callable[[float, float], float
     scores = {(float(lr), float(kl)): float(val_score(lr, kl)) for lr in protocol.lr_grid for kl in protocol.kl_grid}
     best = max(scores, key=lambda s: (round(scores[s], 12), -s[0], s[1]))
     return Selection(lr=best[0], kl=best[1], scores=scores)
+
+
+def grid_key(lr: float, kl: float) -> str:
+    """A grid point's key in a seed's state and record."""
+    return f"lr{lr:g}_kl{kl:g}"
+
+
+def pooled_selection(proto: Protocol, out: Path, wait_min: float, poll_s: float = 20.0,
+                     grid_of: Optional[Callable[[int], Dict[str, float]]] = None,
+                     key: Callable[[float, float], str] = grid_key, require_all: Optional[str] = None) -> Selection:
+    """Wait (up to ``wait_min``) for every seed's grid, then ``select_setting`` on the mean validation accuracy over
+    the seeds that finished it (their list kept in ``Selection.seeds``). ``grid_of(seed)``: the seed's scores so far,
+    ``{key(lr, kl): accuracy}`` (default: ``grid`` of ``OUT/seed<S>/state.json``, ``{}`` before it exists). After the
+    wait the seeds that finished go on alone; with ``require_all`` (the bench's name) an unfinished seed stops the
+    bench instead (``SystemExit`` naming the seeds)."""
+    def state_grid(s: int) -> Dict[str, float]:
+        p = out / f"seed{s}" / "state.json"
+        return json.loads(p.read_text())["grid"] if p.exists() else {}
+
+    grid_of = grid_of or state_grid
+    keys = [key(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
+    t0 = time.time()
+    while True:
+        grids = {}
+        for s in proto.seeds:
+            g = grid_of(s)
+            if all(k in g for k in keys):
+                grids[s] = g
+        if len(grids) == len(proto.seeds) or time.time() - t0 > 60 * wait_min:
+            break
+        time.sleep(poll_s)
+    missing = [s for s in proto.seeds if s not in grids]
+    if require_all and missing:
+        raise SystemExit(f"{require_all}: seeds {missing} have not finished their selection grid after {wait_min} min "
+                         f"(run them with --only S)")
+    if not grids:
+        raise RuntimeError(f"no seed finished the grid within {wait_min} min")
+    sel = select_setting(proto, lambda lr, kl: sum(g[key(lr, kl)] for g in grids.values()) / len(grids))
+    sel.seeds = sorted(grids)
+    return sel
 
 
 def apply_setting(cfg, sel: Selection):
@@ -250,6 +325,20 @@ class Results:
             lines.append(f"| {a} − {b} | {fmt_ci(d, scale, signed=True)}{verdict} | " + " | ".join(cells)
                          + f" | {wins}/{len([x for x in d if not math.isnan(x)])} |")
         return lines + [""]
+
+    def chosen_setting(self, recs: Dict[int, Dict], basis: str) -> List[str]:
+        """From the seed records (``grid``: ``{grid_key: validation accuracy}``; ``selection``: lr, kl, seeds), the
+        grid's mean over the seeds that finished it with the chosen setting (``setting_lines``), then which seeds and
+        ``basis`` it was chosen from; a line saying so where no setting was chosen."""
+        keys = [(lr, kl) for lr in self.protocol.lr_grid for kl in self.protocol.kl_grid]
+        done = [r for r in recs.values() if all(grid_key(lr, kl) in r.get("grid", {}) for lr, kl in keys)]
+        sel = next((r["selection"] for r in recs.values() if "selection" in r), None)
+        if not done or sel is None:
+            return ["", "No seed finished the grid: no setting was chosen.", ""]
+        scores = {(lr, kl): sum(r["grid"][grid_key(lr, kl)] for r in done) / len(done) for lr, kl in keys}
+        return [""] + setting_lines(Selection(sel["lr"], sel["kl"], scores))[:-2] + [
+            f"Chosen: lr {sel['lr']:g}, KL {sel['kl']:g}, from the mean over seeds {sel['seeds']} {basis}; the same "
+            "for every arm and seed.", ""]
 
     def render(self) -> str:
         out = self.protocol.header(self.title)

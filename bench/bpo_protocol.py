@@ -40,12 +40,12 @@ from typing import Dict, List, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import Arm, log  # noqa: E402
-from _protocol import (Selection, add_protocol_args, apply_setting, arm_val_score, coin_flip_config,  # noqa: E402
-                       protocol_from_args, seed_plan, select_setting)
+from _protocol import (Selection, add_protocol_args, add_seed_process_args, apply_setting, arm_val_score,  # noqa: E402
+                       coin_flip_config, grid_key, pooled_selection, protocol_from_args, seed_plan, write_seed_record)
 from bpo_arms import ARMS, DEMO, step_costs  # noqa: E402
 from bpo_preflight import CLIP_WORLD, EVAL_VIEWS, MECHS, preflights, record_samples  # noqa: E402
 from bpo_preflight import run_seed as preflight_seed  # noqa: E402
-from bpo_protocol_table import grid_key, render_main  # noqa: E402
+from bpo_protocol_table import render_main  # noqa: E402
 
 SCRIPT = "bench/bpo_protocol.py"
 CORE = ("coin_flip", "bpo", "tgrpo")  # after grpo, the grid's chosen run
@@ -68,28 +68,6 @@ class SeedState:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1))
         tmp.replace(self.path)
-
-
-def pooled_selection(proto, out: Path, wait_min: float, poll_s: float = 20.0) -> Selection:
-    """Wait (up to ``wait_min``) for every seed's grid in ``OUT/seed<S>/state.json``, then ``select_setting`` on the
-    mean validation accuracy over the seeds that finished it (their list is kept in ``Selection.scores``' owner)."""
-    keys = [grid_key(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
-    t0 = time.time()
-    while True:
-        grids = {}
-        for s in proto.seeds:
-            p = out / f"seed{s}" / "state.json"
-            g = json.loads(p.read_text())["grid"] if p.exists() else {}
-            if all(k in g for k in keys):
-                grids[s] = g
-        if len(grids) == len(proto.seeds) or time.time() - t0 > 60 * wait_min:
-            break
-        time.sleep(poll_s)
-    if not grids:
-        raise RuntimeError(f"no seed finished the grid within {wait_min} min")
-    sel = select_setting(proto, lambda lr, kl: sum(g[grid_key(lr, kl)] for g in grids.values()) / len(grids))
-    sel.seeds = sorted(grids)
-    return sel
 
 
 def data_overrides(sd: Path) -> List[str]:
@@ -267,32 +245,24 @@ def write_record(seed: int, rec: Dict, state: Dict, args, proto) -> Dict:
               "settings": {k: getattr(args, k) for k in ("n_train", "n_test", "n_val", "sft_steps", "rl_steps",
                                                          "prompts_per_step", "lr_grid", "kl_grid", "overrides")},
               "preflight": rec, **state}
-    d = Path(args.seed_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / f"seed{seed}.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
-    return record
+    return write_seed_record(args.seed_dir, seed, record)
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_protocol_args(ap, n_val=200)
-    ap.add_argument("--only", type=int, help="run this protocol seed alone (one process per seed)")
-    ap.add_argument("--render", action="store_true", help="write the results file from the seed records")
+    add_seed_process_args(ap, "bpo", own_args, deadline_for="an optional arm",
+                          record_only="with --only S: write the seed record of a stopped run from its state (nothing "
+                                      "is run)")
+    return ap
+
+
+def own_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--n-train", type=int, default=1024)
     ap.add_argument("--sft-steps", type=int, default=300)
     ap.add_argument("--rl-steps", type=int, default=200)
     ap.add_argument("--prompts-per-step", type=int, default=16)
     ap.add_argument("--optional", nargs="*", default=list(OPTIONAL), help="optional arms to try after the core ones")
-    ap.add_argument("--deadline", help="HH:MM UTC: an optional arm starts only if predicted to end before it")
-    ap.add_argument("--wait-min", type=float, default=45.0, help="minutes to wait for the other seeds' grids")
-    ap.add_argument("--out", default="runs/bpo_protocol")
-    ap.add_argument("--seed-dir", default="bench/results/bpo_protocol")
-    ap.add_argument("--report", default="docs/results/bpo.md")
-    ap.add_argument("--record-only", action="store_true",
-                    help="with --only S: write the seed record of a stopped run from its state (nothing is run)")
-    ap.add_argument("--notes", help="--render: a markdown file of hand-written reading, printed after the claims")
-    ap.add_argument("overrides", nargs="*")
-    return ap
 
 
 def main(argv=None) -> None:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID, Protocol, Results, Selection, setting_lines
+from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID, Protocol, Results, grid_key
 from bpo_table import ci95, fmt_ci
 
 ARM_ORDER = ("sft", "coin_flip", "grpo", "bpo", "tgrpo", "grpo_g32", "bpo_p8")
@@ -41,11 +41,6 @@ EARLIER = ["## Earlier runs", "",
            "[bpo_random_init.md](bpo_random_init.md), its tables pooled from committed records in "
            "`bench/results/bpo_vs_grpo*.md`. Issue 28's audit explains why they could show little; the tables above "
            "replace them.", ""]
-
-
-def grid_key(lr: float, kl: float) -> str:
-    """A grid point's key in the seed state and record."""
-    return f"lr{lr:g}_kl{kl:g}"
 
 
 def load_records(seed_dir: Path, seeds: Sequence[int]) -> Dict[int, Dict]:
@@ -100,23 +95,16 @@ def claim_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
     return lines + [""]
 
 
-def grid_lines(recs: Dict[int, Dict], proto: Protocol) -> List[str]:
+def grid_lines(recs: Dict[int, Dict], res: Results) -> List[str]:
     """The grid's validation accuracy per seed, then the protocol's table of the mean with the chosen setting."""
-    keys = [(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
+    keys = [(lr, kl) for lr in res.protocol.lr_grid for kl in res.protocol.kl_grid]
     lines = ["## The grid, per seed (validation accuracy %, GRPO G=8 true reward)", "",
              "| lr | KL | " + " | ".join(f"seed {s}" for s in recs) + " |", "|---|---|" + "---:|" * len(recs)]
     for lr, kl in keys:
         lines.append(f"| {lr:g} | {kl:g} | " + " | ".join(
             f"{100 * r['grid'][grid_key(lr, kl)]:.1f}" if grid_key(lr, kl) in r["grid"] else "—"
             for r in recs.values()) + " |")
-    done = [r for r in recs.values() if all(grid_key(lr, kl) in r["grid"] for lr, kl in keys)]
-    sel = next((r["selection"] for r in recs.values() if "selection" in r), None)
-    if not done or sel is None:
-        return lines + ["", "No seed finished the grid: no setting was chosen.", ""]
-    scores = {(lr, kl): sum(r["grid"][grid_key(lr, kl)] for r in done) / len(done) for lr, kl in keys}
-    out = lines + [""] + setting_lines(Selection(sel["lr"], sel["kl"], scores))
-    return out[:-2] + [f"Chosen: lr {sel['lr']:g}, KL {sel['kl']:g}, from the mean over seeds {sel['seeds']} "
-                       f"(validation accuracy %, the true-reward GRPO G=8 arm); the same for every arm and seed.", ""]
+    return lines + res.chosen_setting(recs, "(validation accuracy %, the true-reward GRPO G=8 arm)")
 
 
 def minutes_lines(recs: Dict[int, Dict]) -> List[str]:
@@ -160,7 +148,7 @@ def render_main(args, argv: List[str]) -> Path:
     res = Results(proto, "BPO and T-GRPO vs GRPO on the tiny base, under the miniature protocol")
     res.add(intro_lines(recs, args, st))
     res.add(["## Pre-flight (SFT start, before any RL)", ""] + preflight_section([r["preflight"] for r in recs.values()]))
-    res.add(grid_lines(recs, proto))
+    res.add(grid_lines(recs, res))
     missing_seeds = [s for s in args.seeds if s not in recs]
     for metric, title in METRICS:
         vals = values(recs, metric)

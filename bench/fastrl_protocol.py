@@ -17,7 +17,7 @@ Per seed (``seed_plan``: its own world, SFT and RL seed), each stage kept in ``O
    when more than 5% are cut), MDAP's prune share by advantage vs by similarity and ARS's predicted rollout count
    per epoch (``fastrl_protocol_table.mdap_stats``); the seed stops when MDAP cannot act;
 3. the **grid**: GRPO at every ``(lr, KL)``, scored on the validation split, pooled over the seeds
-   (``bpo_protocol.pooled_selection``); the chosen grid run IS the ``grpo`` arm;
+   (``_protocol.pooled_selection``); the chosen grid run IS the ``grpo`` arm;
 4. the **arms** at the chosen setting, stepped round-robin in pairs: ``grpo_fastrl`` with ``coin_flip`` (GRPO with
    the coin-flip accuracy reward), then the optional ``dapo``/``dapo_fastrl`` and ``gspo``/``gspo_fastrl``
    (``ppo_epochs: 2``), each pair started only when predicted to end before ``--deadline``.
@@ -40,10 +40,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import log, step_round_robin  # noqa: E402
 from _preflight import Groups, Mechanism, build_preflight, check_truncation  # noqa: E402
-from _protocol import (COIN_ARM, Selection, add_protocol_args, apply_setting, coin_flip_config,  # noqa: E402
-                       protocol_from_args, seed_plan)
-from bpo_protocol import SeedState, deadline_epoch, pooled_selection  # noqa: E402
-from bpo_protocol_table import grid_key  # noqa: E402
+from _protocol import (COIN_ARM, Selection, add_protocol_args, add_seed_process_args, apply_setting,  # noqa: E402
+                       coin_flip_config, grid_key, pooled_selection, protocol_from_args, seed_plan, write_seed_record)
+from bpo_protocol import SeedState, deadline_epoch  # noqa: E402
 from fastrl import BASES, DEMO, REWARDS, TimedArm  # noqa: E402
 from fastrl_protocol_table import ars_predict, mdap_can_act, mdap_stats, render  # noqa: E402
 
@@ -335,18 +334,21 @@ def write_record(seed: int, state: Dict, args, proto) -> Dict:
            "settings": {k: getattr(args, k) for k in SETTINGS} | {"world": f"{CLIP_WORLD['size']} px, "
                                                                    f"{CLIP_WORLD['n_frames']} frames"},
            **{k: v for k, v in state.items() if k != "grid_arms"}}
-    d = Path(args.seed_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / f"seed{seed}.json").write_text(json.dumps(rec, separators=(",", ":")) + "\n")
-    return rec
+    return write_seed_record(args.seed_dir, seed, rec)
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_protocol_args(ap, n_val=128)
     ap.set_defaults(lr_grid=[1e-5, 3e-5], kl_grid=[0.0])
-    ap.add_argument("--only", type=int, help="run this protocol seed alone (one process per seed)")
-    ap.add_argument("--render", action="store_true", help="write the results file from the seed records")
+    add_seed_process_args(ap, "fastrl", own_args, wait_min=30.0, deadline_for="an optional pair",
+                          record_only="with --only S: write the seed record of a stopped run from its state, the "
+                                      "unfinished arms labelled (nothing is run)",
+                          notes="--render: a markdown file appended after the tables (earlier runs)")
+    return ap
+
+
+def own_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", default="base", help="SFT start: base (docs/base_model.md); tiny only in tests")
     ap.add_argument("--n-train", type=int, default=512)
     ap.add_argument("--n-rl", type=int, default=64, help="first train clips used for RL (several ARS epochs)")
@@ -368,16 +370,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--preflight-groups", type=int, default=32, help="validation prompts sampled in the pre-flight")
     ap.add_argument("--optional", nargs="*", default=["dapo", "gspo"], choices=["dapo", "gspo"])
     ap.add_argument("--stop-after", choices=["preflight"], help="stop the seed after its pre-flight (rerun to go on)")
-    ap.add_argument("--deadline", help="HH:MM UTC: an optional pair starts only if predicted to end before it")
-    ap.add_argument("--wait-min", type=float, default=30.0, help="minutes to wait for the other seeds' grids")
-    ap.add_argument("--out", default="runs/fastrl_protocol")
-    ap.add_argument("--seed-dir", default="bench/results/fastrl_protocol")
-    ap.add_argument("--report", default="docs/results/fastrl.md")
-    ap.add_argument("--record-only", action="store_true", help="with --only S: write the seed record of a stopped run "
-                    "from its state, the unfinished arms labelled (nothing is run)")
-    ap.add_argument("--notes", help="--render: a markdown file appended after the tables (earlier runs)")
-    ap.add_argument("overrides", nargs="*")
-    return ap
 
 
 def main(argv=None) -> None:

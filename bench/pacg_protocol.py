@@ -43,13 +43,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import Arm, log  # noqa: E402
 from _preflight import check_truncation, truncation_share  # noqa: E402
-from _protocol import (ProtocolError, Selection, add_protocol_args, apply_setting, arm_val_score,  # noqa: E402
-                       coin_flip_config, protocol_from_args, seed_plan)
+from _protocol import (ProtocolError, Selection, add_protocol_args, add_seed_process_args, apply_setting,  # noqa: E402
+                       arm_val_score, coin_flip_config, grid_key, pooled_selection, protocol_from_args, seed_plan,
+                       write_seed_record)
 from bpo_arms import step_costs  # noqa: E402
-from bpo_protocol import SeedState, deadline_epoch, pooled_selection  # noqa: E402
+from bpo_protocol import SeedState, deadline_epoch  # noqa: E402
 from pacg import ARMS as OLD_ARMS  # noqa: E402
 from pacg_preflight import _DAPO, EXTRACTOR, data_overrides, mechanism, preflight_of, test_items  # noqa: E402
-from pacg_protocol_table import command_text, grid_key, load, protocol_of, render_records  # noqa: E402
+from pacg_protocol_table import command_text, load, protocol_of, render_records  # noqa: E402
 
 SCRIPT = "bench/pacg_protocol.py"
 PERSISTENCE, INTERVENTION = "content", "full"  # where the pre-flight shows the gate acts
@@ -331,10 +332,7 @@ def write_record(seed: int, rec: Dict, state: Dict, args, proto) -> Dict:
                                                          "prompts_per_step", "n", "group_size", "max_new_tokens", "select_on",
                                                          "lr_grid", "kl_grid", "model", "overrides")},
               "preflight": compact_preflight(rec), **state}
-    d = Path(args.seed_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / f"seed{seed}.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
-    return record
+    return write_seed_record(args.seed_dir, seed, record)
 
 
 def render_main(args, argv: List[str]) -> Path:
@@ -359,8 +357,11 @@ def render_main(args, argv: List[str]) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_protocol_args(ap, n_test=512, n_val=64)
-    ap.add_argument("--only", type=int, help="run this protocol seed alone (one process per seed)")
-    ap.add_argument("--render", action="store_true", help="write the results file from the seed records")
+    add_seed_process_args(ap, "pacg", own_args)
+    return ap
+
+
+def own_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--until", choices=["preflight", "grid", "arms"], default="arms", help="stop after this stage")
     ap.add_argument("--model", default="base", help="the SFT's start (model.path)")
     ap.add_argument("--n-train", type=int, default=1024)
@@ -376,14 +377,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cost-probe", type=int, default=0, metavar="K",
                     help="with --only S: step every arm K times round-robin from the seed's SFT start and print CPU "
                          "seconds per step (the cost of a full run); nothing else is run")
-    ap.add_argument("--deadline", help="HH:MM UTC: an arm starts only if predicted to end before it")
-    ap.add_argument("--wait-min", type=float, default=45.0, help="minutes to wait for the other seeds' grids")
-    ap.add_argument("--out", default="runs/pacg_protocol")
-    ap.add_argument("--seed-dir", default="bench/results/pacg_protocol")
-    ap.add_argument("--report", default="docs/results/pacg.md")
-    ap.add_argument("--notes", help="--render: a markdown file of hand-written reading, printed after the claims")
-    ap.add_argument("overrides", nargs="*")
-    return ap
 
 
 def main(argv=None) -> None:

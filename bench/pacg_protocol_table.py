@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID, Protocol, Results, Selection, setting_lines
-from bpo_protocol_table import dropped_text, grid_key, load_records, verdict
+from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID, Protocol, Results, grid_key
+from bpo_protocol_table import dropped_text, load_records, verdict
 from bpo_table import fmt_ci
 
 ARM_ORDER = ("sft", "coin_flip", "dapo", "dapo+pacg", "vppo", "vppo+pacg")
@@ -104,8 +104,8 @@ def claim_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
     return lines + [""]
 
 
-def grid_lines(recs: Dict[int, Dict], proto: Protocol) -> List[str]:
-    keys = [(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
+def grid_lines(recs: Dict[int, Dict], res: Results) -> List[str]:
+    keys = [(lr, kl) for lr in res.protocol.lr_grid for kl in res.protocol.kl_grid]
     how = {"sampled": "sampled at temperature 1, rollout.n per prompt", "greedy": "greedy"}[
         next(iter(recs.values()))["settings"].get("select_on", "greedy")]
     lines = [f"## The grid, per seed (validation accuracy %, {how}, the DAPO arm)", "",
@@ -114,14 +114,7 @@ def grid_lines(recs: Dict[int, Dict], proto: Protocol) -> List[str]:
         lines.append(f"| {lr:g} | {kl:g} | " + " | ".join(
             f"{100 * r['grid'][grid_key(lr, kl)]:.1f}" if grid_key(lr, kl) in r.get("grid", {}) else "—"
             for r in recs.values()) + " |")
-    done = [r for r in recs.values() if all(grid_key(lr, kl) in r.get("grid", {}) for lr, kl in keys)]
-    sel = next((r["selection"] for r in recs.values() if "selection" in r), None)
-    if not done or sel is None:
-        return lines + ["", "No seed finished the grid: no setting was chosen.", ""]
-    scores = {(lr, kl): sum(r["grid"][grid_key(lr, kl)] for r in done) / len(done) for lr, kl in keys}
-    out = lines + [""] + setting_lines(Selection(sel["lr"], sel["kl"], scores))
-    return out[:-2] + [f"Chosen: lr {sel['lr']:g}, KL {sel['kl']:g}, from the mean over seeds {sel['seeds']} "
-                       "(ties go to the smaller lr, then the larger KL); the same for every arm and seed.", ""]
+    return lines + res.chosen_setting(recs, "(ties go to the smaller lr, then the larger KL)")
 
 
 def gate_lines(recs: Dict[int, Dict]) -> List[str]:
@@ -208,7 +201,7 @@ def render_records(recs: Dict[int, Dict], proto: Protocol, preflight_sections: S
     for sec in preflight_sections:
         res.add(sec)
     res.add(stop_lines(recs))
-    res.add(grid_lines(recs, proto))
+    res.add(grid_lines(recs, res))
     for src, key, title, scale in METRICS:
         vals = values(recs, src, key)
         if not vals:

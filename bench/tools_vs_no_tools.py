@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 from _preflight import Mechanism, build_preflight, sample_groups, stop_if_cannot_act  # noqa: E402
 from _protocol import (Results, SFT_ARM, COIN_ARM, Selection, add_protocol_args, apply_setting,  # noqa: E402
-                       arm_val_score, coin_flip_config, protocol_from_args, seed_plan, select_setting, setting_lines)
+                       arm_val_score, coin_flip_config, pooled_selection, protocol_from_args, seed_plan, setting_lines)
 
 REPO = Path(__file__).resolve().parent.parent
 SUITE = str(REPO / "tools" / "video_seek.yaml")
@@ -247,8 +247,8 @@ def preflight_seed(args, seed: int, world: dict, start: dict):
 def selection(args, proto, worlds: dict, starts: dict) -> Selection:
     """lr x KL chosen on the validation split by (b)'s true-reward run (``--select-steps`` steps), each seed's score
     per setting cached in ``selection_seed<S>.json`` so an interrupted grid continues. With ``--only S`` this process
-    scores seed S's grid, then waits (``--wait-min``) for the other seed processes' files; the choice is the best
-    mean over seeds, the same for every seed and arm."""
+    scores seed S's grid, then waits (``--wait-min``) for the other seed processes' files
+    (``_protocol.pooled_selection``); the choice is the best mean over seeds, the same for every seed and arm."""
     from _protocol import arm_val_score as score_of
 
     def cfg_of(s: int):
@@ -260,7 +260,9 @@ def selection(args, proto, worlds: dict, starts: dict) -> Selection:
         path = Path(args.out) / f"selection_seed{s}.json"
         return json.loads(path.read_text()) if path.exists() else {}
 
-    keys = [f"{lr:g},{kl:g}" for lr in proto.lr_grid for kl in proto.kl_grid]
+    def key(lr: float, kl: float) -> str:
+        return f"{lr:g},{kl:g}"
+
     for s in ([args.only] if args.only is not None else proto.seeds):
         done, path = seed_scores(s), Path(args.out) / f"selection_seed{s}.json"
         if done.get("_select_steps", args.select_steps) != args.select_steps:
@@ -269,18 +271,11 @@ def selection(args, proto, worlds: dict, starts: dict) -> Selection:
         done["_select_steps"] = args.select_steps
         for lr in proto.lr_grid:
             for kl in proto.kl_grid:
-                if f"{lr:g},{kl:g}" not in done:
-                    done[f"{lr:g},{kl:g}"] = score_of({s: cfg_of(s)}, args.select_steps, {s: worlds[s]["val"]})(lr, kl)
+                if key(lr, kl) not in done:
+                    done[key(lr, kl)] = score_of({s: cfg_of(s)}, args.select_steps, {s: worlds[s]["val"]})(lr, kl)
                     path.write_text(json.dumps(done, indent=2))
-    t0 = time.time()
-    while not all(k in seed_scores(s) for s in proto.seeds for k in keys):
-        if time.time() - t0 > 60 * args.wait_min:
-            missing = [s for s in proto.seeds if not all(k in seed_scores(s) for k in keys)]
-            raise SystemExit(f"tools bench: seeds {missing} have not finished their selection grid after "
-                             f"{args.wait_min} min (run them with --only S)")
-        time.sleep(20)
-    per = {s: seed_scores(s) for s in proto.seeds}
-    return select_setting(proto, lambda lr, kl: sum(per[s][f"{lr:g},{kl:g}"] for s in proto.seeds) / len(proto.seeds))
+    return pooled_selection(proto, Path(args.out), args.wait_min, grid_of=seed_scores, key=key,
+                            require_all="tools bench")
 
 
 def run_arms(args, seed: int, world: dict, start: dict, sel: Selection) -> dict:

@@ -48,7 +48,7 @@ def test_the_setting_is_chosen_from_the_mean_over_every_seeds_grid(tmp_path):
     _state(tmp_path, 0, {"lr3e-06_kl0": 0.80, "lr1e-05_kl0": 0.70})
     _state(tmp_path, 1, {"lr3e-06_kl0": 0.60, "lr1e-05_kl0": 0.70})
     _state(tmp_path, 2, {"lr3e-06_kl0": 0.60, "lr1e-05_kl0": 0.70})
-    sel = B.pooled_selection(_proto(), tmp_path, wait_min=0)
+    sel = P.pooled_selection(_proto(), tmp_path, wait_min=0)
     assert (sel.lr, sel.kl, sel.seeds) == (1e-5, 0.0, [0, 1, 2])
     assert sel.scores[(3e-6, 0.0)] == pytest.approx(2.0 / 3)
 
@@ -57,10 +57,10 @@ def test_a_seed_that_never_finishes_its_grid_is_left_out_after_the_wait(tmp_path
     _state(tmp_path, 0, {"lr3e-06_kl0": 0.80, "lr1e-05_kl0": 0.70})
     _state(tmp_path, 1, {"lr3e-06_kl0": 0.10})  # unfinished
     t = time.time()
-    sel = B.pooled_selection(_proto(), tmp_path, wait_min=0.001, poll_s=0.01)
+    sel = P.pooled_selection(_proto(), tmp_path, wait_min=0.001, poll_s=0.01)
     assert time.time() - t < 5 and (sel.lr, sel.seeds) == (3e-6, [0])
     with pytest.raises(RuntimeError, match="no seed finished the grid"):
-        B.pooled_selection(_proto(), tmp_path / "none", wait_min=0)
+        P.pooled_selection(_proto(), tmp_path / "none", wait_min=0)
 
 
 def test_seed_state_survives_a_restart(tmp_path):

@@ -79,6 +79,35 @@ def test_the_rl_setting_is_the_best_on_validation_ties_to_the_smaller_lr():
     assert "| 1e-05 | 60.0 **(chosen)** | 58.0 |" in text
 
 
+
+def test_pooled_selection_with_the_benchs_own_grid_files_can_require_every_seed():
+    proto = _proto(lr_grid=[1e-6, 1e-5], kl_grid=[0.0])
+    files = {0: {"1e-06,0": 0.8, "1e-05,0": 0.7, "_select_steps": 10}, 1: {"1e-06,0": 0.6, "1e-05,0": 0.7},
+             2: {"1e-06,0": 0.6}}  # seed 2 has not finished
+    own = dict(grid_of=lambda s: files.get(s, {}), key=lambda lr, kl: f"{lr:g},{kl:g}")
+    with pytest.raises(SystemExit, match=r"^tools bench: seeds \[2\] have not finished their selection grid after "
+                                         r"0.001 min \(run them with --only S\)$"):
+        P.pooled_selection(proto, Path("unused"), 0.001, poll_s=0.01, require_all="tools bench", **own)
+    assert P.pooled_selection(proto, Path("unused"), 0.001, poll_s=0.01, **own).seeds == [0, 1]  # goes on without 2
+    files[2]["1e-05,0"] = 0.7
+    sel = P.pooled_selection(proto, Path("unused"), 0, require_all="tools bench", **own)
+    assert (sel.lr, sel.seeds) == (1e-5, [0, 1, 2]) and sel.scores[(1e-6, 0.0)] == pytest.approx(2.0 / 3)
+
+
+def test_seed_process_args_keep_the_benchs_own_between_render_and_deadline(tmp_path):
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    P.add_seed_process_args(ap, "x", lambda p: p.add_argument("--steps", type=int, default=3), wait_min=30.0,
+                            record_only="write the record")
+    assert [a.dest for a in ap._actions[1:]] == ["only", "render", "steps", "deadline", "wait_min", "out", "seed_dir",
+                                                 "report", "record_only", "notes", "overrides"]
+    args = ap.parse_args(["--only", "1", "a=1"])
+    assert (args.only, args.steps, args.wait_min, args.out, args.seed_dir, args.report, args.overrides) == (
+        1, 3, 30.0, "runs/x_protocol", "bench/results/x_protocol", "docs/results/x.md", ["a=1"])
+    rec = P.write_seed_record(tmp_path / "recs", 1, {"seed": 1, "v": [0.5]})
+    assert (tmp_path / "recs" / "seed1.json").read_text() == '{"seed":1,"v":[0.5]}\n' and rec["v"] == [0.5]
+
 def test_the_coin_flip_arm_replaces_accuracy_only():
     cfg = Config()
     coin = P.coin_flip_config(cfg)
