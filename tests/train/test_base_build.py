@@ -74,3 +74,37 @@ def test_a_resumed_build_skips_finished_stages_and_matches_a_fresh_one(tmp_path,
     monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "b"))
     a, b = _weights(resumed), _weights(build_base(full, quiet=True))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_an_interrupted_build_resumed_under_more_steps_equals_one_uninterrupted_stage(tmp_path, monkeypatch):
+    """The documented build's path at micro scale: a staged build SIGTERM'd mid-stage inside the warm-up (a step
+    that is neither a stage end nor a SAVE_EVERY multiple), its work folder renamed to a recipe with more ``steps``
+    and resumed, ends on the weights of one uninterrupted stage (``eval_every`` 0): stages, the signal's
+    checkpoint, the resume and the recipe's total ``steps`` change nothing (scheduler, AdamW, RNGs, data order)."""
+    import os
+    import signal
+
+    from mmrl.models.base_recipe import base_path
+    from mmrl.train.base_build import build_base
+    from mmrl.train.interrupt import Interrupted
+    from mmrl.train.metrics import MetricsLogger
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path))
+    short, longer = (BaseRecipe(**dict(MICRO, steps=s, warmup_steps=4)) for s in (4, 6))
+    log = MetricsLogger.log
+
+    def log_then_signal(self, step, metrics):
+        log(self, step, metrics)
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(MetricsLogger, "log", log_then_signal)
+    with pytest.raises(Interrupted, match="stopped after step 3"):
+        build_base(short, quiet=True)
+    monkeypatch.setattr(MetricsLogger, "log", log)
+    work = lambda r: base_path(recipe_hash(r)).with_name(f"base-{recipe_hash(r)}.build")  # noqa: E731
+    os.replace(work(short), work(longer))
+    resumed = _weights(build_base(longer, quiet=True))
+    straight = _weights(build_base(BaseRecipe(**dict(MICRO, steps=6, warmup_steps=4, eval_every=0)), quiet=True))
+    assert resumed.keys() == straight.keys() and all(torch.equal(resumed[k], straight[k]) for k in resumed)
