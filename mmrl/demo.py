@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Dict
+
+from mmrl.environment import float_environment
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 N_TRAIN, N_TEST = 1024, 256
@@ -34,19 +35,9 @@ def pin_threads() -> Dict[str, str]:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # already set, or parallel work already ran in this process
         pass
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "cpu": torch.backends.cpu.get_cpu_capability(), "intra-op threads": str(torch.get_num_threads()),
-            "inter-op threads": str(torch.get_num_interop_threads()), "transformers": _version("transformers"),
-            "decord": _version("decord"), **PINNED_ENV}
-
-
-def _version(package: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "not installed"
+    env = float_environment()
+    keys = ("python", "torch", "cpu", "intra-op threads", "inter-op threads", "transformers", "decord")
+    return {**{k: env[k] for k in keys}, **PINNED_ENV}
 
 
 def _table(rows: Dict[str, Dict]) -> str:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from mmrl.environment import float_environment
 from mmrl.models.base_recipe import (
     RECIPE_FILE,
     BaseRecipe,
@@ -125,7 +126,8 @@ def build_base(recipe: BaseRecipe, force: bool = False, quiet: bool = False,
     (tmp / "perception.md").write_text(perception_table(last["rows"], title=f"base {digest}: held-out perception "
                                                                            f"after {recipe.steps} steps") + "\n")
     (tmp / RECIPE_FILE).write_text(json.dumps({"hash": digest, "recipe": recipe.to_dict(),
-                                               "build_seconds": round(last["seconds"], 1)}, indent=2))
+                                               "build_seconds": round(last["seconds"], 1),
+                                               "environment": float_environment()}, indent=2))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

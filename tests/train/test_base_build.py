@@ -32,6 +32,9 @@ def test_micro_build_is_bit_identical_cached_and_tabled(tmp_path, monkeypatch, c
     assert set(rows) == set(PERCEPTION_ATTRS) | {"macro"}
     assert all(0.0 <= r["acc"] <= 1.0 and r["n"] == 1 for q, r in rows.items() if q != "macro")
     assert "| time |" in (first / "perception.md").read_text()
+    env = json.loads((first / "mmrl_base_recipe.json").read_text())["environment"]  # what identical weights need
+    assert env["torch"] == torch.__version__ and env["cpu"] == torch.backends.cpu.get_cpu_capability()
+    assert {"cpu model", "transformers", "numpy", "intra-op threads"} <= set(env)
 
     mtime = (first / "model.safetensors").stat().st_mtime_ns
     assert build_base(recipe, quiet=True) == first  # the cache is reused: nothing rebuilt
