@@ -147,3 +147,19 @@ def test_the_config_field_defaults_to_the_scorers_default_and_is_checked():
     for bad in ("1.5", "abc"):
         with pytest.raises(ConfigError, match=r"config key 'train.logprob_chunk_tokens'.*Integer"):
             load_config(None, [f"train.logprob_chunk_tokens={bad}"], registries=False)
+
+
+@pytest.mark.parametrize("stage, want", [(0, 7), (2, 7), (3, 0)])
+def test_zero3_scores_without_chunks(stage, want):
+    """ZeRO-3 ranks gather the head's weights collectively at each head call, and a rank's chunk count follows its
+    own tokens: under ZeRO-3 the head runs in one call; the other backends use the config's chunk."""
+    from types import SimpleNamespace
+
+    from mmrl.train.backend import Backend
+    from mmrl.train.deepspeed_backend import DeepSpeedBackend
+
+    cfg = SimpleNamespace(train=TrainConfig(logprob_chunk_tokens=7))
+    be = DeepSpeedBackend.__new__(DeepSpeedBackend)
+    be.cfg, be.stage = cfg, stage
+    assert be.chunk_tokens() == want
+    assert Backend(None, None, None, None, None, cfg, 0).chunk_tokens() == 7
