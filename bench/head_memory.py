@@ -8,8 +8,9 @@ A setting ``T:V:H`` is ``T`` response tokens (``T / 512`` responses of 512 token
 (gradients to the hidden states and the head's weight), with ``train.logprob_chunk_tokens`` = 0 (the ``[T, V]``
 logits at once) and = ``--chunk`` (``--chunk`` tokens at a time, recomputed in backward). Each (setting, mode)
 runs in a fresh subprocess (1 thread), after a 2-token warm-up pass of the chunked head (the one-time setup of
-``torch.utils.checkpoint``'s first call: ~2 CPU s and ~150 MB, in both modes); printed: the child's peak RSS (``ru_maxrss``), its growth over the RSS once
-the inputs were built (what the head's pass itself holds), and the CPU seconds (user + sys) of the pass, one-shot
+``torch.utils.checkpoint``'s first call: ~2 CPU s and ~150 MB, in both modes); printed: the child's peak RSS
+(``ru_maxrss``), its growth over the RSS once the inputs were built (what the head's pass itself holds; glibc keeps
+freed small blocks, so small settings read noisy), and the CPU seconds (user + sys) of the pass, one-shot
 and chunked side by side with chunked / one-shot ratios. The defaults take ~2 CPU minutes and < 5 GB.
 """
 from __future__ import annotations

@@ -125,7 +125,8 @@ def test_a_lora_wrapped_head_gets_the_same_adapter_gradient():
 
     hidden, resp, _, trained = case(4)
     torch.manual_seed(0)
-    model = peft.get_peft_model(M(), peft.LoraConfig(r=2, lora_alpha=4, target_modules=["lm_head"], init_lora_weights=False))
+    lora_cfg = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["lm_head"], init_lora_weights=False)
+    model = peft.get_peft_model(M(), lora_cfg)
     model.double()
     head = model.base_model.model.lm_head
     lora = [p for n, p in model.named_parameters() if "lora_" in n]
