@@ -130,10 +130,11 @@ def token_logprobs(head, rows: torch.Tensor, targets: torch.Tensor, temperature:
     """``log_softmax(head(rows) / T)[targets]`` of hidden rows ``[N, H]`` (fp32 ``[N]``), ``chunk_tokens`` rows at a
     time (0 = all at once). With grad enabled each chunk runs under ``torch.utils.checkpoint`` (non-reentrant):
     only its hidden rows are kept and its ``[chunk, V]`` logits are recomputed in backward, so one chunk's logits
-    are alive at a time, at the cost of one extra head forward per chunk. Any ``head`` module works (``nn.Linear``,
-    tied embeddings, a LoRA-wrapped head): it is called, never unpacked. The head is called at least once, also
-    on no rows (ZeRO-3 ranks make the same module calls)."""
-    if chunk_tokens <= 0:
+    are alive at a time, at the cost of one extra head forward per chunk. At most ``chunk_tokens`` rows go through
+    the head at once in one pass, as before chunking (no recompute, the same floats): the bound already holds.
+    Any ``head`` module works (``nn.Linear``, tied embeddings, a LoRA-wrapped head): it is called, never unpacked.
+    The head is called at least once, also on no rows (ZeRO-3 ranks make the same module calls)."""
+    if chunk_tokens <= 0 or rows.shape[0] <= chunk_tokens:
         return _rows_logprobs(head, rows, targets, temperature)
     grad = torch.is_grad_enabled()
     out = []

@@ -65,7 +65,7 @@ def test_chunked_log_probs_and_gradients_equal_the_one_shot_head(chunk, use_trai
         assert off.any() and (got[0][off] == 0).all()
 
 
-@pytest.mark.parametrize("chunk", [4, 5, 17])
+@pytest.mark.parametrize("chunk", [4, 5, 16])
 def test_the_head_never_sees_more_than_a_chunk(chunk):
     hidden, resp, head, _ = case(1)
     rec = Recording(head)
@@ -77,6 +77,17 @@ def test_the_head_never_sees_more_than_a_chunk(chunk):
     rec = Recording(head)
     run(rec, hidden, resp, None, 0)
     assert rec.forward_rows == [17] and rec.backward_rows == [17]  # the one-shot head: all rows at once
+
+
+@pytest.mark.parametrize("chunk", [17, 100])
+def test_rows_within_one_chunk_take_one_pass_without_recompute(chunk):
+    """The bound already holds: the one-pass head, no checkpoint, the same floats as ``chunk_tokens=0``."""
+    hidden, resp, head, _ = case(1)
+    rec = Recording(head)
+    got = run(rec, hidden, resp, None, chunk)
+    want = run(head, hidden, resp, None, 0)
+    assert rec.forward_rows == [17] and rec.backward_rows == [17]
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
 def test_without_grad_a_plain_loop_over_chunks():
