@@ -98,6 +98,10 @@ class TrainConfig:
     steps: int = 100
     prompts_per_step: int = 8
     micro_batch: int = 32  # sequences per forward/backward; gradients accumulate over micro-batches
+    # tokens of a micro-batch that go through the LM head at a time (mmrl.models.prefill.token_logprobs): one chunk's
+    # [tokens, vocabulary] logits are alive at a time (2.5 GB per fp32 copy at Qwen's 151,936 words), for one extra head
+    # forward per chunk in backward; 0 = all at once. Off under DeepSpeed ZeRO-3 (ranks must make equal head calls)
+    logprob_chunk_tokens: int = 4096
     lr: float = 1e-5
     weight_decay: float = 0.0
     warmup_steps: int = 0

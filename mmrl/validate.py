@@ -83,6 +83,7 @@ def _ranges(cfg, kind: str) -> List[tuple]:
         ("train.eval_every", t.eval_every, t.eval_every >= 0, ">= 0 (0 = never)"),
         ("train.eval_limit", t.eval_limit, t.eval_limit >= 0, ">= 0 (0 = whole test split)"),
         ("train.num_threads", t.num_threads, t.num_threads >= 0, ">= 0 (0 = torch's default)"),
+        ("train.logprob_chunk_tokens", t.logprob_chunk_tokens, t.logprob_chunk_tokens >= 0, ">= 0 (0 = off)"),
         ("rollout.temperature", r.temperature, r.temperature > 0, "> 0 (rollouts sample; greedy decoding would "
                                                                   "give every group identical responses)"),
         ("rollout.top_p", r.top_p, 0 < r.top_p <= 1, "in (0, 1]"),

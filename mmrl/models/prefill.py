@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from mmrl.media.inputs import PromptInputs, collate_vision, pad_right
 from mmrl.models.compat import output_cache
@@ -117,20 +118,47 @@ def can_share(model) -> bool:
     return can_cache(model) and not uses_flash(model)
 
 
-def head_logprobs(head, hidden, resp, rlen, temperature: float, pad_id: int, trained=None) -> List[torch.Tensor]:
+CHUNK_TOKENS = 4096  # the default of ``train.logprob_chunk_tokens``: 2.5 GB per fp32 copy of a chunk's logits at 151,936 words
+
+
+def _rows_logprobs(head, rows: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    return torch.log_softmax(head(rows).float() / temperature, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def token_logprobs(head, rows: torch.Tensor, targets: torch.Tensor, temperature: float,
+                   chunk_tokens: int = CHUNK_TOKENS) -> torch.Tensor:
+    """``log_softmax(head(rows) / T)[targets]`` of hidden rows ``[N, H]`` (fp32 ``[N]``), ``chunk_tokens`` rows at a
+    time (0 = all at once). With grad enabled each chunk runs under ``torch.utils.checkpoint`` (non-reentrant):
+    only its hidden rows are kept and its ``[chunk, V]`` logits are recomputed in backward, so one chunk's logits
+    are alive at a time, at the cost of one extra head forward per chunk. At most ``chunk_tokens`` rows go through
+    the head at once in one pass, as before chunking (no recompute, the same floats): the bound already holds.
+    Any ``head`` module works (``nn.Linear``, tied embeddings, a LoRA-wrapped head): it is called, never unpacked.
+    The head is called at least once, also on no rows (ZeRO-3 ranks make the same module calls)."""
+    if chunk_tokens <= 0 or rows.shape[0] <= chunk_tokens:
+        return _rows_logprobs(head, rows, targets, temperature)
+    grad = torch.is_grad_enabled()
+    out = []
+    for s in range(0, max(rows.shape[0], 1), chunk_tokens):
+        r, t = rows[s : s + chunk_tokens], targets[s : s + chunk_tokens]
+        out.append(checkpoint(_rows_logprobs, head, r, t, temperature, use_reentrant=False) if grad
+                   else _rows_logprobs(head, r, t, temperature))
+    return out[0] if len(out) == 1 else torch.cat(out)
+
+
+def head_logprobs(head, hidden, resp, rlen, temperature: float, pad_id: int, trained=None,
+                  chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
     """Log-probs of the response tokens from hidden states ``[N, R, H]`` (position t predicts token t), only at
-    real tokens (the ``[N, R, V]`` logits are never formed for padding). ``trained`` (per item a bool ``[R_i]``, or
-    None): only those tokens go through the LM head, the others get log-prob 0 (observations of multi-turn items)."""
+    real tokens (the ``[N, R, V]`` logits are never formed for padding), ``chunk_tokens`` tokens at a time through
+    the head (``token_logprobs``). ``trained`` (per item a bool ``[R_i]``, or None): only those tokens go through
+    the LM head, the others get log-prob 0 (observations of multi-turn items)."""
     R = hidden.shape[1]
     valid = torch.arange(R, device=hidden.device).view(1, -1) < rlen.view(-1, 1)
     targets = pad_right(resp + [resp[0].new_zeros(0)], pad_id)[:-1] if R else resp[0].new_zeros((len(resp), 0))
     if trained is None:
-        logits = head(hidden[valid]).float() / temperature
-        lp = torch.log_softmax(logits, dim=-1).gather(-1, targets[valid].unsqueeze(-1)).squeeze(-1)
+        lp = token_logprobs(head, hidden[valid], targets[valid], temperature, chunk_tokens)
         return list(lp.split(rlen.tolist()))
     sel = pad_right([t.to(device=hidden.device, dtype=torch.long) for t in trained] + [rlen.new_zeros(R)], 0)[:-1]
     sel = sel.bool() & valid
-    logits = head(hidden[sel]).float() / temperature
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets[sel].unsqueeze(-1)).squeeze(-1)
+    lp = token_logprobs(head, hidden[sel], targets[sel], temperature, chunk_tokens)
     full = lp.new_zeros(sel.shape).masked_scatter(sel, lp)
     return list(full[valid].split(rlen.tolist()))

@@ -27,9 +27,9 @@ import torch
 from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision, pad_right
 from mmrl.models.compat import cache_kwargs
 from mmrl.models.kv_cache import select_rows
-from mmrl.models.prefill import (backbone, can_cache, can_share, head_logprobs, positions,  # noqa: F401  (re-exported)
-                                 prefill_prompts, prompt_positions, prompt_rope, right_padded, sequence_positions,
-                                 unique_prompts, uses_flash)
+from mmrl.models.prefill import (CHUNK_TOKENS, backbone, can_cache, can_share, head_logprobs,  # noqa: F401  (re-exported)
+                                 positions, prefill_prompts, prompt_positions, prompt_rope, right_padded, sequence_positions,
+                                 token_logprobs, unique_prompts, uses_flash)
 from mmrl.models.sequence_scoring import score_sequences, score_shared
 
 
@@ -74,19 +74,22 @@ def strategy_note(n: int, max_new_tokens: int) -> str:
 
 
 def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
-                      micro_batch: int = 16, pad_id: int = 0, strategy: str = "auto") -> List[torch.Tensor]:
+                      micro_batch: int = 16, pad_id: int = 0, strategy: str = "auto",
+                      chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
     """log pi(response_t | prompt, media, response_<t) for each (prompt inputs, response ids); grads flow if enabled.
 
     ``strategy``: ``auto`` (``scoring_strategy`` per micro-batch), ``packed``, ``expand``, ``full`` (one forward
     per whole sequence) or ``onepass`` (each distinct prompt and its responses packed after it in ONE forward, no KV
     cache). Under gradient checkpointing (no KV cache in training mode) the shared-prompt layouts become
     ``onepass``: prompts and the vision tower are still computed once per distinct prompt. With FlashAttention-2
-    (``model.attn_implementation``; it takes no custom 4-D mask) every layout is ``full``."""
+    (``model.attn_implementation``; it takes no custom 4-D mask) every layout is ``full``. ``chunk_tokens``: the
+    tokens of a micro-batch go through the LM head that many at a time (``mmrl.models.prefill.token_logprobs``;
+    0 = all at once)."""
     if strategy not in ("auto",) + STRATEGIES:
         raise ValueError(f"scoring strategy must be one of auto, {', '.join(STRATEGIES)}; got {strategy!r}")
     out: List[torch.Tensor] = []
     if any(isinstance(p, SequenceInputs) for p, _ in items):  # multi-turn: one forward over each whole sequence
-        return mixed_logprobs(model, items, temperature, micro_batch, pad_id)
+        return mixed_logprobs(model, items, temperature, micro_batch, pad_id, chunk_tokens)
     core, head = backbone(model)
     device = next(model.parameters()).device
     for s in range(0, len(items), micro_batch):
@@ -98,7 +101,7 @@ def response_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]],
             name = "onepass"
         if name == "auto":
             name = _chunk_strategy(chunk)
-        out.extend(_SCORERS[name](core, head, chunk, temperature, pad_id, device))
+        out.extend(_SCORERS[name](core, head, chunk, temperature, pad_id, device, chunk_tokens=chunk_tokens))
     return out
 
 
@@ -127,7 +130,8 @@ def packed_mask(prompt_mask: torch.Tensor, k: int, w: int) -> torch.Tensor:
     return torch.cat([prompt_mask.bool()[:, None, None, :].expand(u, 1, k * w, -1), own.expand(u, 1, -1, -1)], dim=-1)
 
 
-def _score_packed(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+def _score_packed(core, head, chunk, temperature: float, pad_id: int, device,
+                  chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
     """Prompts once (cached), then the responses of each prompt packed side by side in that prompt's row
     (block-causal mask, positions restart at the prompt length for each response): no copy of the prompt cache."""
     uniq, owner = unique_prompts([p for p, _ in chunk])
@@ -149,10 +153,11 @@ def _score_packed(core, head, chunk, temperature: float, pad_id: int, device) ->
     hid = hid.view(U, K, W, -1)[owner, slot]  # [N, W, H]
     # [N, R, H]: position t predicts token t
     hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, :R]
-    return head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
+    return head_logprobs(head, hidden, resp, rlen, temperature, pad_id, chunk_tokens=chunk_tokens)
 
 
-def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+def _score_full(core, head, chunk, temperature: float, pad_id: int, device,
+                chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
     """One forward per full ``prompt + response`` sequence (used with FlashAttention-2)."""
     seqs = [torch.cat([p.input_ids, r.to(p.input_ids.dtype)]) for p, r in chunk]
     ids = pad_right(seqs, pad_id).to(device)
@@ -167,13 +172,12 @@ def _score_full(core, head, chunk, temperature: float, pad_id: int, device) -> L
         rows.append(torch.full((R,), i, dtype=torch.long))
         cols.append(torch.arange(P - 1, P + R - 1))
     rows_t, cols_t = torch.cat(rows).to(device), torch.cat(cols).to(device)
-    logits = head(hidden[rows_t, cols_t]).float() / temperature
-    targets = ids[rows_t, cols_t + 1]
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    lp = token_logprobs(head, hidden[rows_t, cols_t], ids[rows_t, cols_t + 1], temperature, chunk_tokens)
     return list(lp.split([int(r.numel()) for _, r in chunk]))
 
 
-def _score_onepass(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+def _score_onepass(core, head, chunk, temperature: float, pad_id: int, device,
+                   chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
     """``packed`` without a KV cache: row ``u`` = prompt ``u`` (right-padded to ``P``) then its ``K`` responses of
     ``W`` tokens, in one forward with the mask ``[[causal prompt, 0], [prompt keys, block-causal]]`` and positions
     ``[prompt's M-RoPE, start_u + j]``: the same keys, queries and positions as prefill + the packed pass, so the
@@ -202,10 +206,11 @@ def _score_onepass(core, head, chunk, temperature: float, pad_id: int, device) -
     last = hid[torch.arange(U, device=device), lengths - 1]
     hid = hid[:, P:].reshape(U, K, W, -1)[owner, slot]  # [N, W, H]
     hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, :R]
-    return head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
+    return head_logprobs(head, hidden, resp, rlen, temperature, pad_id, chunk_tokens=chunk_tokens)
 
 
-def _score_expand(core, head, chunk, temperature: float, pad_id: int, device) -> List[torch.Tensor]:
+def _score_expand(core, head, chunk, temperature: float, pad_id: int, device,
+                  chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
     """Prompts once (cached), then the cache gathered per response (``index_select`` on the batch axis: gradients of
     every response flow back into its prompt's keys/values) and each response scored in its own row, causal over
     its prompt and its own earlier tokens. Attention work ``N*W*(P + W)``: linear in the group size."""
@@ -224,14 +229,14 @@ def _score_expand(core, head, chunk, temperature: float, pad_id: int, device) ->
     hid = core(input_ids=cols, attention_mask=attn, position_ids=pos.unsqueeze(0).expand(3, -1, -1),
                use_cache=True, **cache_kwargs(cache)).last_hidden_state  # [N, W, H]
     hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, :R]
-    return head_logprobs(head, hidden, resp, rlen, temperature, pad_id)
+    return head_logprobs(head, hidden, resp, rlen, temperature, pad_id, chunk_tokens=chunk_tokens)
 
 
 _SCORERS = {"packed": _score_packed, "expand": _score_expand, "full": _score_full, "onepass": _score_onepass}
 
 
 def mixed_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], temperature: float = 1.0,
-                   micro_batch: int = 16, pad_id: int = 0) -> List[torch.Tensor]:
+                   micro_batch: int = 16, pad_id: int = 0, chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
     """``response_logprobs`` over a mix of single-turn items (shared-prefix path) and ``SequenceInputs`` items
     (``micro_batch`` sequences per forward: ``score_shared``, or ``score_sequences`` under gradient checkpointing);
     results in the items' order."""
@@ -240,7 +245,7 @@ def mixed_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], te
     out: List[torch.Tensor] = [torch.empty(0)] * len(items)
     if other_idx:
         for i, lp in zip(other_idx, response_logprobs(model, [items[i] for i in other_idx], temperature,
-                                                      micro_batch, pad_id)):
+                                                      micro_batch, pad_id, chunk_tokens=chunk_tokens)):
             out[i] = lp
     core, head = backbone(model)
     device = next(model.parameters()).device
@@ -249,6 +254,6 @@ def mixed_logprobs(model, items: Sequence[Tuple[PromptInputs, torch.Tensor]], te
         idx = seq_idx[s : s + micro_batch]
         chunk = [items[i] for i in idx]
         scorer = score_shared if share and all(p.prompt is not None for p, _ in chunk) else score_sequences
-        for i, lp in zip(idx, scorer(core, head, chunk, temperature, pad_id, device)):
+        for i, lp in zip(idx, scorer(core, head, chunk, temperature, pad_id, device, chunk_tokens=chunk_tokens)):
             out[i] = lp
     return out

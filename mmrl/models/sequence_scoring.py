@@ -28,7 +28,8 @@ import torch
 from mmrl.media.inputs import PromptInputs, SequenceInputs, collate_vision, pad_right
 from mmrl.models.compat import cache_kwargs
 from mmrl.models.kv_cache import select_rows
-from mmrl.models.prefill import head_logprobs, prefill_prompts, prompt_positions, right_padded, unique_prompts
+from mmrl.models.prefill import (CHUNK_TOKENS, head_logprobs, prefill_prompts, prompt_positions, right_padded, token_logprobs,
+                                 unique_prompts)
 
 
 def check_item(seq: SequenceInputs, response: torch.Tensor) -> None:
@@ -40,7 +41,7 @@ def check_item(seq: SequenceInputs, response: torch.Tensor) -> None:
 
 
 def score_sequences(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]], temperature: float,
-                    pad_id: int, device) -> List[torch.Tensor]:
+                    pad_id: int, device, chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
     """Log-probs ``[R_i]`` of each sequence's response tokens, one forward over the right-padded batch."""
     seqs = [s for s, _ in chunk]
     for s, r in chunk:
@@ -53,9 +54,7 @@ def score_sequences(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tens
     cols = torch.cat([torch.arange(s.prompt_len - 1, int(lengths[i]) - 1) for i, s in enumerate(seqs)])
     sel = torch.cat([trained_tokens(s) for s in seqs]).to(device)
     rows, cols = rows.to(device)[sel], cols.to(device)[sel]
-    logits = head(hidden[rows, cols]).float() / temperature
-    targets = ids[rows, cols + 1]
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    lp = token_logprobs(head, hidden[rows, cols], ids[rows, cols + 1], temperature, chunk_tokens)
     lp = lp.new_zeros(sel.shape).masked_scatter(sel, lp)  # observations: 0, as the sampler records them
     return list(lp.split([int(lengths[i]) - s.prompt_len for i, s in enumerate(seqs)]))
 
@@ -85,7 +84,7 @@ def tail_vision(seq: SequenceInputs) -> dict:
 
 
 def score_shared(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]], temperature: float,
-                 pad_id: int, device) -> List[torch.Tensor]:
+                 pad_id: int, device, chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
     """Like ``score_sequences``, with each distinct prompt prefilled once: every sequence's response (model turns
     and observations, with their media) is forwarded over its prompt's cache (``select_rows``: ``index_select`` on
     the batch axis, so gradients reach the prompt's keys/values, summed in a fixed order), at the positions
@@ -114,4 +113,5 @@ def score_shared(core, head, chunk: Sequence[Tuple[SequenceInputs, torch.Tensor]
     hid = core(input_ids=cols, attention_mask=attn, position_ids=tail_pos, use_cache=True,
                **cache_kwargs(cache), **vision).last_hidden_state
     hidden = torch.cat([last.index_select(0, owner).unsqueeze(1), hid], dim=1)[:, : int(rlen.max())]
-    return head_logprobs(head, hidden, resp, rlen, temperature, pad_id, [trained_tokens(s) for s in seqs])
+    return head_logprobs(head, hidden, resp, rlen, temperature, pad_id, [trained_tokens(s) for s in seqs],
+                         chunk_tokens)

@@ -53,9 +53,13 @@ class Backend:
         return None
 
     # ---- passes -------------------------------------------------------------------------------------------------
+    def chunk_tokens(self) -> int:
+        """Tokens per LM-head chunk of the scorer (``train.logprob_chunk_tokens``)."""
+        return self.cfg.train.logprob_chunk_tokens
+
     def _kw(self):
         return dict(temperature=self.cfg.rollout.temperature, micro_batch=self.cfg.train.micro_batch,
-                    pad_id=self.pad_id)
+                    pad_id=self.pad_id, chunk_tokens=self.chunk_tokens())
 
     @torch.no_grad()
     def score(self, items, reference: bool = False, fallback=None) -> List[torch.Tensor]:
@@ -67,7 +71,8 @@ class Backend:
 
     def train_logprobs(self, items) -> List[torch.Tensor]:
         with self.autocast():
-            return response_logprobs(self.model, items, self.cfg.rollout.temperature, len(items), self.pad_id)
+            return response_logprobs(self.model, items, self.cfg.rollout.temperature, len(items), self.pad_id,
+                                     chunk_tokens=self.chunk_tokens())
 
     def zero_grad(self) -> None:
         self.model.train()

@@ -54,7 +54,8 @@ def zero3_init_context(ds_config):
     return HfDeepSpeedConfig(ds_config)
 
 
-def engine_logprobs(engine, items, temperature: float, micro_batch: int, pad_id: int) -> List[torch.Tensor]:
+def engine_logprobs(engine, items, temperature: float, micro_batch: int, pad_id: int,
+                    chunk_tokens: int = 0) -> List[torch.Tensor]:
     """``response_logprobs`` run as the forward of a DeepSpeed engine.
 
     Going through ``engine(...)`` runs what DeepSpeed does around a forward (ZeRO-3 step reset, the micro-step
@@ -62,7 +63,8 @@ def engine_logprobs(engine, items, temperature: float, micro_batch: int, pad_id:
     model's submodules directly skips it (on ZeRO-3 only the last micro-batch's gradient would survive).
     """
     module = engine.module
-    module.forward = lambda batch: response_logprobs(module, batch, temperature, micro_batch, pad_id)
+    module.forward = lambda batch: response_logprobs(module, batch, temperature, micro_batch, pad_id,
+                                                     chunk_tokens=chunk_tokens)
     try:
         return engine(items)
     finally:
@@ -91,6 +93,11 @@ class DeepSpeedBackend(Backend):
             warm = max(0, int(cfg.train.warmup_steps))
             scheduler = torch.optim.lr_scheduler.LambdaLR(base, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         super().__init__(model, opt, scheduler, ref_model, autocast, cfg, pad_id)
+
+    def chunk_tokens(self) -> int:
+        """0 under ZeRO-3: a rank's chunk count follows its own token count, and ZeRO-3 ranks must make the same
+        module calls (each head call gathers the head's weights collectively)."""
+        return 0 if self.stage == 3 else super().chunk_tokens()
 
     world_size = property(lambda self: dist.world_size())
     rank = property(lambda self: dist.rank())
@@ -135,7 +142,7 @@ class DeepSpeedBackend(Backend):
         n_max = int(dist.all_reduce([n], "max")[0])
         pad = items[0] if items else fallback
         lps = engine_logprobs(engine, list(items) + [pad] * (n_max - n), self.cfg.rollout.temperature, micro_batch,
-                              self.pad_id)
+                              self.pad_id, self.chunk_tokens())
         return lps[:n]
 
     @torch.no_grad()
@@ -148,10 +155,12 @@ class DeepSpeedBackend(Backend):
                 return self._lockstep(self.engine, items, mb, fallback)
         if self._ref_engine is not None:
             return self._lockstep(self._ref_engine, items, mb, fallback)
-        return response_logprobs(self.ref_model, items, self.cfg.rollout.temperature, mb, self.pad_id)
+        return response_logprobs(self.ref_model, items, self.cfg.rollout.temperature, mb, self.pad_id,
+                                 chunk_tokens=self.chunk_tokens())
 
     def train_logprobs(self, items) -> List[torch.Tensor]:
-        return engine_logprobs(self.engine, items, self.cfg.rollout.temperature, len(items), self.pad_id)
+        return engine_logprobs(self.engine, items, self.cfg.rollout.temperature, len(items), self.pad_id,
+                               self.chunk_tokens())
 
     def zero_grad(self) -> None:
         self.model.train()

@@ -159,7 +159,8 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
                 for i in range(0, len(items), cfg.train.micro_batch):
                     chunk = items[i : i + cfg.train.micro_batch]
                     with autocast():
-                        lps = response_logprobs(model, [it[:2] for it in chunk], micro_batch=len(chunk), pad_id=pad_id)
+                        lps = response_logprobs(model, [it[:2] for it in chunk], micro_batch=len(chunk), pad_id=pad_id,
+                                                chunk_tokens=cfg.train.logprob_chunk_tokens)
                     loss = -sum((lp * target_mask(it).to(lp.dtype)).sum() for lp, it in zip(lps, chunk)) / max(n_tok, 1)
                     loss.backward()
                     loss_sum += float(loss.detach())

@@ -93,15 +93,31 @@ class Flash:
 
 # ---- which layout runs --------------------------------------------------------------------------------------------
 
+class Calls(list):
+    chunk_tokens: list  # the chunk_tokens each call got
+
+
 @pytest.fixture
 def calls(monkeypatch):
-    seen = []
+    seen = Calls()
+    seen.chunk_tokens = []
     for name, fn in list(scoring._SCORERS.items()):
-        def rec(core, head, chunk, temperature, pad_id, device, _n=name, _f=fn):
+        def rec(core, head, chunk, temperature, pad_id, device, chunk_tokens, _n=name, _f=fn):
             seen.append((_n, len(chunk), temperature, pad_id, str(device)))
-            return _f(core, head, chunk, temperature, pad_id, device)
+            seen.chunk_tokens.append(chunk_tokens)
+            return _f(core, head, chunk, temperature, pad_id, device, chunk_tokens)
         monkeypatch.setitem(scoring._SCORERS, name, rec)
     return seen
+
+
+def test_chunk_tokens_reach_every_layout(model, calls):
+    its = items()[:3]
+    with torch.no_grad():
+        for strategy in scoring.STRATEGIES:
+            response_logprobs(model, its, pad_id=PAD, strategy=strategy, chunk_tokens=7)
+        response_logprobs(model, its, pad_id=PAD)
+    assert [c[0] for c in calls] == list(scoring.STRATEGIES) + ["packed"]
+    assert calls.chunk_tokens == [7] * len(scoring.STRATEGIES) + [scoring.CHUNK_TOKENS]
 
 
 def test_auto_picks_per_micro_batch_and_passes_t_and_pad(model, calls):

@@ -281,8 +281,8 @@ def test_scorer_gets_the_micro_batch_and_pad_id_and_runs_under_autocast(monkeypa
 
     calls, entered = [], []
 
-    def scorer(model, items, temperature=1.0, micro_batch=16, pad_id=0):
-        calls.append((len(items), micro_batch, pad_id, temperature, bool(entered)))
+    def scorer(model, items, temperature=1.0, micro_batch=16, pad_id=0, chunk_tokens=-1):
+        calls.append((len(items), micro_batch, pad_id, temperature, bool(entered), chunk_tokens))
         return bigram_logprobs(model, items, temperature)
 
     class Autocast:
@@ -294,9 +294,11 @@ def test_scorer_gets_the_micro_batch_and_pad_id_and_runs_under_autocast(monkeypa
 
     model, trajs, inputs, adv, old, ref, cfg = _case("token-mean")
     be = make_backend(monkeypatch, model, 4, temperature=0.9, pad_id=5, autocast=Autocast)
+    be.cfg.train.logprob_chunk_tokens = 7
     monkeypatch.setattr(backend, "response_logprobs", scorer)
     update.policy_update(be, trajs, inputs, adv, cfg, 4, old, ref)
-    assert calls == [(4, 4, 5, 0.9, True), (2, 2, 5, 0.9, True)]
+    be.score([(inputs[trajs[0].inputs_key], trajs[0].response_ids)])
+    assert calls == [(4, 4, 5, 0.9, True, 7), (2, 2, 5, 0.9, True, 7), (1, 4, 5, 0.9, True, 7)]
 
 
 def test_a_rank_with_fewer_micro_batches_runs_zero_weight_passes(monkeypatch):

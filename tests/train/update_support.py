@@ -27,7 +27,8 @@ class Bigram(torch.nn.Module):
         self.frozen = torch.nn.Parameter(torch.ones(2, dtype=torch.float64), requires_grad=False)
 
 
-def bigram_logprobs(model, items, temperature: float = 1.0, micro_batch: int = 16, pad_id: int = 0) -> List[torch.Tensor]:
+def bigram_logprobs(model, items, temperature: float = 1.0, micro_batch: int = 16, pad_id: int = 0,
+                    chunk_tokens: int = 0) -> List[torch.Tensor]:
     out = []
     for prompt, resp in items:
         prev = torch.cat([prompt.view(1), resp[:-1]])
