@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
-    0: {"errors", "registry", "dist", "data", "media", "models", "advice", "loss_params", "__init__"},
+    0: {"errors", "registry", "dist", "environment", "data", "media", "models", "advice", "loss_params", "__init__"},
     1: {"views", "rewards", "algos", "retrieval"},
     2: {"tools"},
     3: {"rollout", "config"},
