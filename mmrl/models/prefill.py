@@ -138,11 +138,11 @@ def token_logprobs(head, rows: torch.Tensor, targets: torch.Tensor, temperature:
         return _rows_logprobs(head, rows, targets, temperature)
     grad = torch.is_grad_enabled()
     out = []
-    for s in range(0, max(rows.shape[0], 1), chunk_tokens):
+    for s in range(0, rows.shape[0], chunk_tokens):  # two chunks or more here
         r, t = rows[s : s + chunk_tokens], targets[s : s + chunk_tokens]
         out.append(checkpoint(_rows_logprobs, head, r, t, temperature, use_reentrant=False) if grad
                    else _rows_logprobs(head, r, t, temperature))
-    return out[0] if len(out) == 1 else torch.cat(out)
+    return torch.cat(out)
 
 
 def head_logprobs(head, hidden, resp, rlen, temperature: float, pad_id: int, trained=None,

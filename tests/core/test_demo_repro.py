@@ -37,7 +37,7 @@ def test_first_sft_losses_match_the_recorded_demo(tmp_path, monkeypatch):
     from mmrl.config import load_config
     from mmrl.data.synth_video import make_video_world
     from mmrl.demo import DEMO_CONFIG, N_TEST, N_TRAIN, WORLD, pin_threads
-    from mmrl.environment import cpu_model
+    from mmrl.environment import float_environment
     from mmrl.train.sft import run_sft
 
     monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))  # the tiny model rebuilt, as on a fresh machine
@@ -54,8 +54,7 @@ def test_first_sft_losses_match_the_recorded_demo(tmp_path, monkeypatch):
         torch.set_num_threads(old_threads)
     rows = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["sft/loss"] for r in rows]
-    settings["cpu model"] = cpu_model()
-    exact = [rec for rec in (RECORDED, EPYC) if same_build(settings, rec)]
+    exact = [rec for rec in (RECORDED, EPYC) if same_build(float_environment(), rec)]
     if exact:
         assert losses == exact[0]["sft/loss"], (losses, settings)
     else:
