@@ -9,7 +9,9 @@ chosen on a validation split, the coin-flip control, the pre-flight and the resu
   smaller lr, then the larger KL), the same for every arm; ``setting_lines`` reports the grid; ``pooled_selection``
   waits for every seed process's grid and selects on their mean.
 - ``add_seed_process_args`` / ``write_seed_record``: a bench run as one process per seed (``--only S``) writing
-  ``<seed_dir>/seed<S>.json``, then one ``--render`` of the results file from those records.
+  ``<seed_dir>/seed<S>.json``, then one ``--render`` of the results file from those records; ``SeedState`` (what a
+  seed process has finished, so a rerun resumes), ``Clock`` (a stage's wall and CPU minutes) and
+  ``dropped_by_deadline`` (an optional arm starts only when predicted to end before ``--deadline``).
 - ``coin_flip_config``: the control arm, ``accuracy`` replaced by ``coin_flip`` (``stream`` by ``stream_coin_flip``;
   ``mmrl.rewards.coin_flip``).
 - ``bench/_preflight.py``: the statistics printed before any RL is spent, and the stop when the method cannot act.
@@ -27,6 +29,7 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -131,6 +134,65 @@ def write_seed_record(seed_dir: str | Path, seed: int, record: Dict) -> Dict:
     d.mkdir(parents=True, exist_ok=True)
     (d / f"seed{seed}.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
     return record
+
+
+class SeedState:
+    """``OUT/seed<S>/state.json``: what a seed has finished (grid scores, selection, evaluations, costs, minutes),
+    rewritten after every stage so a rerun resumes where the last one stopped."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = json.loads(path.read_text()) if path.exists() else {
+            "grid": {}, "evals": {}, "costs": {}, "minutes": {}, "dropped": {}}
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1))
+        tmp.replace(self.path)
+
+
+class Clock:
+    """A stage's wall minutes (``state['minutes'][key]``) and this process's CPU minutes (``state['cpu_minutes']``:
+    ``time.process_time``, one torch thread, so the machine's other load does not count)."""
+
+    def __init__(self, st: SeedState, key: str):
+        self.st, self.key = st, key
+
+    def __enter__(self) -> "Clock":
+        self.t, self.c = time.time(), time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.cpu_s = time.process_time() - self.c
+            self.st.data["minutes"][self.key] = (time.time() - self.t) / 60
+            self.st.data.setdefault("cpu_minutes", {})[self.key] = self.cpu_s / 60
+
+
+def deadline_epoch(hhmm: Optional[str]) -> float:
+    """Today's ``HH:MM`` UTC as epoch seconds (inf when not given)."""
+    if not hhmm:
+        return float("inf")
+    h, m = (int(x) for x in hhmm.split(":"))
+    now = datetime.now(timezone.utc)
+    return now.replace(hour=h, minute=m, second=0, microsecond=0).timestamp()
+
+
+def dropped_by_deadline(st: SeedState, names: Sequence[str], end: float, deadline: Optional[str],
+                        note: Callable[[str], None] = lambda msg: None) -> bool:
+    """True when arms ``names``, predicted to end at ``end`` (epoch s), would end after ``--deadline`` (HH:MM UTC):
+    the reason is kept in ``st.data['dropped']`` (saved) and passed to ``note``. Else an earlier drop of them is
+    forgotten and False."""
+    if end > deadline_epoch(deadline):
+        why = f"predicted to end at {time.strftime('%H:%M', time.gmtime(end))} UTC, after the deadline {deadline} UTC"
+        for n in names:
+            st.data["dropped"][n] = why
+        st.save()
+        note(f"{', '.join(names)} dropped: {why}")
+        return True
+    for n in names:
+        st.data["dropped"].pop(n, None)
+    return False
 
 
 def protocol_from_args(args, script: str, argv: Optional[Sequence[str]] = None,
@@ -260,19 +322,20 @@ def setting_lines(sel: Selection) -> List[str]:
 
 
 # ---------------------------------------------------------------- the coin-flip control
-CONTROL_OF = {"accuracy": "coin_flip", "stream": "stream_coin_flip"}  # true reward -> its coin-flip control
+CONTROL_OF = {"accuracy": "coin_flip", "stream": "stream_coin_flip",  # true reward -> its coin-flip control
+              "dspo_accuracy": "dspo_coin_flip"}
 
 
 def coin_flip_config(cfg):
     """A copy of ``cfg`` whose correctness reward is its coin-flip control (same weight and parameters): ``accuracy``
     -> ``coin_flip``; without ``accuracy``, Stream-GDPO's ``stream`` -> ``stream_coin_flip`` (R_out a coin, R_tool
-    credited by it, R_fmt and R_mem kept; ``mmrl.rewards.coin_flip``)."""
+    credited by it, R_fmt and R_mem kept), DSPO's ``dspo_accuracy`` -> ``dspo_coin_flip`` (``mmrl.rewards.coin_flip``)."""
     cfg = copy.deepcopy(cfg)
     names = [r.name for r in cfg.rewards]
     true = next((n for n in CONTROL_OF if n in names), None)
     if true is None:
-        raise ProtocolError(f"protocol: the coin-flip arm replaces the 'accuracy' (or 'stream') reward, and this "
-                            f"config has none (rewards: {names})")
+        raise ProtocolError(f"protocol: the coin-flip arm replaces the 'accuracy' (or 'stream', 'dspo_accuracy') "
+                            f"reward, and this config has none (rewards: {names})")
     for r in cfg.rewards:
         if r.name == true:
             r.name = CONTROL_OF[true]

@@ -32,7 +32,6 @@ import shlex
 import sys
 import time
 from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Optional
@@ -40,8 +39,9 @@ from typing import Dict, List, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import Arm, log  # noqa: E402
-from _protocol import (Selection, add_protocol_args, add_seed_process_args, apply_setting, arm_val_score,  # noqa: E402
-                       coin_flip_config, grid_key, pooled_selection, protocol_from_args, seed_plan, write_seed_record)
+from _protocol import (SeedState, Selection, add_protocol_args, add_seed_process_args, apply_setting,  # noqa: E402
+                       arm_val_score, coin_flip_config, dropped_by_deadline, grid_key,
+                       pooled_selection, protocol_from_args, seed_plan, write_seed_record)
 from bpo_arms import ARMS, DEMO, step_costs  # noqa: E402
 from bpo_preflight import CLIP_WORLD, EVAL_VIEWS, MECHS, preflights, record_samples  # noqa: E402
 from bpo_preflight import run_seed as preflight_seed  # noqa: E402
@@ -53,21 +53,6 @@ OPTIONAL = {"grpo_g32": ("grpo", 1.5), "bpo_p8": ("bpo", 3.0)}  # arm -> (arm wh
 ARM_FILES = {"coin_flip": [], **{a: ARMS[a] for a in ("bpo", "tgrpo", "grpo_g32", "bpo_p8")}}
 NEEDS = {"bpo": "bpo", "bpo_p8": "bpo", "tgrpo": "tgrpo"}  # arm -> the pre-flight mechanism it needs
 EVAL_MARGIN_MIN = 4.0  # an optional arm's predicted evaluation minutes (test split with views + biased split)
-
-
-class SeedState:
-    """``OUT/seed<S>/state.json``: what a seed has finished (grid scores, selection, evaluations, costs, minutes),
-    rewritten after every stage so a rerun resumes where the last one stopped."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.data = json.loads(path.read_text()) if path.exists() else {
-            "grid": {}, "evals": {}, "costs": {}, "minutes": {}, "dropped": {}}
-
-    def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1))
-        tmp.replace(self.path)
 
 
 def data_overrides(sd: Path) -> List[str]:
@@ -129,15 +114,6 @@ def predicted_end(state: Dict, arm: str, steps: int) -> float:
     return time.time() + steps * step_s * ratio + 60 * EVAL_MARGIN_MIN
 
 
-def deadline_epoch(hhmm: Optional[str]) -> float:
-    """Today's ``HH:MM`` UTC as epoch seconds (inf when not given)."""
-    if not hhmm:
-        return float("inf")
-    h, m = (int(x) for x in hhmm.split(":"))
-    now = datetime.now(timezone.utc)
-    return now.replace(hour=h, minute=m, second=0, microsecond=0).timestamp()
-
-
 def run_one(seed: int, args, proto) -> Dict:
     out = Path(args.out)
     sd = out / f"seed{seed}"
@@ -195,7 +171,6 @@ def run_one(seed: int, args, proto) -> Dict:
         st.data["evals"]["grpo"] = evaluate_arm(str(chosen / "final"), sd, sft_cfg.data, "grpo")
         st.data["minutes"]["eval_grpo"] = (time.time() - t) / 60
         st.save()
-    deadline = deadline_epoch(args.deadline)
     for name in list(CORE) + [a for a in OPTIONAL if a in args.optional]:
         if name in st.data["evals"]:
             continue
@@ -203,14 +178,9 @@ def run_one(seed: int, args, proto) -> Dict:
             st.data["dropped"][name] = f"the pre-flight says {NEEDS[name]} cannot act: {blocked[NEEDS[name]]}"
             st.save()
             continue
-        if name in OPTIONAL:
-            end = predicted_end(st.data, name, args.rl_steps)
-            if end > deadline:
-                st.data["dropped"][name] = (f"predicted to end at {time.strftime('%H:%M', time.gmtime(end))} UTC, "
-                                            f"after the deadline {args.deadline} UTC")
-                st.save()
-                log(f"[seed {seed}] {name} dropped: {st.data['dropped'][name]}")
-                continue
+        if name in OPTIONAL and dropped_by_deadline(st, [name], predicted_end(st.data, name, args.rl_steps),
+                                                    args.deadline, lambda msg: log(f"[seed {seed}] {msg}")):
+            continue
         st.data["dropped"].pop(name, None)
         t = time.time()
         arm = Arm(name, arm_config(name, sd, args, seed, sel))

@@ -199,6 +199,19 @@ def make_world(world: Path, n_train: int, n_val: int, n_test: int, seed: int, si
     (world / "sft.json").write_text(json.dumps(sft) + "\n")
 
 
+def data_overrides(world: Path, size: int, max_new_tokens: int, overrides: Sequence[str] = ()) -> List[str]:
+    """The world's splits and media at ``size`` px, the response budget, no checkpoints or periodic evaluation."""
+    return [f"data.train={world / 'train.json'}", f"data.test={world / 'test.json'}", f"data.media_root={world}",
+            f"data.max_pixels={size * size}", f"rollout.max_new_tokens={max_new_tokens}", "train.save_every=0",
+            "train.eval_every=0"] + list(overrides)
+
+
+def start_overrides(sft_path: Path, rl_seed: int, dspo: bool = True) -> List[str]:
+    """RL from the SFT start: its weights, the seed's RL seed and (``dspo``) its tokenizer for DSPO's candidate spans."""
+    tok = [f"algorithm.params.tokenizer={sft_path}"] if dspo else []
+    return [f"model.path={sft_path}", f"train.seed={rl_seed}"] + tok
+
+
 def run_seed(seed: int, size: int, args, out: Path) -> Dict:
     from dspo import evaluate
 
@@ -217,9 +230,7 @@ def run_seed(seed: int, size: int, args, out: Path) -> Dict:
     if args.max_new_tokens <= max(traces):
         raise ValueError(f"max_new_tokens = {args.max_new_tokens} does not exceed the longest SFT trace "
                          f"({max(traces)} tokens): every well-formed response would be cut; raise --max-new-tokens")
-    data = [f"data.train={world / 'train.json'}", f"data.test={world / 'test.json'}", f"data.media_root={world}",
-            f"data.max_pixels={size * size}", f"rollout.max_new_tokens={args.max_new_tokens}", "train.save_every=0",
-            "train.eval_every=0"] + list(args.overrides)
+    data = data_overrides(world, size, args.max_new_tokens, args.overrides)
     sft_path = out / "sft" / "final"
     t = time.time()
     if not (sft_path / "config.json").exists():
@@ -231,8 +242,7 @@ def run_seed(seed: int, size: int, args, out: Path) -> Dict:
             f"sft.lr={args.sft_lr}"]), quiet=True, overwrite=True)
     sft_min = (time.time() - t) / 60
     t = time.time()
-    rl_cfg = load_config([str(CONFIG)], data + [
-        f"model.path={sft_path}", f"algorithm.params.tokenizer={sft_path}", f"train.seed={plan.rl_seed}",
+    rl_cfg = load_config([str(CONFIG)], data + start_overrides(sft_path, plan.rl_seed) + [
         f"train.out_dir={out / 'rl'}", f"rollout.n={args.group_size}", f"train.prompts_per_step={args.n_val}"])
     model, proc = load_model(str(sft_path)), load_processor(str(sft_path))
     ev = evaluate(model, proc, rl_cfg, str(world / "test.json"), args.max_new_tokens, out / "greedy.jsonl")

@@ -40,9 +40,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import log, step_round_robin  # noqa: E402
 from _preflight import Groups, Mechanism, build_preflight, check_truncation  # noqa: E402
-from _protocol import (COIN_ARM, Selection, add_protocol_args, add_seed_process_args, apply_setting,  # noqa: E402
-                       coin_flip_config, grid_key, pooled_selection, protocol_from_args, seed_plan, write_seed_record)
-from bpo_protocol import SeedState, deadline_epoch  # noqa: E402
+from _protocol import (COIN_ARM, SeedState, Selection, add_protocol_args, add_seed_process_args,  # noqa: E402
+                       apply_setting, coin_flip_config, dropped_by_deadline, grid_key, pooled_selection,
+                       protocol_from_args, seed_plan, write_seed_record)
 from fastrl import BASES, DEMO, REWARDS, TimedArm  # noqa: E402
 from fastrl_protocol_table import ars_predict, mdap_can_act, mdap_stats, render  # noqa: E402
 
@@ -298,7 +298,6 @@ def run_one(seed: int, args, proto) -> Dict:
     st.data["arms"]["grpo"] = st.data["grid_arms"][grid_key(sel.lr, sel.kl)]
     st.save()
     write_record(seed, st.data, args, proto)
-    deadline = deadline_epoch(args.deadline)
     grpo_step = st.data["arms"]["grpo"]["points"][-1]["wall"] / max(args.rl_steps, 1)
     grpo_eval = st.data["minutes"][f"grid_{grid_key(sel.lr, sel.kl)}"] * 60 - st.data["arms"]["grpo"]["points"][-1]["wall"]
     for pair in ["core"] + list(args.optional):
@@ -306,18 +305,12 @@ def run_one(seed: int, args, proto) -> Dict:
         if all(n in st.data["arms"] for n in names):
             continue
         end = time.time() + PAIR_COST[pair] * args.rl_steps * grpo_step + 2 * grpo_eval
-        if pair != "core" and end > deadline:
-            for n in names:
-                st.data["dropped"][n] = (f"predicted to end at {time.strftime('%H:%M', time.gmtime(end))} UTC, "
-                                         f"after the deadline {args.deadline} UTC")
-            st.save()
+        if pair != "core" and dropped_by_deadline(st, names, end, args.deadline):
             continue
         t = time.time()
         arms = run_arms(list(names), sd, w, args, seed, sel, start_acc=pf["start_acc"])
         st.data["arms"].update({n: summary(a) for n, a in arms.items()})
         st.data["minutes"][f"rl_{pair}"] = (time.time() - t) / 60
-        for n in names:
-            st.data["dropped"].pop(n, None)
         st.save()
         write_record(seed, st.data, args, proto)
     st.data["minutes"]["this_run"] = (time.time() - t0) / 60

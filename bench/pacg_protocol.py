@@ -43,11 +43,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import Arm, log  # noqa: E402
 from _preflight import check_truncation, truncation_share  # noqa: E402
-from _protocol import (ProtocolError, Selection, add_protocol_args, add_seed_process_args, apply_setting,  # noqa: E402
-                       arm_val_score, coin_flip_config, grid_key, pooled_selection, protocol_from_args, seed_plan,
-                       write_seed_record)
+from _protocol import (Clock, ProtocolError, SeedState, Selection, add_protocol_args,  # noqa: E402
+                       add_seed_process_args, apply_setting, arm_val_score, coin_flip_config, dropped_by_deadline,
+                       grid_key, pooled_selection, protocol_from_args, seed_plan, write_seed_record)
 from bpo_arms import step_costs  # noqa: E402
-from bpo_protocol import SeedState, deadline_epoch  # noqa: E402
 from pacg import ARMS as OLD_ARMS  # noqa: E402
 from pacg_preflight import _DAPO, EXTRACTOR, data_overrides, mechanism, preflight_of, test_items  # noqa: E402
 from pacg_protocol_table import command_text, load, protocol_of, render_records  # noqa: E402
@@ -71,24 +70,6 @@ ARMS: Dict[str, List[str]] = {"dapo": OLD_ARMS["dapo"], "vppo": OLD_ARMS["vppo"]
 LATER = ("dapo+pacg", "coin_flip", "vppo", "vppo+pacg")
 STEP_RATIO = {"coin_flip": 1.0, "dapo+pacg": 1.5, "vppo": 1.5, "vppo+pacg": 1.8}  # predicted step / DAPO's step
 EVAL_MARGIN_MIN = 3.0  # an arm's predicted evaluation minutes (greedy and sampled diagnosis)
-
-
-class Clock:
-    """A stage's wall minutes (``state['minutes'][key]``) and this process's CPU minutes (``state['cpu_minutes']``:
-    ``time.process_time``, one torch thread, so the machine's other load does not count)."""
-
-    def __init__(self, st, key: str):
-        self.st, self.key = st, key
-
-    def __enter__(self) -> "Clock":
-        self.t, self.c = time.time(), time.process_time()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if exc[0] is None:
-            self.cpu_s = time.process_time() - self.c
-            self.st.data["minutes"][self.key] = (time.time() - self.t) / 60
-            self.st.data.setdefault("cpu_minutes", {})[self.key] = self.cpu_s / 60
 
 
 def arm_config(name: str, sd: Path, args, seed: int, sel: Optional[Selection] = None):
@@ -265,19 +246,13 @@ def run_one(seed: int, args, proto) -> Dict:
         with Clock(st, "eval_dapo"):
             st.data["evals"]["dapo"] = evaluate(str(chosen / "final"), sd, sft_cfg.data, seed, args.max_new_tokens)
         st.save()
-    deadline = deadline_epoch(args.deadline)
     for name in LATER:
         if name in st.data["evals"]:
             continue
         end = time.time() + args.rl_steps * st.data["costs"]["dapo"]["median_step_s"] * STEP_RATIO[name] \
             + 60 * EVAL_MARGIN_MIN
-        if end > deadline:
-            st.data["dropped"][name] = (f"predicted to end at {time.strftime('%H:%M', time.gmtime(end))} UTC, after "
-                                        f"the deadline {args.deadline} UTC")
-            st.save()
-            log(f"[seed {seed}] {name} dropped: {st.data['dropped'][name]}")
+        if dropped_by_deadline(st, [name], end, args.deadline, lambda msg: log(f"[seed {seed}] {msg}")):
             continue
-        st.data["dropped"].pop(name, None)
         run_arm(name, sd, args, seed, sel, st)
         e = st.data["evals"][name]["sampled"]
         log(f"[seed {seed}] {name} done: sampled accuracy {100 * e['accuracy']:.1f}, correct with an unsupported "

@@ -130,7 +130,10 @@ def gate_lines(recs: Dict[int, Dict]) -> List[str]:
     return lines + [""]
 
 
-def cost_lines(recs: Dict[int, Dict]) -> List[str]:
+def cost_lines(recs: Dict[int, Dict], arms: Sequence[str] = ARM_ORDER, text: Optional[Dict[str, str]] = None
+               ) -> List[str]:
+    """Minutes per seed process by stage, then each arm's seconds per RL step (``arms``, named by ``text``)."""
+    text = ARM_TEXT if text is None else text
     lines = ["## Time (minutes per seed process, one torch thread each: wall, with the shared machine's load, and "
              "CPU of the process)", "",
              "| seed | pre-flight (world, SFT, diagnosis, groups) | grid | wait | arms (RL + eval) | total | CPU total |",
@@ -138,17 +141,17 @@ def cost_lines(recs: Dict[int, Dict]) -> List[str]:
     for s, r in recs.items():
         m = r.get("minutes", {})
         grid = sum(v for k, v in m.items() if k.startswith("grid_"))
-        arms = sum(v for k, v in m.items() if k.startswith(("rl_", "eval_")))
-        tot = m.get("preflight", 0.0) + grid + m.get("wait", 0.0) + arms
+        rl = sum(v for k, v in m.items() if k.startswith(("rl_", "eval_")))
+        tot = m.get("preflight", 0.0) + grid + m.get("wait", 0.0) + rl
         cpu = sum(v for k, v in r.get("cpu_minutes", {}).items() if k != "this_run")
         lines.append(f"| {s} | {m.get('preflight', float('nan')):.1f} | {grid:.1f} | {m.get('wait', 0.0):.1f} | "
-                     f"{arms:.1f} | {tot:.1f} | {cpu:.1f} |")
+                     f"{rl:.1f} | {tot:.1f} | {cpu:.1f} |")
     for what, key in (("Median wall seconds per RL step", "median_step_s"), ("CPU seconds per RL step", "cpu_step_s")):
         parts = []
-        for a in ARM_ORDER:
+        for a in arms:
             xs = [r["costs"][a][key] for r in recs.values() if key in r.get("costs", {}).get(a, {})]
             if xs:
-                parts.append(f"{ARM_TEXT[a]} {sum(xs) / len(xs):.2f}")
+                parts.append(f"{text[a]} {sum(xs) / len(xs):.2f}")
         lines += ["", f"{what} (mean over seeds): " + (", ".join(parts) or "none") + "."]
     return lines + [""]
 

@@ -17,7 +17,7 @@ from mmrl.registry import Registry
 
 REWARDS = Registry("reward", builtins={
     "mmrl.rewards.builtin": ("accuracy", "format", "length"), "mmrl.rewards.reasoning": ("answer_tag_format",),
-    "mmrl.rewards.bpo_contract": ("bpo_contract",), "mmrl.rewards.coin_flip": ("coin_flip", "stream_coin_flip"),
+    "mmrl.rewards.bpo_contract": ("bpo_contract",), "mmrl.rewards.coin_flip": ("coin_flip", "dspo_coin_flip", "stream_coin_flip"),
     "mmrl.rewards.dspo_rewards": ("dspo_accuracy", "dspo_div", "dspo_evidence", "dspo_format"),
     "mmrl.rewards.tool_use": ("seek_iou", "tool_format"), "mmrl.rewards.stream": ("stream",),
     "mmrl.rewards.tgrpo_length": ("tgrpo_length",),

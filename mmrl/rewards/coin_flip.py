@@ -12,6 +12,10 @@ correctness is R_out: per rollout a coin ``c_i ~ Bernoulli(p)``, ``p`` = the bat
 R_tool = mean_q ℓ_q u_q · c_i (the valid recall credited by the coin instead of the answer); R_fmt and R_mem are
 kept. It returns ``stream``'s component names (Stream-GDPO reads them), the total Σ_c w_c R_c as
 ``stream_coin_flip`` and the true R_out and R_tool as ``coin_flip/true_stream_out`` / ``coin_flip/true_stream_tool``.
+
+``dspo_coin_flip``: the same control for DSPO's correctness reward ``dspo_accuracy`` (the step-4 choice is the gold
+emotion): ``Bernoulli(p)``, ``p`` = the batch's mean ``dspo_accuracy``; the true one logged as
+``coin_flip/true_dspo_accuracy``.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import torch
 
 from mmrl.rewards.base import REWARDS, RewardContext
 from mmrl.rewards.builtin import accuracy
+from mmrl.rewards.dspo_rewards import dspo_accuracy
 from mmrl.rewards.stream import COMPONENTS, component_weights, mean_recall_credit, record_of, stream_components
 
 
@@ -30,6 +35,13 @@ def coin_flip(ctx: List[RewardContext], p: Optional[float] = None, **accuracy_pa
     true = accuracy(ctx, **accuracy_params)
     coins = _coins(true, p, "coin_flip")
     return {"coin_flip": coins, "coin_flip/true_accuracy": true}
+
+
+@REWARDS.register("dspo_coin_flip")
+def dspo_coin_flip(ctx: List[RewardContext], p: Optional[float] = None, k: Optional[int] = None) -> Dict[str, List[float]]:
+    """Bernoulli(p) per completion (``p`` = the batch's mean ``dspo_accuracy`` unless given), the true one logged."""
+    true = dspo_accuracy(ctx, k=k)
+    return {"dspo_coin_flip": _coins(true, p, "dspo_coin_flip"), "coin_flip/true_dspo_accuracy": true}
 
 
 def _coins(true: List[float], p: Optional[float], name: str) -> List[float]:

@@ -136,6 +136,15 @@ def test_the_coin_flip_arm_of_the_stream_reward_set_replaces_its_outcome_reward(
     assert [r.name for r in P.coin_flip_config(cfg).rewards] == ["coin_flip", "stream"]
 
 
+def test_the_coin_flip_arm_of_dspo_replaces_dspo_accuracy():
+    from mmrl.config import load_config
+
+    cfg = load_config([str(Path(__file__).resolve().parents[2] / "configs" / "dspo_mood.yaml")], [])
+    coin = P.coin_flip_config(cfg)
+    assert [r.name for r in coin.rewards] == ["dspo_coin_flip"] + [r.name for r in cfg.rewards][1:]
+    assert cfg.rewards[0].name == "dspo_accuracy"  # the original is untouched
+
+
 def test_results_need_the_sft_start_and_the_coin_flip_arm_and_give_cis_and_pairs(tmp_path):
     r = P.Results(_proto(), "Bench")
     vals = {"sft": {0: 0.5, 1: 0.6, 2: 0.7}, "coin_flip": {0: 0.5, 1: 0.55, 2: 0.6}, "grpo": {0: 0.6, 1: 0.7, 2: 0.8}}
@@ -277,3 +286,25 @@ def test_arm_val_score_takes_the_benchs_own_validation_score(tiny_model_path, im
     score = P.arm_val_score({0: cfg}, steps=1, val_paths={0: val},
                             evaluate=lambda tr: seen.append((tr.step, tr.cfg.data.test)) or {"eval/accuracy": 0.25})
     assert score(1e-5, 0.0) == 0.25 and seen == [(1, val)]  # after the steps, on the validation file
+
+
+def test_an_arm_past_the_deadline_is_dropped_with_its_reason_and_forgotten_when_it_fits(tmp_path):
+    import time
+
+    assert P.deadline_epoch(None) == math.inf
+    assert time.gmtime(P.deadline_epoch("06:00"))[3:5] == (6, 0)
+    st, said = P.SeedState(tmp_path / "state.json"), []
+    late = P.deadline_epoch("06:00") + 60
+    assert P.dropped_by_deadline(st, ["a", "b"], late, "06:00", said.append)
+    assert P.SeedState(tmp_path / "state.json").data["dropped"]["b"] == (
+        "predicted to end at 06:01 UTC, after the deadline 06:00 UTC")  # saved
+    assert said == ["a, b dropped: predicted to end at 06:01 UTC, after the deadline 06:00 UTC"]
+    assert not P.dropped_by_deadline(st, ["a"], late - 120, "06:00") and "a" not in st.data["dropped"]
+    assert not P.dropped_by_deadline(st, ["b"], late + 1e6, None) and st.data["dropped"] == {}  # no deadline
+
+
+def test_the_clock_records_wall_and_cpu_minutes_of_a_stage(tmp_path):
+    st = P.SeedState(tmp_path / "state.json")
+    with P.Clock(st, "stage"):
+        sum(i * i for i in range(200_000))
+    assert st.data["minutes"]["stage"] > 0 and st.data["cpu_minutes"]["stage"] > 0

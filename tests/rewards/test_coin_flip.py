@@ -43,3 +43,18 @@ def test_seeded_by_the_global_torch_generator_and_given_p():
 def test_p_out_of_range_is_refused():
     with pytest.raises(ValueError, match="p must be in"):
         REWARDS.get("coin_flip")(_batch(1, 2), p=1.5)
+
+
+def test_dspo_coin_flip_replaces_dspo_accuracy():
+    """DSPO's control: coins of the batch's mean ``dspo_accuracy`` (the step-4 choice vs the gold emotion)."""
+    good = (r"<step1>the sky \bboxed{[0.1, 0.2, 0.5, 0.6]}</step1><step2>low</step2>"
+            r"<step3>\list{red, green}</step3><step4>\boxed{red}</step4>")
+    batch = [ctx(good if i < 3 else good.replace(r"\boxed{red}", r"\boxed{blue}"), "A", sid=f"s{i}") for i in range(4)]
+    torch.manual_seed(0)
+    out = REWARDS.get("dspo_coin_flip")(batch)
+    assert out["coin_flip/true_dspo_accuracy"] == [1.0, 1.0, 1.0, 0.0]
+    assert set(out["dspo_coin_flip"]) <= {0.0, 1.0}
+    assert REWARDS.get("dspo_coin_flip")(batch, p=0.0)["dspo_coin_flip"] == [0.0] * 4
+    comps, total = compute_rewards([RewardSpec("dspo_coin_flip")], batch)
+    assert total == comps["dspo_coin_flip"]  # the true accuracy is logged, not summed
+

@@ -1,0 +1,275 @@
+"""DSPO against GRPO and its two ablations on the tiny base that sees, under the miniature protocol (issue 29 item 2,
+``docs/miniatures.md``): one process per protocol seed, then one render of ``docs/results/dspo.md``.
+
+    python bench/dspo_protocol.py --seeds 0 1 2 --only S [--rl-steps 100] [--prompts-per-step 4] [--n 4]
+        [--sft-steps 450] [--n-test 400] [--n-val 128] [--lr-grid ...] [--kl-grid 0.01] [--until preflight|grid|arms]
+        [--deadline HH:MM] [--out runs/dspo_protocol] [--seed-dir bench/results/dspo_protocol] [--smoke] [overrides ...]
+    python bench/dspo_protocol.py --seeds 0 1 2 --render [--report docs/results/dspo.md] [--notes FILE]
+
+Per seed (``seed_plan``: its own mood world, SFT and RL seed), each stage resumable (a rerun keeps finished stages):
+
+1. **pre-flight** (``bench/dspo_preflight.run_seed``) at 112 px (16 merged visual tokens): the world with a
+   validation split, SFT from ``model.path=base`` on the short four-step responses, the SFT start's greedy
+   ``mmrl eval emotion`` scoring on the test images and its sampled groups on the validation prompts with CVIG's
+   spread across boxes; the seed stops there (no RL) when CVIG cannot act (``dspo_preflight.can_act``) or more than
+   5% of the sampled or greedy responses are cut at max new tokens (a smoke run records why and goes on);
+2. **grid**: the GRPO arm at every ``(lr, KL)`` for ``--rl-steps`` steps, scored by greedy top-1 on the validation
+   split; ``pooled_selection`` over every seed's grid picks one setting for every arm and seed; the chosen run IS
+   the ``grpo`` arm;
+3. **arms** from the same SFT start, steps, prompts, responses, lr and KL, in this order (``--deadline`` drops the
+   later ones first): ``dspo`` (CVIG + DEDR, ``configs/dspo_mood.yaml``), ``coin_flip`` (GRPO whose
+   ``dspo_accuracy`` is a coin of the batch's mean, ``dspo_coin_flip``), ``no_cvig``, ``no_dedr``; each evaluated on
+   the test images right after it trains (``evaluate_dir``: top-1, KL to the annotators, top-k overlap, candidate
+   diversity, box IoU with the cue, well-formed and truncated shares).
+
+The seed record (``--seed-dir``/seed<S>.json: settings, the pre-flight record, grid, selection, evaluations, step
+costs, the DSPO arms' algorithm metrics, minutes) is small and committed; ``--render`` builds the results file from
+the records (``bench/dspo_protocol_table.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Dict, List, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+from _arms import Arm, log  # noqa: E402
+from _preflight import check_truncation, truncation_share  # noqa: E402
+from _protocol import (Clock, ProtocolError, SeedState, Selection, add_protocol_args,  # noqa: E402
+                       add_seed_process_args, apply_setting, arm_val_score, coin_flip_config, dropped_by_deadline,
+                       grid_key, pooled_selection, protocol_from_args, seed_plan, write_seed_record)
+from bpo_arms import step_costs  # noqa: E402
+from dspo import ARMS as OLD_ARMS  # noqa: E402
+from dspo_preflight import CONFIG, data_overrides, preflight_of, start_overrides  # noqa: E402
+
+SCRIPT = "bench/dspo_protocol.py"
+SIZE = 112  # 4 x 4 merged visual tokens: a box can zero 1-16 of 16 (the pre-flight's coverage table)
+ARMS: Dict[str, List[str]] = {**OLD_ARMS, "coin_flip": OLD_ARMS["grpo"]}
+# After grpo (the grid's chosen run): the claim's arm, its control, then the ablations, so that a --deadline drops the
+# arms the main claim (DSPO - GRPO) needs least.
+GRPO_ARMS = ("grpo", "coin_flip")  # algorithm grpo: no DSPO parameters (the candidates' tokenizer)
+LATER = ("dspo", "coin_flip", "no_cvig", "no_dedr")
+STEP_RATIO = {"dspo": 1.3, "coin_flip": 1.0, "no_cvig": 1.1, "no_dedr": 1.3}  # predicted step / GRPO's step
+EVAL_MARGIN_MIN = 1.0  # an arm's predicted evaluation minutes (400 greedy test responses)
+EVAL_KEYS = ("top1", "kl_to_annotators", "topk_overlap", "candidate_diversity", "box_iou", "well_formed")
+
+
+def arm_config(name: str, sd: Path, args, seed: int, sel: Optional[Selection] = None):
+    """The arm's config: ``configs/dspo_mood.yaml`` on the seed's world at 112 px and SFT start, the RL schedule, the
+    arm's overrides; with ``sel`` the chosen lr and KL; ``coin_flip`` with ``dspo_coin_flip``."""
+    from mmrl.config import load_config
+
+    start = start_overrides(sd / "sft" / "final", seed_plan(seed).rl_seed, dspo=name not in GRPO_ARMS)
+    cfg = load_config([str(CONFIG)], data_overrides(sd / "world", SIZE, args.max_new_tokens, args.overrides)
+                      + ARMS[name] + start + [
+        f"train.steps={args.rl_steps}", f"train.prompts_per_step={args.prompts_per_step}", f"rollout.n={args.n}",
+        f"train.out_dir={sd / ('grid' if name == 'grpo' else name)}"])
+    if sel is not None:
+        cfg = apply_setting(cfg, sel)
+    return coin_flip_config(cfg) if name == "coin_flip" else cfg
+
+
+def scored(model, processor, cfg, items: Path, preds: Path, max_new_tokens: int) -> Dict[str, float]:
+    """``mmrl eval emotion``'s scoring (``bench/dspo.evaluate``) of greedy responses to ``items``, with the share of
+    responses cut at max new tokens."""
+    from dspo import evaluate
+
+    ev = evaluate(model, processor, cfg, str(items), max_new_tokens, preds)
+    out = {k: float(v) for k, v in ev.items() if isinstance(v, (int, float))}
+    out["truncated"] = truncation_share([bool(json.loads(x).get("truncated", False))
+                                         for x in preds.read_text().splitlines() if x.strip()])
+    return out
+
+
+def evaluate_dir(model_dir: str, sd: Path, cfg, name: str, max_new_tokens: int) -> Dict[str, float]:
+    """The exported model of arm ``name`` on the seed's test images (predictions to ``OUT/seed<S>/preds_<name>``)."""
+    from mmrl.models.loading import load_model, load_processor
+
+    return scored(load_model(model_dir), load_processor(model_dir), cfg, sd / "world" / "test.json",
+                  sd / f"preds_{name}.jsonl", max_new_tokens)
+
+
+def grid_point(cfg, seed: int, lr: float, kl: float, steps: int, val_json: Path, max_new_tokens: int) -> float:
+    """The GRPO arm at ``(lr, kl)`` for ``steps`` steps (``_protocol.arm_val_score``; history and model kept under
+    ``<out_dir>/select_lr<lr>_kl<kl>``), then its greedy top-1 on the validation split."""
+    def top1(trainer) -> Dict[str, float]:
+        preds = Path(trainer.cfg.train.out_dir) / "val_preds.jsonl"
+        preds.parent.mkdir(parents=True, exist_ok=True)
+        with trainer.backend.rollout_context():
+            ev = scored(trainer.model, trainer.processor, trainer.cfg, val_json, preds, max_new_tokens)
+        return {"eval/accuracy": ev["top1"]}
+
+    return arm_val_score({seed: cfg}, steps, {seed: str(val_json)}, keep=True, evaluate=top1)(lr, kl)
+
+
+def algo_means(history: List[Dict[str, float]]) -> Dict[str, float]:
+    """Mean over steps of the algorithm's and the DSPO rewards' logged metrics (CVIG's R_cf and gate, DEDR)."""
+    keys = sorted({k for h in history for k in h if k.startswith(("algo/", "reward/dspo"))})
+    return {k: statistics.mean([h[k] for h in history if k in h]) for k in keys}
+
+
+def preflight_args(args) -> SimpleNamespace:
+    return SimpleNamespace(n_train=args.n_train, n_test=args.n_test, n_val=args.n_val, sft_steps=args.sft_steps,
+                           sft_batch=args.sft_batch, sft_lr=args.sft_lr, model=args.model,
+                           max_new_tokens=args.max_new_tokens, group_size=args.group_size, overrides=args.overrides)
+
+
+def preflight_stage(seed: int, args, sd: Path, st: SeedState) -> Dict:
+    """The pre-flight record (reused when present) and the stop: ``st.data['stopped']`` names why RL is not spent."""
+    from dspo_preflight import run_seed as preflight_seed
+
+    if (sd / "preflight.json").exists():
+        rec = json.loads((sd / "preflight.json").read_text())
+        log(f"[seed {seed}] pre-flight: reused {sd / 'preflight.json'}")
+    else:
+        with Clock(st, "preflight"):
+            rec = preflight_seed(seed, SIZE, preflight_args(args), sd)
+        st.save()
+    pf = preflight_of(rec)
+    why = [] if pf.can_act else [f"CVIG cannot act: {pf.reason}"]
+    for flags, what in (([x for g in rec["groups"]["truncated"] for x in g], "sampled responses (groups)"),
+                        (rec["greedy_truncated"], "greedy test responses")):
+        try:
+            check_truncation(flags, rec["max_new_tokens"], what=what)
+        except ProtocolError as e:
+            why.append(str(e))
+    if args.smoke:  # a plumbing run goes on; what would have stopped a full run is kept in the record
+        st.data["smoke_would_stop"] = "; ".join(why)
+        why = []
+    st.data["stopped"] = "; ".join(why)
+    st.save()
+    return rec
+
+
+def run_arm(name: str, sd: Path, args, seed: int, sel: Selection, st: SeedState) -> None:
+    with Clock(st, f"rl_{name}"):
+        arm = Arm(name, arm_config(name, sd, args, seed, sel))
+        c = time.process_time()
+        for i in range(args.rl_steps):
+            m = arm.step()
+            if (i + 1) % max(1, args.rl_steps // 4) == 0:
+                log(f"[seed {seed}] {name} step {i + 1}/{args.rl_steps}: {m.get('time/step', 0):.2f} s, "
+                    f"reward {m.get('reward/total', float('nan')):.2f}")
+        st.data["costs"][name] = dict(step_costs(arm.history), cpu_step_s=(time.process_time() - c) / args.rl_steps)
+        st.data["algo_means"][name] = algo_means(arm.history)
+        cfg = arm.cfg
+        path = arm.finish()
+    with Clock(st, f"eval_{name}"):
+        st.data["evals"][name] = evaluate_dir(path, sd, cfg, name, args.max_new_tokens)
+    st.save()
+
+
+def run_one(seed: int, args, proto) -> Dict:
+    sd = Path(args.out) / f"seed{seed}"
+    sd.mkdir(parents=True, exist_ok=True)
+    st = SeedState(sd / "state.json")
+    st.data.setdefault("algo_means", {})
+    t0, c0 = time.time(), time.process_time()
+    rec = preflight_stage(seed, args, sd, st)
+    if st.data["stopped"] or args.until == "preflight":
+        log(f"[seed {seed}] " + (f"stopped: {st.data['stopped']}" if st.data["stopped"] else "pre-flight done"))
+        return write_record(seed, rec, st.data, args, proto)
+    st.data["evals"].setdefault("sft", dict(rec["eval"], truncated=truncation_share(rec["greedy_truncated"])))
+    grpo_cfg = arm_config("grpo", sd, args, seed)
+    for lr in proto.lr_grid:
+        for kl in proto.kl_grid:
+            k = grid_key(lr, kl)
+            if k in st.data["grid"] and (sd / "grid" / f"select_lr{lr:g}_kl{kl:g}" / "final").is_dir():
+                continue
+            with Clock(st, f"grid_{k}"):
+                st.data["grid"][k] = grid_point(grpo_cfg, seed, lr, kl, args.rl_steps, sd / "world" / "val.json",
+                                                args.max_new_tokens)
+            st.save()
+            log(f"[seed {seed}] grid {k}: validation top-1 {100 * st.data['grid'][k]:.1f} "
+                f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
+    if args.until == "grid":
+        return write_record(seed, rec, st.data, args, proto)
+    if "selection" not in st.data:
+        with Clock(st, "wait"):
+            sel = pooled_selection(proto, Path(args.out), args.wait_min)
+            st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds}
+        st.save()
+    sel = Selection(st.data["selection"]["lr"], st.data["selection"]["kl"])
+    log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
+
+    chosen = sd / "grid" / f"select_lr{sel.lr:g}_kl{sel.kl:g}"
+    if "grpo" not in st.data["evals"]:
+        hist = json.loads((chosen / "history.json").read_text())
+        st.data["costs"]["grpo"], st.data["algo_means"]["grpo"] = step_costs(hist), algo_means(hist)
+        with Clock(st, "eval_grpo"):
+            st.data["evals"]["grpo"] = evaluate_dir(str(chosen / "final"), sd, grpo_cfg, "grpo", args.max_new_tokens)
+        st.save()
+    for name in LATER:
+        if name in st.data["evals"]:
+            continue
+        end = time.time() + args.rl_steps * st.data["costs"]["grpo"]["median_step_s"] * STEP_RATIO[name] \
+            + 60 * EVAL_MARGIN_MIN
+        if dropped_by_deadline(st, [name], end, args.deadline, lambda msg: log(f"[seed {seed}] {msg}")):
+            continue
+        run_arm(name, sd, args, seed, sel, st)
+        e = st.data["evals"][name]
+        log(f"[seed {seed}] {name} done: top-1 {100 * e['top1']:.1f}, box IoU {e['box_iou']:.3f}")
+    st.data["minutes"]["this_run"] = (time.time() - t0) / 60
+    st.data.setdefault("cpu_minutes", {})["this_run"] = (time.process_time() - c0) / 60
+    st.save()
+    return write_record(seed, rec, st.data, args, proto)
+
+
+def write_record(seed: int, rec: Dict, state: Dict, args, proto) -> Dict:
+    """``SEED_DIR/seed<S>.json``: the command, settings, the pre-flight record and the seed's state."""
+    record = {"seed": seed, "command": proto.command, "plan": vars(seed_plan(seed)),
+              "settings": {k: getattr(args, k) for k in (
+                  "n_train", "n_test", "n_val", "sft_steps", "sft_lr", "rl_steps", "prompts_per_step", "n",
+                  "group_size", "max_new_tokens", "lr_grid", "kl_grid", "model", "overrides")},
+              "preflight": rec, **state}
+    return write_seed_record(args.seed_dir, seed, record)
+
+
+def own_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--until", choices=["preflight", "grid", "arms"], default="arms", help="stop after this stage")
+    ap.add_argument("--model", default="base", help="the SFT's start (model.path)")
+    ap.add_argument("--n-train", type=int, default=512)
+    ap.add_argument("--sft-steps", type=int, default=450, help="150 steps left CVIG unable to act on every seed")
+    ap.add_argument("--sft-batch", type=int, default=16)
+    ap.add_argument("--sft-lr", type=float, default=1e-3)
+    ap.add_argument("--rl-steps", type=int, default=100)
+    ap.add_argument("--prompts-per-step", type=int, default=4)
+    ap.add_argument("--n", type=int, default=4, help="responses per prompt (G)")
+    ap.add_argument("--group-size", type=int, default=4, help="the pre-flight's sampled group size")
+    ap.add_argument("--max-new-tokens", type=int, default=176, help="above the 145-token short responses")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_protocol_args(ap, n_test=400, n_val=128)
+    ap.set_defaults(lr_grid=[1e-5, 3e-5], kl_grid=[0.01])  # issue 29: KL 0.01 (the paper's beta), lr validated
+    add_seed_process_args(ap, "dspo", own_args)
+    return ap
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.render:
+        from dspo_protocol_table import render_main
+
+        return render_main(args, argv)
+    if args.only is None or args.only not in args.seeds:
+        raise SystemExit("give --only S (one of --seeds) to run a seed, or --render")
+    proto = protocol_from_args(args, SCRIPT, argv)
+    import torch
+
+    torch.set_num_threads(1)
+    rec = run_one(args.only, args, proto)
+    log(f"[seed {args.only}] record written: {Path(args.seed_dir) / f'seed{args.only}.json'} "
+        f"(evals: {', '.join(rec.get('evals', {}))})")
+
+
+if __name__ == "__main__":
+    main()
