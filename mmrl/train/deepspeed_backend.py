@@ -27,6 +27,7 @@ import torch
 
 from mmrl import dist
 from mmrl.errors import ConfigError, MMRLError
+from mmrl.models.prefill import CHUNK_TOKENS
 from mmrl.models.scoring import response_logprobs
 from mmrl.train.backend import Backend
 from mmrl.train.ds_config import load_ds_config, require_deepspeed
@@ -55,8 +56,9 @@ def zero3_init_context(ds_config):
 
 
 def engine_logprobs(engine, items, temperature: float, micro_batch: int, pad_id: int,
-                    chunk_tokens: int = 0) -> List[torch.Tensor]:
-    """``response_logprobs`` run as the forward of a DeepSpeed engine.
+                    chunk_tokens: int = CHUNK_TOKENS) -> List[torch.Tensor]:
+    """``response_logprobs`` run as the forward of a DeepSpeed engine (``chunk_tokens``: its LM-head chunk, the
+    scorer's default; ``DeepSpeedBackend`` passes its ``chunk_tokens()``, 0 under ZeRO-3).
 
     Going through ``engine(...)`` runs what DeepSpeed does around a forward (ZeRO-3 step reset, the micro-step
     bookkeeping that makes gradients accumulate instead of overwrite, the backward-prologue hooks); calling the

@@ -1,7 +1,8 @@
 """The memory-bounded LM head (``mmrl.models.prefill.token_logprobs`` under ``head_logprobs``): chunked log-probs and
 their gradients (hidden states and head weight) equal the one-shot head's, with or without a trained mask, at any
 chunk size; the head never sees more than a chunk's rows, forward or backward; ``train.logprob_chunk_tokens`` is
-checked before anything loads."""
+checked before anything loads; at the real head's shape (Qwen2-VL-2B: 151,936 words, width 1536, tied) the chunked
+log-probs and gradients equal the one-shot head's to float32 rounding."""
 import pytest
 import torch
 
@@ -161,6 +162,22 @@ def test_the_config_field_defaults_to_the_scorers_default_and_is_checked():
             load_config(None, [f"train.logprob_chunk_tokens={bad}"], registries=False)
 
 
+def test_every_scorer_entry_point_defaults_to_the_config_default():
+    """A function that takes ``chunk_tokens`` defaults to ``CHUNK_TOKENS`` (``DeepSpeedBackend`` passes 0 under ZeRO-3
+    itself): a caller that leaves it out gets the memory bound."""
+    import inspect
+
+    from mmrl.models import prefill, scoring, sequence_scoring
+    from mmrl.train import deepspeed_backend
+
+    found = {f"{m.__name__}.{n}": inspect.signature(f).parameters["chunk_tokens"].default
+             for m in (prefill, scoring, sequence_scoring, deepspeed_backend)
+             for n, f in inspect.getmembers(m, inspect.isfunction)
+             if f.__module__ == m.__name__ and "chunk_tokens" in inspect.signature(f).parameters}
+    assert "mmrl.train.deepspeed_backend.engine_logprobs" in found and len(found) >= 8, found
+    assert {k: v for k, v in found.items() if v != CHUNK_TOKENS} == {}
+
+
 @pytest.mark.parametrize("stage, want", [(0, 7), (2, 7), (3, 0)])
 def test_zero3_scores_without_chunks(stage, want):
     """ZeRO-3 ranks gather the head's weights collectively at each head call, and a rank's chunk count follows its
@@ -175,3 +192,49 @@ def test_zero3_scores_without_chunks(stage, want):
     be.cfg, be.stage = cfg, stage
     assert be.chunk_tokens() == want
     assert Backend(None, None, None, None, None, cfg, 0).chunk_tokens() == 7
+
+
+# Qwen2-VL-2B's LM head (config.json: hidden_size 1536, vocab_size 151936, tie_word_embeddings true; the numbers of
+# REAL["qwen2_vl_2b"] in tests/models/test_real_shapes.py, whose tests build whole models): 200 rows in chunks of 64,
+# 64, 64 and a ragged 8
+REAL_H, REAL_V, REAL_ROWS, REAL_CHUNK = 1536, 151936, 200, 64
+
+
+@pytest.fixture(scope="module")
+def real_head():
+    """A bias-free ``nn.Linear`` head tied to an ``nn.Embedding`` ``[V, H]`` (init std 0.02, Qwen's
+    ``initializer_range``), tokens to embed, a fixed mixing ``[H, H]`` and random targets."""
+    g = torch.Generator().manual_seed(5)
+    emb = torch.nn.Embedding(REAL_V, REAL_H, _weight=torch.randn(REAL_V, REAL_H, generator=g).mul_(0.02))
+    head = torch.nn.Linear(REAL_H, REAL_V, bias=False)
+    head.weight = emb.weight
+    ids, targets = torch.randint(0, REAL_V, (2, REAL_ROWS), generator=g)
+    return emb, head, ids, torch.randn(REAL_H, REAL_H, generator=g) / REAL_H ** 0.5, targets
+
+
+def real_run(emb, head, ids, mix, targets, temperature, chunk):
+    """Log-probs and the gradients w.r.t. the hidden rows and the (tied) head weight of a weighted sum of them. The
+    rows are ``3 * rms_norm(emb(ids) @ mix)`` (a final norm's output: logits of std ~2.4; the mixing keeps a row from
+    meeting its own embedding), so the weight's gradient adds the head's and the embedding's uses."""
+    x = emb(ids) @ mix
+    h = 3 * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    lp = token_logprobs(head, h, targets, temperature, chunk)
+    grad_h, grad_w = torch.autograd.grad((lp * torch.linspace(0.5, 1.5, lp.shape[0])).sum(), [h, head.weight])
+    return lp.detach(), grad_h, grad_w
+
+
+@pytest.mark.slow  # 7 GEMMs of 200 x 1536 x 151,936 per case: ~40 s each on one core of a shared 2-core machine
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_at_the_real_vocabulary_chunks_equal_the_one_shot_head(real_head, temperature):
+    """fp32 at 151,936 words: the chunked head's log-probs and gradients (hidden rows, tied weight) equal the one-shot
+    head's within rtol 1e-5 (~80 float32 ulps) and atol 1e-7 * max|x|. Chunking changes only the row count of each
+    GEMM (a kernel may block differently) and the order the weight gradient sums over rows (chunk by chunk): float32
+    rounding, seen here at <= 5e-7 relative (log-probs and hidden gradients bit-equal on this CPU); atol covers weight
+    entries that cancel to ~0. A wrong temperature moves log-probs by nats, a lost chunk changes the shape."""
+    assert REAL_ROWS % REAL_CHUNK and REAL_ROWS > 2 * REAL_CHUNK  # several chunks, the last one ragged
+    want = real_run(*real_head, temperature, 0)
+    got = real_run(*real_head, temperature, REAL_CHUNK)
+    for name, a, b in zip(("log-probs", "grad hidden", "grad weight"), got, want):
+        assert a.shape == b.shape, (name, a.shape, b.shape)
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7 * float(b.abs().max())), (name, float((a - b).abs().max()))
+    assert want[0].min() < -15 and want[0].max() > -12 and want[1].abs().max() > 0.05  # a non-trivial case
