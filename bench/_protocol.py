@@ -244,12 +244,13 @@ def pooled_selection(proto: Protocol, out: Path, wait_min: float, poll_s: float 
     the seeds that finished it (their list kept in ``Selection.seeds``). ``grid_of(seed)``: the seed's scores so far,
     ``{key(lr, kl): accuracy}`` (default: ``grid`` of ``OUT/seed<S>/state.json``, ``{}`` before it exists). After the
     wait the seeds that finished go on alone; with ``require_all`` (the bench's name) an unfinished seed stops the
-    bench instead (``SystemExit`` naming the seeds)."""
-    def state_grid(s: int) -> Dict[str, float]:
+    bench instead (``SystemExit`` naming the seeds). A seed whose state says its pre-flight ``stopped`` it (no RL, so
+    no grid will come) is not waited for."""
+    def state(s: int) -> Dict:
         p = out / f"seed{s}" / "state.json"
-        return json.loads(p.read_text())["grid"] if p.exists() else {}
+        return json.loads(p.read_text()) if p.exists() else {}
 
-    grid_of = grid_of or state_grid
+    grid_of = grid_of or (lambda s: state(s).get("grid", {}))
     keys = [key(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
     t0 = time.time()
     while True:
@@ -258,10 +259,11 @@ def pooled_selection(proto: Protocol, out: Path, wait_min: float, poll_s: float 
             g = grid_of(s)
             if all(k in g for k in keys):
                 grids[s] = g
-        if len(grids) == len(proto.seeds) or time.time() - t0 > 60 * wait_min:
+        waiting = [s for s in proto.seeds if s not in grids and not state(s).get("stopped")]
+        if not waiting or time.time() - t0 > 60 * wait_min:
             break
         time.sleep(poll_s)
-    missing = [s for s in proto.seeds if s not in grids]
+    missing = [s for s in proto.seeds if s not in grids and not state(s).get("stopped")]
     if require_all and missing:
         raise SystemExit(f"{require_all}: seeds {missing} have not finished their selection grid after {wait_min} min "
                          f"(run them with --only S)")

@@ -62,6 +62,20 @@ def test_a_seed_that_never_finishes_its_grid_is_left_out_after_the_wait(tmp_path
         P.pooled_selection(_proto(), tmp_path / "none", wait_min=0)
 
 
+def test_a_seed_stopped_by_its_preflight_is_not_waited_for(tmp_path):
+    _state(tmp_path, 0, {"lr3e-06_kl0": 0.80, "lr1e-05_kl0": 0.70})
+    st = _state(tmp_path, 1, {})
+    st.data["stopped"] = "CVIG cannot act"
+    st.save()
+    _state(tmp_path, 2, {"lr3e-06_kl0": 0.60, "lr1e-05_kl0": 0.75})
+    t = time.time()
+    sel = P.pooled_selection(_proto(), tmp_path, wait_min=10, poll_s=0.01)  # would wait 10 min for seed 1
+    assert time.time() - t < 5 and sel.seeds == [0, 2] and sel.lr == 1e-5
+    with pytest.raises(SystemExit, match=r"seeds \[2\]"):  # an unfinished seed that was not stopped still counts
+        _state(tmp_path, 2, {})
+        P.pooled_selection(_proto(), tmp_path, wait_min=0, require_all="bench")
+
+
 def test_seed_state_survives_a_restart(tmp_path):
     st = B.SeedState(tmp_path / "state.json")
     assert st.data == {"grid": {}, "evals": {}, "costs": {}, "minutes": {}, "dropped": {}}
