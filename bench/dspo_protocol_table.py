@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import statistics
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence
@@ -40,7 +41,9 @@ CLAIMS = [("dspo", "grpo", "top1", +1, "DSPO raises top-1 accuracy over GRPO"),
           ("grpo", "sft", "top1", +1, "control: RL improves on its SFT start")]
 PAIRS = [("dspo", "grpo"), ("dspo", "no_cvig"), ("dspo", "no_dedr"), ("grpo", "coin_flip"), ("grpo", "sft"),
          ("dspo", "sft")]
-ALGO_SHOWN = ("algo/cvig/r_cf", "algo/cvig/w_mean", "reward/dspo_div", "reward/dspo_accuracy")
+ALGO_SHOWN = ("algo/cvig/r_cf", "algo/cvig/div_shift", "algo/cvig/scored_frac", "reward/dspo_div",
+              "reward/dspo_accuracy", "algo/frac_groups_zero_std")
+COMPONENTS = ("dspo_accuracy", "dspo_format", "dspo_div", "dspo_evidence")
 
 
 def values(recs: Dict[int, Dict], key: str) -> Dict[str, Dict[int, float]]:
@@ -82,6 +85,33 @@ def grid_lines(recs: Dict[int, Dict], res: Results) -> List[str]:
             f"{100 * r['grid'][grid_key(lr, kl)]:.1f}" if grid_key(lr, kl) in r.get("grid", {}) else "—"
             for r in recs.values()) + " |")
     return lines + res.chosen_setting(recs, "(ties go to the smaller lr, then the larger KL)")
+
+
+def spread_lines(recs: Dict[int, Dict]) -> List[str]:
+    """Per reward component, on the pre-flight's sampled groups of the SFT start: the share of groups where it is
+    constant and its mean within-group standard deviation, alone and times its weight in ``configs/dspo_mood.yaml``
+    (what it can add to a group's advantage before GRPO's normalisation; DEDR is ``dspo_div``)."""
+    from dspo_preflight import CONFIG
+
+    from mmrl.config import load_config
+
+    weight = {r.name: r.weight for r in load_config([str(CONFIG)], []).rewards}
+    lines = ["## Can each reward act? Within-group spread on the SFT start (pre-flight groups, before RL)", "",
+             "| seed | " + " | ".join(f"`{c}`: constant / sd / weight x sd" for c in COMPONENTS) + " |",
+             "|---|" + "---:|" * len(COMPONENTS)]
+    for s, r in recs.items():
+        comps = r["preflight"]["groups"].get("components", {})
+        cells = []
+        for c in COMPONENTS:
+            groups = comps.get(c, [])
+            if not groups:
+                cells.append("—")
+                continue
+            const = sum(1 for g in groups if max(g) - min(g) < 1e-12) / len(groups)
+            sd = sum(statistics.pstdev(g) for g in groups) / len(groups)
+            cells.append(f"{100 * const:.0f}% / {sd:.4f} / {weight.get(c, 0.0) * sd:.4f}")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def algo_lines(recs: Dict[int, Dict]) -> List[str]:
@@ -128,6 +158,7 @@ def render_records(recs: Dict[int, Dict], proto: Protocol, preflight_sections: S
     for sec in preflight_sections:
         res.add(sec)
     res.add(stop_lines(recs))
+    res.add(spread_lines(recs))
     res.add(grid_lines(recs, res))
     for key, title, scale in METRICS:
         vals = values(recs, key)

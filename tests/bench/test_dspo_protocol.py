@@ -66,6 +66,8 @@ def test_render_builds_the_results_file_from_the_records_alone_and_keeps_the_ear
     assert "| 3e-05 | 0.01 | 62.0 | 63.0 | 64.0 |" in text and "Chosen: lr 3e-05, KL 0.01" in text
     assert "| dspo − grpo |" in text and "`algo/cvig/r_cf`" in text and "DSPO without CVIG 2.50" in text
     assert "### 112 px images" in text  # the pre-flight's sections
+    # each reward's within-group spread on the start: dspo_evidence (weight 0) over 2 groups [0.5, 0] and [0.25, 0.25]
+    assert "| 0 | — | — | — | 50% / 0.1250 / 0.0000 |" in text
     assert text.rstrip().endswith("kept below") and "end of the section written by bench/dspo_protocol.py" in text
 
 
