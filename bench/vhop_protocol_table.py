@@ -45,8 +45,9 @@ def cells(xs: Sequence[float], scale: float = 100.0) -> str:
     """``mean [95% CI] (per seed)``; a missing seed is ``—``."""
     if all(math.isnan(x) for x in xs):
         return "—"
-    per = ", ".join("—" if math.isnan(x) else f"{scale * x:.1f}" for x in xs)
-    return f"{fmt_ci(xs, scale)} ({per})"
+    digits = 1 if scale != 1.0 else 2  # rates in % with one decimal, counts (hops) with two
+    per = ", ".join("—" if math.isnan(x) else f"{scale * x:.{digits}f}" for x in xs)
+    return f"{fmt_ci(xs, scale, digits=digits)} ({per})"
 
 
 def hop_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
@@ -88,19 +89,27 @@ def overview_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
              "Success = the router's greedy chain contains the gold chain in order; the single step: every gold "
              "image among its top k = max_hops. % mean [95% CI] (per seed).", "",
              "| retriever | " + " | ".join(f"{lv} (n={n.get(lv, '?')})" for lv in LEVELS)
-             + " | training signal, last 50 steps |",
-             "|---|" + "---|" * (len(LEVELS) + 1)]
+             + " | mean hops | training signal, last 50 steps |",
+             "|---|" + "---|" * (len(LEVELS) + 2)]
     nan = float("nan")
     for arm, label in ARMS.items():
         if not any(arm in r.get("evals", {}) for r in recs.values()):
             continue
         row = [cells([recs[s]["evals"][arm].get(level_key(lv), nan) if s in recs and arm in recs[s]["evals"] else nan
                       for s in seeds]) for lv in LEVELS]
-        acc = [recs[s]["evals"][arm].get("train_signal", nan) if s in recs and arm in recs[s]["evals"] else nan
-               for s in seeds]
-        lines.append(f"| {label} | " + " | ".join(row) + f" | {'—' if arm == 'single_step' else cells(acc)} |")
-    return lines + ["", "Training signal: SFT's in-batch accuracy, imitation's agreement with the oracle, RL's "
-                    "success of its sampled chains.", ""]
+        acc, hops = ([recs[s]["evals"][arm].get(k, nan) if s in recs and arm in recs[s]["evals"] else nan
+                      for s in seeds] for k in ("train_signal", "hops"))
+        if arm == "single_step":
+            lines.append(f"| {label} | " + " | ".join(row) + f" | k = {first_k(recs)} images | — |")
+        else:
+            lines.append(f"| {label} | " + " | ".join(row) + f" | {cells(hops, 1.0)} | {cells(acc)} |")
+    return lines + ["", "Mean hops: the greedy chain's length on the held-out queries (max_hops caps it). Training "
+                    "signal: SFT's in-batch accuracy, imitation's agreement with the oracle, RL's success of its "
+                    "sampled chains.", ""]
+
+
+def first_k(recs: Dict[int, Dict]) -> int:
+    return next(iter(recs.values()))["settings"]["max_hops"]
 
 
 def cost_lines(recs: Dict[int, Dict]) -> List[str]:

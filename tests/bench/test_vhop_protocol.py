@@ -22,7 +22,7 @@ SUCCESS = {
 
 def _eval(levels, signal=0.5):
     ev = {f"success/{lv}": x for lv, x in zip(LV, levels)}
-    ev.update(success=sum(levels) / 5, n=400.0, train_signal=signal)
+    ev.update(success=sum(levels) / 5, n=400.0, train_signal=signal, hops=4.0)
     return ev
 
 
@@ -106,6 +106,9 @@ def test_render_builds_the_section_from_records_and_keeps_the_rest_of_the_file(t
     row = next(x for x in l2.splitlines() if x.startswith("| rl − single_step"))
     assert "+18.3" in row and "(CI above 0)" in row and row.endswith("| +20.0 | +15.0 | +20.0 | 3/3 |")
     assert "coin_flip: not run (no coin-flip arm" in text and "| L1 (n=80) |" in text
+    assert "| router: +RL | 60.0 [47.6, 72.4] (65.0, 60.0, 55.0) |" in text  # L1 of the RL router
+    assert "| 4.00 [4.00, 4.00] (4.00, 4.00, 4.00) | 50.0 [" in text  # its mean hops and training signal
+    assert "| single-step top-k (SFT embedder) | 45.0 [" in text and "| k = 6 images | — |" in text
     assert "the base embedder (last-token pooling)" in text and "(model.pooling=last: the saved embedder's)" in text
     # a second render replaces the section, keeps what is below the mark once
     b.main(["--seeds", "0", "1", "2", "--render", "--seed-dir", str(d), "--report", str(report)])
