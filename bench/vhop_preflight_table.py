@@ -8,6 +8,8 @@ from typing import Dict, List, Sequence, Tuple
 
 ATTRS = ("emblem", "emblem_colour", "emblem_shape", "main", "scene")
 MARK = "<!-- vhop_preflight: everything below this line is kept when the pre-flight is rewritten -->"
+# the end of bench/vhop_protocol_table.py's section, which sits above the pre-flight's (kept when this is rewritten)
+ROUTER_MARK = "<!-- vhop_protocol: everything below this line is kept when the router section is rewritten -->"
 
 
 def binomial_se(p: float, n: int) -> float:
@@ -78,9 +80,14 @@ def render(rows: Sequence[dict], command: str, smoke: bool = False) -> List[str]
 
 
 def write_results(path: Path, section: Sequence[str]) -> None:
-    """Put ``section`` at the top of ``path`` (after its title), keeping what follows ``MARK`` (or, the first time,
-    everything after the title) below it."""
+    """Put ``section`` at the top of ``path`` (after its title and the router protocol's section above
+    ``ROUTER_MARK``, when there is one), keeping what follows ``MARK`` (or, the first time, everything after the
+    title) below it."""
     text = path.read_text() if path.exists() else "# VHOP router: multi-hop visual retrieval\n"
     title, _, rest = text.partition("\n")
+    head = []
+    if ROUTER_MARK in rest:
+        above_mark, rest = rest.split(ROUTER_MARK, 1)
+        head = [above_mark.strip("\n"), "", ROUTER_MARK, ""]
     kept = rest.split(MARK, 1)[1] if MARK in rest else "\n## Earlier runs (random-init tiny embedder)\n" + rest
-    path.write_text("\n".join([title, ""] + list(section) + [MARK]) + kept)
+    path.write_text("\n".join([title, ""] + head + list(section) + [MARK]) + kept)

@@ -7,6 +7,8 @@ alone (``Embedder.save``: a ``single_step`` model).
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
@@ -32,7 +34,7 @@ class StageData:
 
 @dataclass
 class StageModel:
-    path: str = "tiny"  # a Qwen2.5-VL / Qwen2-VL checkpoint, or "tiny" (the embedded tiny model)
+    path: str = "tiny"  # a Qwen2.5-VL / Qwen2-VL checkpoint, "tiny" / "base", or a saved embedder (Embedder.save)
     dim: Optional[int] = None  # embedding size of the linear head (None = the backbone's hidden size)
     pooling: str = "mean"  # mean | last
     freeze_vision: bool = False
@@ -57,10 +59,36 @@ class StageTrain:
 
 # -- building ----------------------------------------------------------------------------------------------
 def load_embedder(m: StageModel):
+    """``model.path``: a Qwen checkpoint (or ``tiny`` / ``base``) under a fresh head, or a saved embedder folder
+    (``Embedder.save``, e.g. one pre-trained with attribute heads: ``bench/vhop_protocol.py``), loaded whole."""
     from mmrl.retrieval.embedder import Embedder
 
+    if os.path.isfile(os.path.join(m.path, "embedder.json")):
+        return load_saved_embedder(m)
     return Embedder.from_pretrained(m.path, dim=m.dim, pooling=m.pooling, lora=m.lora,
                                     freeze_vision=m.freeze_vision, max_pixels=m.max_pixels)
+
+
+def load_saved_embedder(m: StageModel):
+    """The saved embedder at ``model.path``: its ``embedder.json`` fixes pooling, dim, pixels and LoRA, and the
+    config must agree (``model.dim`` unset agrees with any dim), else a ``ConfigError`` naming the key;
+    ``model.freeze_vision`` freezes its vision tower."""
+    from mmrl.retrieval.embedder import Embedder
+
+    with open(os.path.join(m.path, "embedder.json")) as f:
+        meta = json.load(f)
+    for key, saved, given in (("model.pooling", meta["pooling"], m.pooling),
+                              ("model.dim", meta["dim"], meta["dim"] if m.dim is None else m.dim),
+                              ("model.max_pixels", meta["max_pixels"], m.max_pixels),
+                              ("model.lora.enabled", bool(meta["lora"]), bool(m.lora.enabled))):
+        if saved != given:
+            raise ConfigError(f"config key '{key}' = {given!r}, but the saved embedder {m.path} has {saved!r} "
+                              "(its embedder.json fixes it)")
+    emb = Embedder.from_pretrained(m.path)
+    if m.freeze_vision:
+        for p in emb._backbone().visual.parameters():
+            p.requires_grad_(False)
+    return emb
 
 
 def build_router(cfg, corpus) -> Router:

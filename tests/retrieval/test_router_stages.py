@@ -100,3 +100,30 @@ def test_a_stage_keeps_the_run_directory_rules(tmp_path):
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1  # the old run's lines went with it
     with pytest.raises(ConfigError, match="holds an 'router_sft' run, not a 'router_rl' run"):
         run_stage(_cfg("rl", q, out, "train.steps=1", f"rl.ref_from={out}"), RLLoss(), resume=True, quiet=True)
+
+
+def test_a_stage_starts_from_a_saved_embedder(tmp_path):
+    """model.path may name a saved embedder (e.g. pre-trained with attribute heads): the router starts from its
+    weights, not a fresh head; a config that contradicts its embedder.json is a ConfigError naming the key."""
+    from mmrl.retrieval.embedder import Embedder
+    from mmrl.retrieval.train_common import build_router
+    from mmrl.retrieval.train_data import load_data
+
+    q = make_router_world(tmp_path / "w", n_images=4)
+    emb = Embedder.from_pretrained("tiny", pooling="mean")
+    with torch.no_grad():
+        emb.head.weight.mul_(2.0)  # not the identity a fresh head starts from
+        next(emb._backbone().language_model.parameters()).add_(0.5)
+    saved = emb.save(str(tmp_path / "pretrained"))
+    cfg = _cfg("sft", q, tmp_path / "o", f"model.path={saved}", "model.pooling=mean", "train.steps=1",
+               "model.freeze_vision=true")
+    router = build_router(cfg, load_data(cfg, say=lambda *_: None)[0])
+    assert torch.equal(router.embedder.head.weight, emb.head.weight)
+    got, want = router.embedder.state_dict(), emb.state_dict()
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    assert not any(p.requires_grad for p in router.embedder._backbone().visual.parameters())
+    assert run_stage(cfg, SFTLoss(), quiet=True) == {}  # trains from it (no data.eval: no evaluation)
+    with pytest.raises(ConfigError, match="'model.pooling' = 'last', but the saved embedder"):
+        build_router(_cfg("sft", q, tmp_path / "o2", f"model.path={saved}", "model.pooling=last"), None)
+    with pytest.raises(ConfigError, match="'model.dim' = 8"):
+        build_router(_cfg("sft", q, tmp_path / "o2", f"model.path={saved}", "model.pooling=mean", "model.dim=8"), None)
