@@ -274,6 +274,24 @@ def pooled_selection(proto: Protocol, out: Path, wait_min: float, poll_s: float 
     return sel
 
 
+def grid_todo(st: SeedState, proto: Protocol, grid_dir: Path) -> List[Tuple[float, float, str]]:
+    """The grid points ``(lr, kl, grid_key)`` a seed has still to run: not in ``st.data['grid']`` or without their
+    kept model ``<grid_dir>/select_lr<lr>_kl<kl>/final`` (``arm_val_score(keep=True)``)."""
+    return [(lr, kl, grid_key(lr, kl)) for lr in proto.lr_grid for kl in proto.kl_grid
+            if not (grid_key(lr, kl) in st.data["grid"] and (grid_dir / f"select_lr{lr:g}_kl{kl:g}" / "final").is_dir())]
+
+
+def seed_selection(st: SeedState, proto: Protocol, out: Path, wait_min: float) -> Selection:
+    """The setting every arm of this seed uses: ``pooled_selection`` over the seeds' grids, run once (timed as the
+    stage ``wait``) and kept in ``st.data['selection']`` so that a rerun reuses it."""
+    if "selection" not in st.data:
+        with Clock(st, "wait"):
+            sel = pooled_selection(proto, out, wait_min)
+            st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds}
+        st.save()
+    return Selection(st.data["selection"]["lr"], st.data["selection"]["kl"])
+
+
 def apply_setting(cfg, sel: Selection):
     """A copy of ``cfg`` with the selected ``train.lr`` and ``algorithm.kl_coef``."""
     cfg = copy.deepcopy(cfg)

@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import Arm, log  # noqa: E402
 from _protocol import (SeedState, Selection, add_protocol_args, add_seed_process_args, apply_setting,  # noqa: E402
-                       arm_val_score, coin_flip_config, dropped_by_deadline, grid_key,
-                       pooled_selection, protocol_from_args, seed_plan, write_seed_record)
+                       arm_val_score, coin_flip_config, dropped_by_deadline, grid_todo,
+                       protocol_from_args, seed_plan, seed_selection, write_seed_record)
 from bpo_arms import ARMS, DEMO, step_costs  # noqa: E402
 from bpo_preflight import CLIP_WORLD, EVAL_VIEWS, MECHS, preflights, record_samples  # noqa: E402
 from bpo_preflight import run_seed as preflight_seed  # noqa: E402
@@ -143,24 +143,14 @@ def run_one(seed: int, args, proto) -> Dict:
     # 2. the grid, on the validation split; then the setting chosen from every seed's grid
     val = {seed: str(sd / "world" / "val_abst.json")}
     score = arm_val_score({seed: sft_cfg}, args.rl_steps, val, keep=True)
-    for lr in proto.lr_grid:
-        for kl in proto.kl_grid:
-            k = grid_key(lr, kl)
-            if k in st.data["grid"] and (sd / "grid" / f"select_lr{lr:g}_kl{kl:g}" / "final").is_dir():
-                continue
-            t = time.time()
-            st.data["grid"][k] = score(lr, kl)
-            st.data["minutes"][f"grid_{k}"] = (time.time() - t) / 60
-            st.save()
-            log(f"[seed {seed}] grid {k}: validation accuracy {100 * st.data['grid'][k]:.1f} "
-                f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
-    if "selection" not in st.data:
+    for lr, kl, k in grid_todo(st, proto, sd / "grid"):
         t = time.time()
-        sel = pooled_selection(proto, out, args.wait_min)
-        st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds}
-        st.data["minutes"]["wait"] = (time.time() - t) / 60
+        st.data["grid"][k] = score(lr, kl)
+        st.data["minutes"][f"grid_{k}"] = (time.time() - t) / 60
         st.save()
-    sel = Selection(st.data["selection"]["lr"], st.data["selection"]["kl"])
+        log(f"[seed {seed}] grid {k}: validation accuracy {100 * st.data['grid'][k]:.1f} "
+            f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
+    sel = seed_selection(st, proto, out, args.wait_min)
     log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
 
     # 3. the arms from the same start, each evaluated right after it trains

@@ -43,7 +43,7 @@ from _arms import Arm, log  # noqa: E402
 from _preflight import check_truncation, truncation_share  # noqa: E402
 from _protocol import (Clock, ProtocolError, SeedState, Selection, add_protocol_args,  # noqa: E402
                        add_seed_process_args, apply_setting, arm_val_score, coin_flip_config, dropped_by_deadline,
-                       grid_key, pooled_selection, protocol_from_args, seed_plan, write_seed_record)
+                       grid_todo, protocol_from_args, seed_plan, seed_selection, write_seed_record)
 from bpo_arms import step_costs  # noqa: E402
 from dspo import ARMS as OLD_ARMS  # noqa: E402
 from dspo_preflight import CONFIG, data_overrides, preflight_of, start_overrides  # noqa: E402
@@ -177,25 +177,16 @@ def run_one(seed: int, args, proto) -> Dict:
         return write_record(seed, rec, st.data, args, proto)
     st.data["evals"].setdefault("sft", dict(rec["eval"], truncated=truncation_share(rec["greedy_truncated"])))
     grpo_cfg = arm_config("grpo", sd, args, seed)
-    for lr in proto.lr_grid:
-        for kl in proto.kl_grid:
-            k = grid_key(lr, kl)
-            if k in st.data["grid"] and (sd / "grid" / f"select_lr{lr:g}_kl{kl:g}" / "final").is_dir():
-                continue
-            with Clock(st, f"grid_{k}"):
-                st.data["grid"][k] = grid_point(grpo_cfg, seed, lr, kl, args.rl_steps, sd / "world" / "val.json",
-                                                args.max_new_tokens)
-            st.save()
-            log(f"[seed {seed}] grid {k}: validation top-1 {100 * st.data['grid'][k]:.1f} "
-                f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
+    for lr, kl, k in grid_todo(st, proto, sd / "grid"):
+        with Clock(st, f"grid_{k}"):
+            st.data["grid"][k] = grid_point(grpo_cfg, seed, lr, kl, args.rl_steps, sd / "world" / "val.json",
+                                            args.max_new_tokens)
+        st.save()
+        log(f"[seed {seed}] grid {k}: validation top-1 {100 * st.data['grid'][k]:.1f} "
+            f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
     if args.until == "grid":
         return write_record(seed, rec, st.data, args, proto)
-    if "selection" not in st.data:
-        with Clock(st, "wait"):
-            sel = pooled_selection(proto, Path(args.out), args.wait_min)
-            st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds}
-        st.save()
-    sel = Selection(st.data["selection"]["lr"], st.data["selection"]["kl"])
+    sel = seed_selection(st, proto, Path(args.out), args.wait_min)
     log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
 
     chosen = sd / "grid" / f"select_lr{sel.lr:g}_kl{sel.kl:g}"

@@ -13,10 +13,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence
 
-from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID, Protocol, Results, grid_key
+from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID, Protocol, Results
 from bpo_protocol_table import dropped_text, load_records, verdict
 from bpo_table import fmt_ci
-from pacg_protocol_table import command_text, cost_lines, protocol_of, stop_lines
+from pacg_protocol_table import command_text, cost_lines, grid_lines, protocol_of, stop_lines
 
 ARM_ORDER = ("sft", "coin_flip", "grpo", "dspo", "no_cvig", "no_dedr")
 ARM_TEXT = {"sft": "SFT start (no RL)", "coin_flip": "GRPO, coin-flip reward", "grpo": "GRPO", "dspo": "DSPO",
@@ -74,17 +74,6 @@ def claim_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
         per = ", ".join("—" if math.isnan(x) else f"{100 * x:+.1f}" for x in d)
         lines.append(f"| {text} | {a} − {b} | {key} | {sign} | {fmt_ci(d, signed=True)} | {per} | **{reading}** |")
     return lines + [""]
-
-
-def grid_lines(recs: Dict[int, Dict], res: Results) -> List[str]:
-    keys = [(lr, kl) for lr in res.protocol.lr_grid for kl in res.protocol.kl_grid]
-    lines = ["## The grid, per seed (validation top-1 %, greedy, the GRPO arm)", "",
-             "| lr | KL | " + " | ".join(f"seed {s}" for s in recs) + " |", "|---|---|" + "---:|" * len(recs)]
-    for lr, kl in keys:
-        lines.append(f"| {lr:g} | {kl:g} | " + " | ".join(
-            f"{100 * r['grid'][grid_key(lr, kl)]:.1f}" if grid_key(lr, kl) in r.get("grid", {}) else "—"
-            for r in recs.values()) + " |")
-    return lines + res.chosen_setting(recs, "(ties go to the smaller lr, then the larger KL)")
 
 
 def spread_lines(recs: Dict[int, Dict]) -> List[str]:
@@ -159,7 +148,7 @@ def render_records(recs: Dict[int, Dict], proto: Protocol, preflight_sections: S
         res.add(sec)
     res.add(stop_lines(recs))
     res.add(spread_lines(recs))
-    res.add(grid_lines(recs, res))
+    res.add(grid_lines(recs, res, "validation top-1 %, greedy, the GRPO arm"))
     for key, title, scale in METRICS:
         vals = values(recs, key)
         if vals:

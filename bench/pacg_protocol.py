@@ -45,7 +45,7 @@ from _arms import Arm, log  # noqa: E402
 from _preflight import check_truncation, truncation_share  # noqa: E402
 from _protocol import (Clock, ProtocolError, SeedState, Selection, add_protocol_args,  # noqa: E402
                        add_seed_process_args, apply_setting, arm_val_score, coin_flip_config, dropped_by_deadline,
-                       grid_key, pooled_selection, protocol_from_args, seed_plan, write_seed_record)
+                       grid_todo, protocol_from_args, seed_plan, seed_selection, write_seed_record)
 from bpo_arms import step_costs  # noqa: E402
 from pacg import ARMS as OLD_ARMS  # noqa: E402
 from pacg_preflight import _DAPO, EXTRACTOR, data_overrides, mechanism, preflight_of, test_items  # noqa: E402
@@ -218,25 +218,16 @@ def run_one(seed: int, args, proto) -> Dict:
         st.save()
 
     st.data.setdefault("grid_both", {})
-    for lr in proto.lr_grid:
-        for kl in proto.kl_grid:
-            k = grid_key(lr, kl)
-            if k in st.data["grid"] and (sd / "grid" / f"select_lr{lr:g}_kl{kl:g}" / "final").is_dir():
-                continue
-            with Clock(st, f"grid_{k}"):
-                both = grid_point(sft_cfg, seed, lr, kl, args.rl_steps, sd / "world" / "val.json")
-            st.data["grid_both"][k], st.data["grid"][k] = both, both[args.select_on]
-            st.save()
-            log(f"[seed {seed}] grid {k}: validation accuracy greedy {100 * both['greedy']:.1f}, sampled "
-                f"{100 * both['sampled']:.1f} ({st.data['minutes'][f'grid_{k}']:.1f} min)")
+    for lr, kl, k in grid_todo(st, proto, sd / "grid"):
+        with Clock(st, f"grid_{k}"):
+            both = grid_point(sft_cfg, seed, lr, kl, args.rl_steps, sd / "world" / "val.json")
+        st.data["grid_both"][k], st.data["grid"][k] = both, both[args.select_on]
+        st.save()
+        log(f"[seed {seed}] grid {k}: validation accuracy greedy {100 * both['greedy']:.1f}, sampled "
+            f"{100 * both['sampled']:.1f} ({st.data['minutes'][f'grid_{k}']:.1f} min)")
     if args.until == "grid":
         return write_record(seed, rec, st.data, args, proto)
-    if "selection" not in st.data:
-        with Clock(st, "wait"):
-            sel = pooled_selection(proto, Path(args.out), args.wait_min)
-            st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds}
-        st.save()
-    sel = Selection(st.data["selection"]["lr"], st.data["selection"]["kl"])
+    sel = seed_selection(st, proto, Path(args.out), args.wait_min)
     log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
 
     chosen = sd / "grid" / f"select_lr{sel.lr:g}_kl{sel.kl:g}"

@@ -104,11 +104,15 @@ def claim_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
     return lines + [""]
 
 
-def grid_lines(recs: Dict[int, Dict], res: Results) -> List[str]:
+def grid_lines(recs: Dict[int, Dict], res: Results, what: Optional[str] = None) -> List[str]:
+    """Each seed's grid (validation score per lr and KL), then the chosen setting; ``what`` names the score and the
+    arm (default: PACG's, accuracy sampled or greedy as the records' ``select_on``, the DAPO arm)."""
     keys = [(lr, kl) for lr in res.protocol.lr_grid for kl in res.protocol.kl_grid]
-    how = {"sampled": "sampled at temperature 1, rollout.n per prompt", "greedy": "greedy"}[
-        next(iter(recs.values()))["settings"].get("select_on", "greedy")]
-    lines = [f"## The grid, per seed (validation accuracy %, {how}, the DAPO arm)", "",
+    if what is None:
+        how = {"sampled": "sampled at temperature 1, rollout.n per prompt", "greedy": "greedy"}[
+            next(iter(recs.values()))["settings"].get("select_on", "greedy")]
+        what = f"validation accuracy %, {how}, the DAPO arm"
+    lines = [f"## The grid, per seed ({what})", "",
              "| lr | KL | " + " | ".join(f"seed {s}" for s in recs) + " |", "|---|---|" + "---:|" * len(recs)]
     for lr, kl in keys:
         lines.append(f"| {lr:g} | {kl:g} | " + " | ".join(

@@ -308,3 +308,18 @@ def test_the_clock_records_wall_and_cpu_minutes_of_a_stage(tmp_path):
     with P.Clock(st, "stage"):
         sum(i * i for i in range(200_000))
     assert st.data["minutes"]["stage"] > 0 and st.data["cpu_minutes"]["stage"] > 0
+
+
+def test_grid_todo_skips_finished_points_and_seed_selection_is_kept_for_a_rerun(tmp_path):
+    proto = _proto(lr_grid=[1e-5, 3e-5], kl_grid=[0.0])
+    st = P.SeedState(tmp_path / "seed0" / "state.json")
+    (tmp_path / "seed0").mkdir()
+    st.data["grid"] = {"lr1e-05_kl0": 0.5, "lr3e-05_kl0": 0.7}
+    (tmp_path / "grid" / "select_lr1e-05_kl0" / "final").mkdir(parents=True)  # 3e-5 has a score but no model
+    assert P.grid_todo(st, proto, tmp_path / "grid") == [(3e-5, 0.0, "lr3e-05_kl0")]
+    st.save()
+    one = _proto(seeds=[0], lr_grid=[1e-5, 3e-5], kl_grid=[0.0])
+    sel = P.seed_selection(st, one, tmp_path, wait_min=0)
+    assert (sel.lr, sel.kl) == (3e-5, 0.0) and st.data["selection"]["seeds"] == [0] and "wait" in st.data["minutes"]
+    st.data["grid"]["lr1e-05_kl0"] = 0.9  # a rerun keeps the recorded choice
+    assert P.seed_selection(st, one, tmp_path, wait_min=0).lr == 3e-5
