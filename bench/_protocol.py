@@ -239,16 +239,21 @@ def grid_key(lr: float, kl: float) -> str:
 
 def pooled_selection(proto: Protocol, out: Path, wait_min: float, poll_s: float = 20.0,
                      grid_of: Optional[Callable[[int], Dict[str, float]]] = None,
-                     key: Callable[[float, float], str] = grid_key, require_all: Optional[str] = None) -> Selection:
+                     key: Callable[[float, float], str] = grid_key, require_all: Optional[str] = None,
+                     seed_dir: Optional[Path] = None) -> Selection:
     """Wait (up to ``wait_min``) for every seed's grid, then ``select_setting`` on the mean validation accuracy over
     the seeds that finished it (their list kept in ``Selection.seeds``). ``grid_of(seed)``: the seed's scores so far,
     ``{key(lr, kl): accuracy}`` (default: ``grid`` of ``OUT/seed<S>/state.json``, ``{}`` before it exists). After the
     wait the seeds that finished go on alone; with ``require_all`` (the bench's name) an unfinished seed stops the
     bench instead (``SystemExit`` naming the seeds). A seed whose state says its pre-flight ``stopped`` it (no RL, so
-    no grid will come) is not waited for."""
+    no grid will come) is not waited for. With ``seed_dir``, a seed without a run state is read from its committed
+    record ``<seed_dir>/seed<S>.json`` (its ``grid`` and ``stopped``): a seed added later pools with the earlier
+    seeds' grids although their run folders are gone."""
     def state(s: int) -> Dict:
-        p = out / f"seed{s}" / "state.json"
-        return json.loads(p.read_text()) if p.exists() else {}
+        for p in (out / f"seed{s}" / "state.json", Path(seed_dir) / f"seed{s}.json" if seed_dir else None):
+            if p is not None and p.exists():
+                return json.loads(p.read_text())
+        return {}
 
     grid_of = grid_of or (lambda s: state(s).get("grid", {}))
     keys = [key(lr, kl) for lr in proto.lr_grid for kl in proto.kl_grid]
@@ -281,12 +286,14 @@ def grid_todo(st: SeedState, proto: Protocol, grid_dir: Path) -> List[Tuple[floa
             if not (grid_key(lr, kl) in st.data["grid"] and (grid_dir / f"select_lr{lr:g}_kl{kl:g}" / "final").is_dir())]
 
 
-def seed_selection(st: SeedState, proto: Protocol, out: Path, wait_min: float) -> Selection:
-    """The setting every arm of this seed uses: ``pooled_selection`` over the seeds' grids, run once (timed as the
-    stage ``wait``) and kept in ``st.data['selection']`` so that a rerun reuses it."""
+def seed_selection(st: SeedState, proto: Protocol, out: Path, wait_min: float,
+                   seed_dir: Optional[Path] = None) -> Selection:
+    """The setting every arm of this seed uses: ``pooled_selection`` over the seeds' grids (``seed_dir``: the
+    committed records stand in for seeds without a run state), run once (timed as the stage ``wait``) and kept in
+    ``st.data['selection']`` so that a rerun reuses it."""
     if "selection" not in st.data:
         with Clock(st, "wait"):
-            sel = pooled_selection(proto, out, wait_min)
+            sel = pooled_selection(proto, out, wait_min, seed_dir=seed_dir)
             st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds}
         st.save()
     return Selection(st.data["selection"]["lr"], st.data["selection"]["kl"])

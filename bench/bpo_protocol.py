@@ -150,7 +150,7 @@ def run_one(seed: int, args, proto) -> Dict:
         st.save()
         log(f"[seed {seed}] grid {k}: validation accuracy {100 * st.data['grid'][k]:.1f} "
             f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
-    sel = seed_selection(st, proto, out, args.wait_min)
+    sel = seed_selection(st, proto, out, args.wait_min, seed_dir=Path(args.seed_dir))
     log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
 
     # 3. the arms from the same start, each evaluated right after it trains

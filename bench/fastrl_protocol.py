@@ -291,7 +291,7 @@ def run_one(seed: int, args, proto) -> Dict:
             log(f"[seed {seed}] grid {k}: validation {100 * st.data['grid'][k]:.1f}% "
                 f"({st.data['minutes'][f'grid_{k}']:.1f} min, median step {arm.summary()['median_step_s']:.2f} s)")
     if "selection" not in st.data:
-        sel = pooled_selection(proto, Path(args.out), args.wait_min)
+        sel = pooled_selection(proto, Path(args.out), args.wait_min, seed_dir=Path(args.seed_dir))
         st.data["selection"] = {"lr": sel.lr, "kl": sel.kl, "seeds": sel.seeds,
                                 "scores": {grid_key(*k): v for k, v in sel.scores.items()}}
     sel = Selection(st.data["selection"]["lr"], st.data["selection"]["kl"])

@@ -227,7 +227,7 @@ def run_one(seed: int, args, proto) -> Dict:
             f"{100 * both['sampled']:.1f} ({st.data['minutes'][f'grid_{k}']:.1f} min)")
     if args.until == "grid":
         return write_record(seed, rec, st.data, args, proto)
-    sel = seed_selection(st, proto, Path(args.out), args.wait_min)
+    sel = seed_selection(st, proto, Path(args.out), args.wait_min, seed_dir=Path(args.seed_dir))
     log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
 
     chosen = sd / "grid" / f"select_lr{sel.lr:g}_kl{sel.kl:g}"

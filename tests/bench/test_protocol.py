@@ -323,3 +323,15 @@ def test_grid_todo_skips_finished_points_and_seed_selection_is_kept_for_a_rerun(
     assert (sel.lr, sel.kl) == (3e-5, 0.0) and st.data["selection"]["seeds"] == [0] and "wait" in st.data["minutes"]
     st.data["grid"]["lr1e-05_kl0"] = 0.9  # a rerun keeps the recorded choice
     assert P.seed_selection(st, one, tmp_path, wait_min=0).lr == 3e-5
+
+
+def test_a_seed_added_later_pools_with_the_committed_records_of_the_earlier_seeds(tmp_path):
+    proto = _proto(seeds=[0, 1, 2], lr_grid=[1e-5, 3e-5], kl_grid=[0.0])
+    recs, out = tmp_path / "records", tmp_path / "runs"
+    P.write_seed_record(recs, 0, {"seed": 0, "grid": {"lr1e-05_kl0": 0.5, "lr3e-05_kl0": 0.9}, "stopped": False})
+    P.write_seed_record(recs, 1, {"seed": 1, "grid": {}, "stopped": True})  # its pre-flight stopped it: no grid
+    (out / "seed2").mkdir(parents=True)  # the new seed: a run state; it prefers 1e-5 a little
+    (out / "seed2" / "state.json").write_text('{"grid": {"lr1e-05_kl0": 0.7, "lr3e-05_kl0": 0.6}}')
+    sel = P.pooled_selection(proto, out, 0, seed_dir=recs)
+    assert (sel.lr, sel.seeds) == (3e-5, [0, 2]) and sel.scores[(3e-5, 0.0)] == pytest.approx(0.75)
+    assert P.pooled_selection(proto, out, 0).seeds == [2]  # without the records: only the seed with a run state
