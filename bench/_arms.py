@@ -83,6 +83,15 @@ class Arm:
         return str(path)
 
 
+def step_logged(arm: Arm, steps: int, seed: int) -> None:
+    """``steps`` steps of ``arm``, each quarter logged with its last step's seconds and total reward."""
+    for i in range(steps):
+        m = arm.step()
+        if (i + 1) % max(1, steps // 4) == 0:
+            log(f"[seed {seed}] {arm.name} step {i + 1}/{steps}: {m.get('time/step', 0):.2f} s, "
+                f"reward {m.get('reward/total', float('nan')):.2f}")
+
+
 def step_round_robin(arms: Dict[str, Arm], step: int) -> None:
     """One step of every arm; who goes first rotates with ``step``, so no arm always runs first or last."""
     order = list(arms)

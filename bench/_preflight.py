@@ -84,6 +84,17 @@ def check_truncation(truncated: Sequence[bool], max_new_tokens: int, limit: floa
     return share
 
 
+def truncation_reasons(checks: Sequence[Tuple[Sequence[bool], str]], max_new_tokens: int) -> List[str]:
+    """``check_truncation``'s message for each ``(flags, what)`` whose share is above the limit."""
+    why = []
+    for flags, what in checks:
+        try:
+            check_truncation(flags, max_new_tokens, what=what)
+        except ProtocolError as e:
+            why.append(str(e))
+    return why
+
+
 def sample_groups(trainer, samples, correct_key: str = "accuracy", keep: Optional[Dict] = None) -> Groups:
     """Roll out ``samples`` with ``trainer`` (an ``RLTrainer`` at its start: the real engine, views, plan and
     rewards) and group the rewards per prompt. The global RNG state is restored afterwards, so the pre-flight does

@@ -12,6 +12,10 @@ chosen on a validation split, the coin-flip control, the pre-flight and the resu
   ``<seed_dir>/seed<S>.json``, then one ``--render`` of the results file from those records; ``SeedState`` (what a
   seed process has finished, so a rerun resumes), ``Clock`` (a stage's wall and CPU minutes) and
   ``dropped_by_deadline`` (an optional arm starts only when predicted to end before ``--deadline``).
+- ``seed_main`` / ``seed_process`` / ``seed_preflight`` / ``SeedArms``: the command line and the stages of such a
+  seed process (``pacg_protocol``, ``dspo_protocol``): the pre-flight (reused, and the stop), the grid, the pooled
+  selection, then the arms (the grid's chosen run adopted as the true-reward arm, each later arm trained, costed and
+  evaluated, or dropped by the deadline).
 - ``coin_flip_config``: the control arm, ``accuracy`` replaced by ``coin_flip`` (``stream`` by ``stream_coin_flip``;
   ``mmrl.rewards.coin_flip``).
 - ``bench/_preflight.py``: the statistics printed before any RL is spent, and the stop when the method cannot act.
@@ -33,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from _arms import log
 from bpo_table import ci95, fmt_ci
 
 from mmrl.errors import ConfigError
@@ -195,6 +200,89 @@ def dropped_by_deadline(st: SeedState, names: Sequence[str], end: float, deadlin
     return False
 
 
+def seed_preflight(seed: int, sd: Path, st: SeedState, run: Callable[[], Dict], reasons: Callable[[Dict], List[str]],
+                   smoke: bool, note: Callable[[str], None] = lambda why: None) -> Dict:
+    """A seed's pre-flight record, ``<sd>/preflight.json`` when a run left it, else ``run()`` (timed as the stage
+    ``preflight``), and its stop: ``st.data['stopped']``, the ``reasons(record)`` why RL is not spent on the seed,
+    joined (empty: it goes on). A smoke run goes on: the reasons are kept in ``smoke_would_stop``, each passed to
+    ``note``."""
+    if (sd / "preflight.json").exists():
+        rec = json.loads((sd / "preflight.json").read_text())
+        log(f"[seed {seed}] pre-flight: reused {sd / 'preflight.json'}")
+    else:
+        with Clock(st, "preflight"):
+            rec = run()
+        st.save()
+    why = reasons(rec)
+    if smoke:  # a plumbing run goes on; what would have stopped a full run is kept in the record
+        st.data["smoke_would_stop"] = "; ".join(why)
+        for w in why:
+            note(w)
+        why = []
+    st.data["stopped"] = "; ".join(why)
+    st.save()
+    return rec
+
+
+def seed_process(seed: int, args, proto: Protocol, preflight: Callable[[Path, SeedState], Dict],
+                 grid: Callable[[Path, SeedState, Dict], None], arms: Callable[[Path, SeedState, Selection], None],
+                 write: Callable[[Dict, Dict], Dict]) -> Dict:
+    """One protocol seed, run in its own process under ``args.out``/seed<S> and resumable (``SeedState``):
+    ``preflight(sd, st)`` (the record; it sets ``st.data['stopped']``), where the seed stops when the pre-flight says
+    why or at ``--until preflight``; ``grid(sd, st, record)`` (the start's evaluation and the grid), where
+    ``--until grid`` stops it; ``seed_selection`` over every seed's grid; ``arms(sd, st, selection)``; then the
+    process's own wall and CPU minutes (``this_run``). Returns ``write(record, st.data)``, the seed record."""
+    sd = Path(args.out) / f"seed{seed}"
+    sd.mkdir(parents=True, exist_ok=True)
+    st = SeedState(sd / "state.json")
+    st.data.setdefault("algo_means", {})
+    t0, c0 = time.time(), time.process_time()
+    rec = preflight(sd, st)
+    if st.data["stopped"] or args.until == "preflight":
+        log(f"[seed {seed}] " + (f"stopped: {st.data['stopped']}" if st.data["stopped"] else "pre-flight done"))
+        return write(rec, st.data)
+    grid(sd, st, rec)
+    if args.until == "grid":
+        return write(rec, st.data)
+    sel = seed_selection(st, proto, Path(args.out), args.wait_min, seed_dir=Path(args.seed_dir))
+    log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
+    arms(sd, st, sel)
+    st.data["minutes"]["this_run"] = (time.time() - t0) / 60
+    st.data.setdefault("cpu_minutes", {})["this_run"] = (time.process_time() - c0) / 60
+    st.save()
+    return write(rec, st.data)
+
+
+def seed_main(argv: Optional[Sequence[str]], parser: argparse.ArgumentParser, script: str,
+              render: Callable[[argparse.Namespace, List[str]], object], run: Callable[[int, object, Protocol], Dict],
+              instead: Callable[[argparse.Namespace], bool] = lambda args: False):
+    """The command line of a bench run as seed processes (``add_seed_process_args``): ``--render`` returns
+    ``render(args, argv)``; else ``--only S`` (one of ``--seeds``) runs that seed, ``run(S, args, protocol)``, on
+    one torch thread and logs where its record went, unless ``instead(args)`` ran something else (True)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if args.render:
+        return render(args, argv)
+    if args.only is None or args.only not in args.seeds:
+        raise SystemExit("give --only S (one of --seeds) to run a seed, or --render")
+    proto = protocol_from_args(args, script, argv)
+    import torch
+
+    torch.set_num_threads(1)
+    if instead(args):
+        return None
+    rec = run(args.only, args, proto)
+    log(f"[seed {args.only}] record written: {Path(args.seed_dir) / f'seed{args.only}.json'} "
+        f"(evals: {', '.join(rec.get('evals', {}))})")
+    return None
+
+
+def add_stage_args(ap: argparse.ArgumentParser) -> None:
+    """``--until`` (the stage ``seed_process`` stops after) and ``--model`` (the SFT's start)."""
+    ap.add_argument("--until", choices=["preflight", "grid", "arms"], default="arms", help="stop after this stage")
+    ap.add_argument("--model", default="base", help="the SFT's start (model.path)")
+
+
 def protocol_from_args(args, script: str, argv: Optional[Sequence[str]] = None,
                        small_effect: bool = False) -> Protocol:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -335,6 +423,71 @@ def arm_val_score(cfgs: Dict[int, object], steps: int, val_paths: Dict[int, str]
         return sum(accs) / len(accs)
 
     return score
+
+
+@dataclass
+class SeedArms:
+    """The RL arms of one seed process after its grid (``pacg_protocol``, ``dspo_protocol``), each at the chosen
+    setting from the seed's SFT start, its results kept in ``st``: ``config(name)``: the arm's config;
+    ``evaluate(name, model_dir, cfg)``: its test evaluation (``st.data['evals'][name]``); ``algo_means(history)``: its
+    step metrics kept in ``st.data['algo_means'][name]``; ``done(evaluation)``: the end of its log line."""
+    seed: int
+    st: SeedState
+    steps: int
+    config: Callable[[str], object]
+    evaluate: Callable[[str, str, object], Dict]
+    algo_means: Callable[[List[Dict[str, float]]], Dict[str, float]]
+    done: Callable[[Dict], str]
+
+    def adopt(self, name: str, run_dir: Path, cfg) -> None:
+        """The grid's chosen run ``run_dir`` (``arm_val_score(keep=True)``: ``history.json`` and ``final``) is arm
+        ``name``: its step costs and metrics from the history, its model evaluated (timed as ``eval_<name>``) with
+        ``cfg``; nothing when already evaluated."""
+        from bpo_arms import step_costs
+
+        if name in self.st.data["evals"]:
+            return
+        hist = json.loads((run_dir / "history.json").read_text())
+        self.st.data["costs"][name], self.st.data["algo_means"][name] = step_costs(hist), self.algo_means(hist)
+        with Clock(self.st, f"eval_{name}"):
+            self.st.data["evals"][name] = self.evaluate(name, str(run_dir / "final"), cfg)
+        self.st.save()
+
+    def run(self, name: str) -> None:
+        """Arm ``name`` for ``steps`` RL steps (timed as ``rl_<name>``; its costs: ``bpo_arms.step_costs`` and the
+        CPU seconds per step), its model exported, then evaluated (timed as ``eval_<name>``); saved."""
+        from _arms import Arm, step_logged
+        from bpo_arms import step_costs
+
+        with Clock(self.st, f"rl_{name}"):
+            arm = Arm(name, self.config(name))
+            c = time.process_time()
+            step_logged(arm, self.steps, self.seed)
+            self.st.data["costs"][name] = dict(step_costs(arm.history),
+                                               cpu_step_s=(time.process_time() - c) / self.steps)
+            self.st.data["algo_means"][name] = self.algo_means(arm.history)
+            path = arm.finish()
+        with Clock(self.st, f"eval_{name}"):
+            self.st.data["evals"][name] = self.evaluate(name, path, arm.cfg)
+        self.st.save()
+
+    def run_later(self, names: Sequence[str], ref: str, step_ratio: Dict[str, float], eval_margin_min: float,
+                  deadline: Optional[str]) -> None:
+        """``run`` each of ``names`` in order, skipping those already evaluated; one starts only when predicted to
+        end before ``deadline`` (``dropped_by_deadline``): now + steps x ``ref``'s median step seconds x
+        ``step_ratio[name]`` + ``eval_margin_min`` minutes."""
+        for name in names:
+            if name in self.st.data["evals"]:
+                continue
+            end = time.time() + self.steps * self.st.data["costs"][ref]["median_step_s"] * step_ratio[name] \
+                + 60 * eval_margin_min
+            if dropped_by_deadline(self.st, [name], end, deadline, self.note):
+                continue
+            self.run(name)
+            self.note(f"{name} done: {self.done(self.st.data['evals'][name])}")
+
+    def note(self, msg: str) -> None:
+        log(f"[seed {self.seed}] {msg}")
 
 
 def setting_lines(sel: Selection) -> List[str]:

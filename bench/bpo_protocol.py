@@ -38,7 +38,7 @@ from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
-from _arms import Arm, log  # noqa: E402
+from _arms import Arm, log, step_logged  # noqa: E402
 from _protocol import (SeedState, Selection, add_protocol_args, add_seed_process_args, apply_setting,  # noqa: E402
                        arm_val_score, coin_flip_config, dropped_by_deadline, grid_todo,
                        protocol_from_args, seed_plan, seed_selection, write_seed_record)
@@ -174,11 +174,7 @@ def run_one(seed: int, args, proto) -> Dict:
         st.data["dropped"].pop(name, None)
         t = time.time()
         arm = Arm(name, arm_config(name, sd, args, seed, sel))
-        for i in range(args.rl_steps):
-            m = arm.step()
-            if (i + 1) % max(1, args.rl_steps // 4) == 0:
-                log(f"[seed {seed}] {name} step {i + 1}/{args.rl_steps}: {m.get('time/step', 0):.2f} s, "
-                    f"reward {m.get('reward/total', float('nan')):.2f}")
+        step_logged(arm, args.rl_steps, seed)
         st.data["costs"][name] = step_costs(arm.history)
         path = arm.finish()
         st.data["minutes"][f"rl_{name}"] = (time.time() - t) / 60

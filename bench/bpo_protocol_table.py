@@ -165,10 +165,7 @@ def render_main(args, argv: List[str]) -> Path:
         title = dict(METRICS)[metric]
         res.add(res.paired_table(title, vals, [(a, b) for a, b in pairs if a in vals and b in vals]))
     res.add(claim_lines(recs, args.seeds))
-    notes = getattr(args, "notes", None)
-    if notes and Path(notes).exists():  # a hand-written reading of these tables, named as such
-        res.add(["## Reading (written by hand from the tables above, `" + str(notes) + "`)", "",
-                 Path(notes).read_text().strip(), ""])
+    res.add(reading_lines(getattr(args, "notes", None)))
     res.add(minutes_lines(recs))
     if missing_seeds:
         res.add([f"**Incomplete: no record for seed(s) {missing_seeds}** (the run did not finish them).", ""])
@@ -187,10 +184,31 @@ def dropped_text(recs: Dict[int, Dict], arm: str) -> str:
     return "; ".join(f"seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}: {why}" for why, ss in by.items())
 
 
+def intro_opening(item: str, script: str) -> str:
+    """The first sentence of a protocol bench's introduction: the issue ``item``, the model, the protocol and the
+    ``script``."""
+    return (f"{item} on the tiny base that sees (`model.path=base`, [docs/base_model.md](../base_model.md)), "
+            f"under the miniature protocol ([docs/miniatures.md](../miniatures.md)), by `{script}`. ")
+
+
+def grid_note(st: Dict, label: str = "Reduced grid", aside: str = "", why: str = "") -> List[str]:
+    """``**label**: lr [...] x KL [...]`` (``aside``) ``instead of the protocol's default`` (``why``), when the
+    records' settings ``st`` ran another grid than the protocol's default; nothing when they ran the default."""
+    if list(st["lr_grid"]) == list(DEFAULT_LR_GRID) and list(st["kl_grid"]) == list(DEFAULT_KL_GRID):
+        return []
+    return [f"**{label}**: lr {st['lr_grid']} x KL {st['kl_grid']}{aside} instead of the protocol's default "
+            f"lr {list(DEFAULT_LR_GRID)} x KL {list(DEFAULT_KL_GRID)}{why}.", ""]
+
+
+def reading_lines(notes: Optional[str]) -> List[str]:
+    """The hand-written reading ``notes`` (a markdown file), titled as such; nothing when there is none."""
+    if not notes or not Path(notes).exists():
+        return []
+    return [f"## Reading (written by hand from the tables above, `{notes}`)", "", Path(notes).read_text().strip(), ""]
+
+
 def intro_lines(recs: Dict[int, Dict], args, st: Dict) -> List[str]:
-    reduced = list(st["lr_grid"]) != list(DEFAULT_LR_GRID) or list(st["kl_grid"]) != list(DEFAULT_KL_GRID)
-    lines = ["Issue 28 item 3 on the tiny base that sees (`model.path=base`, [docs/base_model.md](../base_model.md)), "
-             "under the miniature protocol ([docs/miniatures.md](../miniatures.md)), by `bench/bpo_protocol.py`. "
+    lines = [intro_opening("Issue 28 item 3", "bench/bpo_protocol.py") +
              "Per seed (its own world, SFT and RL seed): the `tint`-prior video world at the base's resolution "
              f"(56 px, 8 frames; {st['n_train']} train clips leaning on the tint with strength 0.8, "
              f"{st['n_test']} debiased test clips, {st['n_val']} debiased validation clips no stage trains on, "
@@ -205,10 +223,8 @@ def intro_lines(recs: Dict[int, Dict], args, st: Dict) -> List[str]:
              "`views/bpo_eval.yaml`, whose five null canvases (black, light gray, noise, gradient, drifting "
              "texture) no stage trained on (\"held-out nulls\": the share of their answers that abstain), and on "
              "the biased split.", ""]
-    if reduced:
-        lines += [f"**Reduced grid**: lr {st['lr_grid']} x KL {st['kl_grid']} instead of the protocol's default "
-                  f"lr {list(DEFAULT_LR_GRID)} x KL {list(DEFAULT_KL_GRID)}, to fit the CPU budget of this session "
-                  f"(2 shared cores); every point ran on every seed at the arms' full step count.", ""]
+    lines += grid_note(st, why=", to fit the CPU budget of this session (2 shared cores); every point ran on every "
+                                "seed at the arms' full step count")
     dropped = [a for a in ARM_ORDER if any(a in r["dropped"] for r in recs.values())]
     lines += [f"- `{a}` not run: {dropped_text(recs, a)}" for a in dropped] + ([""] if dropped else [])
     return lines

@@ -32,19 +32,17 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
-from _arms import Arm, log  # noqa: E402
-from _preflight import check_truncation, truncation_share  # noqa: E402
-from _protocol import (Clock, ProtocolError, SeedState, Selection, add_protocol_args,  # noqa: E402
-                       add_seed_process_args, apply_setting, arm_val_score, coin_flip_config, dropped_by_deadline,
-                       grid_todo, protocol_from_args, seed_plan, seed_selection, write_seed_record)
-from bpo_arms import step_costs  # noqa: E402
+from _arms import log  # noqa: E402
+from _preflight import truncation_reasons, truncation_share  # noqa: E402
+from _protocol import (Clock, SeedArms, SeedState, Selection, add_protocol_args, add_seed_process_args,  # noqa: E402
+                       add_stage_args, apply_setting, arm_val_score, coin_flip_config, grid_todo, seed_main, seed_plan,
+                       seed_preflight, seed_process, write_seed_record)
 from dspo import ARMS as OLD_ARMS  # noqa: E402
 from dspo_preflight import CONFIG, data_overrides, preflight_of, start_overrides  # noqa: E402
 
@@ -124,57 +122,28 @@ def preflight_stage(seed: int, args, sd: Path, st: SeedState) -> Dict:
     """The pre-flight record (reused when present) and the stop: ``st.data['stopped']`` names why RL is not spent."""
     from dspo_preflight import run_seed as preflight_seed
 
-    if (sd / "preflight.json").exists():
-        rec = json.loads((sd / "preflight.json").read_text())
-        log(f"[seed {seed}] pre-flight: reused {sd / 'preflight.json'}")
-    else:
-        with Clock(st, "preflight"):
-            rec = preflight_seed(seed, SIZE, preflight_args(args), sd)
-        st.save()
+    return seed_preflight(seed, sd, st, lambda: preflight_seed(seed, SIZE, preflight_args(args), sd), stop_reasons,
+                          args.smoke)
+
+
+def stop_reasons(rec: Dict) -> List[str]:
+    """Why RL is not spent on the seed: CVIG cannot act, or over 5% of the sampled (groups) or greedy test
+    responses are cut at max new tokens."""
     pf = preflight_of(rec)
-    why = [] if pf.can_act else [f"CVIG cannot act: {pf.reason}"]
-    for flags, what in (([x for g in rec["groups"]["truncated"] for x in g], "sampled responses (groups)"),
-                        (rec["greedy_truncated"], "greedy test responses")):
-        try:
-            check_truncation(flags, rec["max_new_tokens"], what=what)
-        except ProtocolError as e:
-            why.append(str(e))
-    if args.smoke:  # a plumbing run goes on; what would have stopped a full run is kept in the record
-        st.data["smoke_would_stop"] = "; ".join(why)
-        why = []
-    st.data["stopped"] = "; ".join(why)
-    st.save()
-    return rec
-
-
-def run_arm(name: str, sd: Path, args, seed: int, sel: Selection, st: SeedState) -> None:
-    with Clock(st, f"rl_{name}"):
-        arm = Arm(name, arm_config(name, sd, args, seed, sel))
-        c = time.process_time()
-        for i in range(args.rl_steps):
-            m = arm.step()
-            if (i + 1) % max(1, args.rl_steps // 4) == 0:
-                log(f"[seed {seed}] {name} step {i + 1}/{args.rl_steps}: {m.get('time/step', 0):.2f} s, "
-                    f"reward {m.get('reward/total', float('nan')):.2f}")
-        st.data["costs"][name] = dict(step_costs(arm.history), cpu_step_s=(time.process_time() - c) / args.rl_steps)
-        st.data["algo_means"][name] = algo_means(arm.history)
-        cfg = arm.cfg
-        path = arm.finish()
-    with Clock(st, f"eval_{name}"):
-        st.data["evals"][name] = evaluate_dir(path, sd, cfg, name, args.max_new_tokens)
-    st.save()
+    return ([] if pf.can_act else [f"CVIG cannot act: {pf.reason}"]) + truncation_reasons(
+        [([x for g in rec["groups"]["truncated"] for x in g], "sampled responses (groups)"),
+         (rec["greedy_truncated"], "greedy test responses")], rec["max_new_tokens"])
 
 
 def run_one(seed: int, args, proto) -> Dict:
-    sd = Path(args.out) / f"seed{seed}"
-    sd.mkdir(parents=True, exist_ok=True)
-    st = SeedState(sd / "state.json")
-    st.data.setdefault("algo_means", {})
-    t0, c0 = time.time(), time.process_time()
-    rec = preflight_stage(seed, args, sd, st)
-    if st.data["stopped"] or args.until == "preflight":
-        log(f"[seed {seed}] " + (f"stopped: {st.data['stopped']}" if st.data["stopped"] else "pre-flight done"))
-        return write_record(seed, rec, st.data, args, proto)
+    return seed_process(seed, args, proto, lambda sd, st: preflight_stage(seed, args, sd, st),
+                        lambda sd, st, rec: grid_stage(seed, args, proto, sd, st, rec),
+                        lambda sd, st, sel: arms_stage(seed, args, sd, st, sel),
+                        lambda rec, state: write_record(seed, rec, state, args, proto))
+
+
+def grid_stage(seed: int, args, proto, sd: Path, st: SeedState, rec: Dict) -> None:
+    """The SFT start's test evaluation (from its pre-flight record), then the grid (``grid_point``)."""
     st.data["evals"].setdefault("sft", dict(rec["eval"], truncated=truncation_share(rec["greedy_truncated"])))
     grpo_cfg = arm_config("grpo", sd, args, seed)
     for lr, kl, k in grid_todo(st, proto, sd / "grid"):
@@ -184,32 +153,15 @@ def run_one(seed: int, args, proto) -> Dict:
         st.save()
         log(f"[seed {seed}] grid {k}: validation top-1 {100 * st.data['grid'][k]:.1f} "
             f"({st.data['minutes'][f'grid_{k}']:.1f} min)")
-    if args.until == "grid":
-        return write_record(seed, rec, st.data, args, proto)
-    sel = seed_selection(st, proto, Path(args.out), args.wait_min, seed_dir=Path(args.seed_dir))
-    log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
 
-    chosen = sd / "grid" / f"select_lr{sel.lr:g}_kl{sel.kl:g}"
-    if "grpo" not in st.data["evals"]:
-        hist = json.loads((chosen / "history.json").read_text())
-        st.data["costs"]["grpo"], st.data["algo_means"]["grpo"] = step_costs(hist), algo_means(hist)
-        with Clock(st, "eval_grpo"):
-            st.data["evals"]["grpo"] = evaluate_dir(str(chosen / "final"), sd, grpo_cfg, "grpo", args.max_new_tokens)
-        st.save()
-    for name in LATER:
-        if name in st.data["evals"]:
-            continue
-        end = time.time() + args.rl_steps * st.data["costs"]["grpo"]["median_step_s"] * STEP_RATIO[name] \
-            + 60 * EVAL_MARGIN_MIN
-        if dropped_by_deadline(st, [name], end, args.deadline, lambda msg: log(f"[seed {seed}] {msg}")):
-            continue
-        run_arm(name, sd, args, seed, sel, st)
-        e = st.data["evals"][name]
-        log(f"[seed {seed}] {name} done: top-1 {100 * e['top1']:.1f}, box IoU {e['box_iou']:.3f}")
-    st.data["minutes"]["this_run"] = (time.time() - t0) / 60
-    st.data.setdefault("cpu_minutes", {})["this_run"] = (time.process_time() - c0) / 60
-    st.save()
-    return write_record(seed, rec, st.data, args, proto)
+
+def arms_stage(seed: int, args, sd: Path, st: SeedState, sel: Selection) -> None:
+    """The grid's chosen run is the GRPO arm; then ``LATER`` in order, each while ``--deadline`` allows."""
+    arms = SeedArms(seed, st, args.rl_steps, lambda n: arm_config(n, sd, args, seed, sel),
+                    lambda n, path, cfg: evaluate_dir(path, sd, cfg, n, args.max_new_tokens), algo_means,
+                    lambda e: f"top-1 {100 * e['top1']:.1f}, box IoU {e['box_iou']:.3f}")
+    arms.adopt("grpo", sd / "grid" / f"select_lr{sel.lr:g}_kl{sel.kl:g}", arm_config("grpo", sd, args, seed))
+    arms.run_later(LATER, "grpo", STEP_RATIO, EVAL_MARGIN_MIN, args.deadline)
 
 
 def write_record(seed: int, rec: Dict, state: Dict, args, proto) -> Dict:
@@ -223,8 +175,7 @@ def write_record(seed: int, rec: Dict, state: Dict, args, proto) -> Dict:
 
 
 def own_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--until", choices=["preflight", "grid", "arms"], default="arms", help="stop after this stage")
-    ap.add_argument("--model", default="base", help="the SFT's start (model.path)")
+    add_stage_args(ap)
     ap.add_argument("--n-train", type=int, default=512)
     ap.add_argument("--sft-steps", type=int, default=450, help="150 steps left CVIG unable to act on every seed")
     ap.add_argument("--sft-batch", type=int, default=16)
@@ -245,21 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    if args.render:
-        from dspo_protocol_table import render_main
+    from dspo_protocol_table import render_main
 
-        return render_main(args, argv)
-    if args.only is None or args.only not in args.seeds:
-        raise SystemExit("give --only S (one of --seeds) to run a seed, or --render")
-    proto = protocol_from_args(args, SCRIPT, argv)
-    import torch
-
-    torch.set_num_threads(1)
-    rec = run_one(args.only, args, proto)
-    log(f"[seed {args.only}] record written: {Path(args.seed_dir) / f'seed{args.only}.json'} "
-        f"(evals: {', '.join(rec.get('evals', {}))})")
+    return seed_main(argv, build_parser(), SCRIPT, render_main, run_one)
 
 
 if __name__ == "__main__":

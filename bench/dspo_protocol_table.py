@@ -13,10 +13,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence
 
-from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID, Protocol, Results
-from bpo_protocol_table import dropped_text, load_records, verdict
+from _protocol import Protocol, Results
+from bpo_protocol_table import grid_note, intro_opening, load_records, reading_lines, verdict
 from bpo_table import fmt_ci
-from pacg_protocol_table import command_text, cost_lines, grid_lines, protocol_of, stop_lines
+from pacg_protocol_table import (command_text, cost_lines, grid_lines, metric_sections, missing_lines, protocol_of,
+                                 stop_lines)
 
 ARM_ORDER = ("sft", "coin_flip", "grpo", "dspo", "no_cvig", "no_dedr")
 ARM_TEXT = {"sft": "SFT start (no RL)", "coin_flip": "GRPO, coin-flip reward", "grpo": "GRPO", "dspo": "DSPO",
@@ -119,54 +120,31 @@ def algo_lines(recs: Dict[int, Dict]) -> List[str]:
 
 
 def intro_lines(st: Dict) -> List[str]:
-    reduced = list(st["lr_grid"]) != list(DEFAULT_LR_GRID) or list(st["kl_grid"]) != list(DEFAULT_KL_GRID)
-    lines = ["Issue 29 item 2 on the tiny base that sees (`model.path=base`, [docs/base_model.md](../base_model.md)), "
-             "under the miniature protocol ([docs/miniatures.md](../miniatures.md)), by `bench/dspo_protocol.py`. "
-             "Per seed (its own mood world at 112 px, SFT checkpoint and RL seed): the pre-flight below (SFT "
-             f"{st['sft_steps']} steps on {st['n_train']} short four-step responses), the grid on the validation "
-             f"split (the GRPO arm), then every RL arm from the same SFT start for {st['rl_steps']} steps x "
-             f"{st['prompts_per_step']} prompts x {st['n']} responses at the chosen lr and KL; max new tokens "
-             f"{st['max_new_tokens']}.", "",
-             "Arms (`configs/dspo_mood.yaml`): `sft`, the start (no RL); `coin_flip`, GRPO whose `dspo_accuracy` is a "
-             "coin flip of the batch's mean (`dspo_coin_flip`); `grpo` (1.0 accuracy + 0.1 format; the grid's run at "
-             "the chosen setting); `dspo` (+ 0.3 DEDR and CVIG: 0.1 R_cf and the w-gate, the response's own box's "
-             "merged visual tokens zeroed); `no_cvig` (`algorithm.params.cvig=false`); `no_dedr` (the `dspo_div` "
-             "weight 0). Every arm is scored by `mmrl eval emotion` on the seed's held-out test images (greedy).", ""]
-    if reduced:
-        lines += [f"**Grid**: lr {st['lr_grid']} x KL {st['kl_grid']} (KL 0.01 is the paper's beta, fixed by issue 29) "
-                  f"instead of the protocol's default lr {list(DEFAULT_LR_GRID)} x KL {list(DEFAULT_KL_GRID)}.", ""]
-    return lines
+    return [intro_opening("Issue 29 item 2", "bench/dspo_protocol.py") +
+            "Per seed (its own mood world at 112 px, SFT checkpoint and RL seed): the pre-flight below (SFT "
+            f"{st['sft_steps']} steps on {st['n_train']} short four-step responses), the grid on the validation "
+            f"split (the GRPO arm), then every RL arm from the same SFT start for {st['rl_steps']} steps x "
+            f"{st['prompts_per_step']} prompts x {st['n']} responses at the chosen lr and KL; max new tokens "
+            f"{st['max_new_tokens']}.", "",
+            "Arms (`configs/dspo_mood.yaml`): `sft`, the start (no RL); `coin_flip`, GRPO whose `dspo_accuracy` is a "
+            "coin flip of the batch's mean (`dspo_coin_flip`); `grpo` (1.0 accuracy + 0.1 format; the grid's run at "
+            "the chosen setting); `dspo` (+ 0.3 DEDR and CVIG: 0.1 R_cf and the w-gate, the response's own box's "
+            "merged visual tokens zeroed); `no_cvig` (`algorithm.params.cvig=false`); `no_dedr` (the `dspo_div` "
+            "weight 0). Every arm is scored by `mmrl eval emotion` on the seed's held-out test images (greedy).", ""
+            ] + grid_note(st, "Grid", " (KL 0.01 is the paper's beta, fixed by issue 29)")
 
 
 def render_records(recs: Dict[int, Dict], proto: Protocol, preflight_sections: Sequence[List[str]],
                    notes: Optional[str] = None) -> Results:
     """The whole results section from the seed records (``preflight_sections``: ``dspo_preflight.render``'s)."""
-    st = next(iter(recs.values()))["settings"]
     res = Results(proto, "DSPO against GRPO and its ablations on the tiny base, under the miniature protocol")
-    res.add(intro_lines(st))
-    for sec in preflight_sections:
+    tables = [(title, values(recs, key), scale) for key, title, scale in METRICS]
+    for sec in [intro_lines(next(iter(recs.values()))["settings"]), *preflight_sections, stop_lines(recs),
+                spread_lines(recs), grid_lines(recs, res, "validation top-1 %, greedy, the GRPO arm"),
+                *metric_sections(res, recs, tables, ARM_ORDER, PAIRS), claim_lines(recs, proto.seeds),
+                reading_lines(notes), algo_lines(recs), cost_lines(recs, ARM_ORDER, ARM_TEXT),
+                missing_lines(recs, proto.seeds)]:
         res.add(sec)
-    res.add(stop_lines(recs))
-    res.add(spread_lines(recs))
-    res.add(grid_lines(recs, res, "validation top-1 %, greedy, the GRPO arm"))
-    for key, title, scale in METRICS:
-        vals = values(recs, key)
-        if vals:
-            miss = {a: (dropped_text(recs, a) or "not run") for a in ARM_ORDER if a not in vals}
-            res.add(res.arms_table(title, vals, scale=scale, missing=miss))
-    for key, title, scale in METRICS[:4]:
-        vals = values(recs, key)
-        pairs = [(a, b) for a, b in PAIRS if a in vals and b in vals]
-        if pairs:
-            res.add(res.paired_table(title, vals, pairs, scale=scale))
-    res.add(claim_lines(recs, proto.seeds))
-    if notes and Path(notes).exists():
-        res.add([f"## Reading (written by hand from the tables above, `{notes}`)", "", Path(notes).read_text().strip(), ""])
-    res.add(algo_lines(recs))
-    res.add(cost_lines(recs, ARM_ORDER, ARM_TEXT))
-    missing = [s for s in proto.seeds if s not in recs]
-    if missing:
-        res.add([f"**Incomplete: no record for seed(s) {missing}.**", ""])
     return res
 
 

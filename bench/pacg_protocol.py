@@ -42,11 +42,10 @@ from typing import Dict, List, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from _arms import Arm, log  # noqa: E402
-from _preflight import check_truncation, truncation_share  # noqa: E402
-from _protocol import (Clock, ProtocolError, SeedState, Selection, add_protocol_args,  # noqa: E402
-                       add_seed_process_args, apply_setting, arm_val_score, coin_flip_config, dropped_by_deadline,
-                       grid_todo, protocol_from_args, seed_plan, seed_selection, write_seed_record)
-from bpo_arms import step_costs  # noqa: E402
+from _preflight import truncation_reasons, truncation_share  # noqa: E402
+from _protocol import (Clock, SeedArms, SeedState, Selection, add_protocol_args, add_seed_process_args,  # noqa: E402
+                       add_stage_args, apply_setting, arm_val_score, coin_flip_config, grid_todo, seed_main, seed_plan,
+                       seed_preflight, seed_process, write_seed_record)
 from pacg import ARMS as OLD_ARMS  # noqa: E402
 from pacg_preflight import _DAPO, EXTRACTOR, data_overrides, mechanism, preflight_of, test_items  # noqa: E402
 from pacg_protocol_table import command_text, load, protocol_of, render_records  # noqa: E402
@@ -151,29 +150,18 @@ def preflight_stage(seed: int, args, sd: Path, st: SeedState) -> Dict:
     """The pre-flight record (reused when present) and the stop: ``st.data['stopped']`` names why RL is not spent."""
     from pacg_preflight import run_seed as preflight_seed
 
-    if (sd / "preflight.json").exists():
-        rec = json.loads((sd / "preflight.json").read_text())
-        log(f"[seed {seed}] pre-flight: reused {sd / 'preflight.json'}")
-    else:
-        with Clock(st, "preflight"):
-            rec = preflight_seed(seed, preflight_args(args), sd)
-        st.save()
+    return seed_preflight(seed, sd, st, lambda: preflight_seed(seed, preflight_args(args), sd), stop_reasons,
+                          args.smoke, lambda w: log(f"[seed {seed}] smoke run, not stopped: {w}"))
+
+
+def stop_reasons(rec: Dict) -> List[str]:
+    """Why RL is not spent on the seed: PACG's gate cannot act, or over 5% of the sampled (groups, test) or greedy
+    responses are cut at max new tokens."""
     pf = preflight_of(rec, mechanism(PERSISTENCE, INTERVENTION))
+    cut = [([x for g in rec["groups"]["truncated"] for x in g], "sampled responses (groups)"),
+           (rec["truncated"]["sampled"], "sampled test responses"), (rec["truncated"]["greedy"], "greedy test responses")]
     why = [] if pf.can_act else [f"PACG ({PERSISTENCE}, {INTERVENTION}) cannot act: {pf.reason}"]
-    for flags, what in ([x for g in rec["groups"]["truncated"] for x in g], "sampled responses (groups)"), \
-            (rec["truncated"]["sampled"], "sampled test responses"), (rec["truncated"]["greedy"], "greedy test responses"):
-        try:
-            check_truncation(flags, rec["max_new_tokens"], what=what)
-        except ProtocolError as e:
-            why.append(str(e))
-    if args.smoke:  # a plumbing run goes on; what would have stopped a full run is kept in the record
-        st.data["smoke_would_stop"] = "; ".join(why)
-        for w in why:
-            log(f"[seed {seed}] smoke run, not stopped: {w}")
-        why = []
-    st.data["stopped"] = "; ".join(why)
-    st.save()
-    return rec
+    return why + truncation_reasons(cut, rec["max_new_tokens"])
 
 
 def preflight_args(args) -> SimpleNamespace:
@@ -183,40 +171,27 @@ def preflight_args(args) -> SimpleNamespace:
                            overrides=args.overrides)
 
 
-def run_arm(name: str, sd: Path, args, seed: int, sel: Selection, st: SeedState) -> None:
-    with Clock(st, f"rl_{name}"):
-        arm = Arm(name, arm_config(name, sd, args, seed, sel))
-        c = time.process_time()
-        for i in range(args.rl_steps):
-            m = arm.step()
-            if (i + 1) % max(1, args.rl_steps // 4) == 0:
-                log(f"[seed {seed}] {name} step {i + 1}/{args.rl_steps}: {m.get('time/step', 0):.2f} s, "
-                    f"reward {m.get('reward/total', float('nan')):.2f}")
-        st.data["costs"][name] = dict(step_costs(arm.history), cpu_step_s=(time.process_time() - c) / args.rl_steps)
-        st.data["algo_means"][name] = algo_means(arm.history)
-        data_cfg = arm.cfg.data
-        path = arm.finish()
-    with Clock(st, f"eval_{name}"):
-        st.data["evals"][name] = evaluate(path, sd, data_cfg, seed, args.max_new_tokens)
-    st.save()
+def done_text(e: Dict) -> str:
+    """The end of an arm's log line: its sampled pass."""
+    return (f"sampled accuracy {100 * e['sampled']['accuracy']:.1f}, correct with an unsupported claim "
+            f"{100 * e['sampled'].get('correct_with_unsupported', float('nan')):.1f}")
 
 
 def run_one(seed: int, args, proto) -> Dict:
-    sd = Path(args.out) / f"seed{seed}"
-    sd.mkdir(parents=True, exist_ok=True)
-    st = SeedState(sd / "state.json")
-    st.data.setdefault("algo_means", {})
-    t0, c0 = time.time(), time.process_time()
-    rec = preflight_stage(seed, args, sd, st)
-    if st.data["stopped"] or args.until == "preflight":
-        log(f"[seed {seed}] " + (f"stopped: {st.data['stopped']}" if st.data["stopped"] else "pre-flight done"))
-        return write_record(seed, rec, st.data, args, proto)
+    return seed_process(seed, args, proto, lambda sd, st: preflight_stage(seed, args, sd, st),
+                        lambda sd, st, rec: grid_stage(seed, args, proto, sd, st),
+                        lambda sd, st, sel: arms_stage(seed, args, sd, st, sel),
+                        lambda rec, state: write_record(seed, rec, state, args, proto))
+
+
+def grid_stage(seed: int, args, proto, sd: Path, st: SeedState) -> None:
+    """The SFT start's test diagnosis, then the grid (``grid_point``: both validation accuracies kept in
+    ``grid_both``, the ``--select-on`` one in ``grid``)."""
     sft_cfg = arm_config("dapo", sd, args, seed)
     if "sft" not in st.data["evals"]:
         with Clock(st, "eval_sft"):
             st.data["evals"]["sft"] = evaluate(str(sd / "sft" / "final"), sd, sft_cfg.data, seed, args.max_new_tokens)
         st.save()
-
     st.data.setdefault("grid_both", {})
     for lr, kl, k in grid_todo(st, proto, sd / "grid"):
         with Clock(st, f"grid_{k}"):
@@ -225,33 +200,14 @@ def run_one(seed: int, args, proto) -> Dict:
         st.save()
         log(f"[seed {seed}] grid {k}: validation accuracy greedy {100 * both['greedy']:.1f}, sampled "
             f"{100 * both['sampled']:.1f} ({st.data['minutes'][f'grid_{k}']:.1f} min)")
-    if args.until == "grid":
-        return write_record(seed, rec, st.data, args, proto)
-    sel = seed_selection(st, proto, Path(args.out), args.wait_min, seed_dir=Path(args.seed_dir))
-    log(f"[seed {seed}] setting: lr {sel.lr:g}, KL {sel.kl:g} (from seeds {st.data['selection']['seeds']})")
 
-    chosen = sd / "grid" / f"select_lr{sel.lr:g}_kl{sel.kl:g}"
-    if "dapo" not in st.data["evals"]:
-        hist = json.loads((chosen / "history.json").read_text())
-        st.data["costs"]["dapo"], st.data["algo_means"]["dapo"] = step_costs(hist), algo_means(hist)
-        with Clock(st, "eval_dapo"):
-            st.data["evals"]["dapo"] = evaluate(str(chosen / "final"), sd, sft_cfg.data, seed, args.max_new_tokens)
-        st.save()
-    for name in LATER:
-        if name in st.data["evals"]:
-            continue
-        end = time.time() + args.rl_steps * st.data["costs"]["dapo"]["median_step_s"] * STEP_RATIO[name] \
-            + 60 * EVAL_MARGIN_MIN
-        if dropped_by_deadline(st, [name], end, args.deadline, lambda msg: log(f"[seed {seed}] {msg}")):
-            continue
-        run_arm(name, sd, args, seed, sel, st)
-        e = st.data["evals"][name]["sampled"]
-        log(f"[seed {seed}] {name} done: sampled accuracy {100 * e['accuracy']:.1f}, correct with an unsupported "
-            f"claim {100 * e.get('correct_with_unsupported', float('nan')):.1f}")
-    st.data["minutes"]["this_run"] = (time.time() - t0) / 60
-    st.data.setdefault("cpu_minutes", {})["this_run"] = (time.process_time() - c0) / 60
-    st.save()
-    return write_record(seed, rec, st.data, args, proto)
+
+def arms_stage(seed: int, args, sd: Path, st: SeedState, sel: Selection) -> None:
+    """The grid's chosen run is the DAPO arm; then ``LATER`` in order, each while ``--deadline`` allows."""
+    arms = SeedArms(seed, st, args.rl_steps, lambda n: arm_config(n, sd, args, seed, sel),
+                    lambda n, path, cfg: evaluate(path, sd, cfg.data, seed, args.max_new_tokens), algo_means, done_text)
+    arms.adopt("dapo", sd / "grid" / f"select_lr{sel.lr:g}_kl{sel.kl:g}", arm_config("dapo", sd, args, seed))
+    arms.run_later(LATER, "dapo", STEP_RATIO, EVAL_MARGIN_MIN, args.deadline)
 
 
 def cost_probe(seed: int, args, steps: int) -> Dict[str, Dict[str, float]]:
@@ -328,8 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def own_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--until", choices=["preflight", "grid", "arms"], default="arms", help="stop after this stage")
-    ap.add_argument("--model", default="base", help="the SFT's start (model.path)")
+    add_stage_args(ap)
     ap.add_argument("--n-train", type=int, default=1024)
     ap.add_argument("--sft-steps", type=int, default=300)
     ap.add_argument("--sft-lr", type=float, default=3e-4)
@@ -346,28 +301,17 @@ def own_args(ap: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    if args.render:
-        return render_main(args, argv)
-    if args.only is None or args.only not in args.seeds:
-        raise SystemExit("give --only S (one of --seeds) to run a seed, or --render")
-    proto = protocol_from_args(args, SCRIPT, argv)
-    torch_threads()
-    if args.cost_probe:
-        for n, c in cost_probe(args.only, args, args.cost_probe).items():
-            print(f"{n}: {c['cpu_step_s']:.2f} CPU s / step ({c['wall_step_s']:.2f} wall), "
-                  f"{c['response_tokens']:.0f} response tokens / step, {c['resample_rounds']:.2f} resample rounds")
-        return None
-    rec = run_one(args.only, args, proto)
-    log(f"[seed {args.only}] record written: {Path(args.seed_dir) / f'seed{args.only}.json'} "
-        f"(evals: {', '.join(rec.get('evals', {}))})")
+    return seed_main(argv, build_parser(), SCRIPT, render_main, run_one, instead=print_cost_probe)
 
 
-def torch_threads() -> None:
-    import torch
-
-    torch.set_num_threads(1)
+def print_cost_probe(args) -> bool:
+    """With ``--cost-probe K``: print ``cost_probe``'s seconds per step of every arm; True when it ran."""
+    if not args.cost_probe:
+        return False
+    for n, c in cost_probe(args.only, args, args.cost_probe).items():
+        print(f"{n}: {c['cpu_step_s']:.2f} CPU s / step ({c['wall_step_s']:.2f} wall), "
+              f"{c['response_tokens']:.0f} response tokens / step, {c['resample_rounds']:.2f} resample rounds")
+    return True
 
 
 if __name__ == "__main__":

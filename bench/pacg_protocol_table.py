@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from _protocol import DEFAULT_KL_GRID, DEFAULT_LR_GRID, Protocol, Results, grid_key
-from bpo_protocol_table import dropped_text, load_records, verdict
+from _protocol import Protocol, Results, grid_key
+from bpo_protocol_table import dropped_text, grid_note, intro_opening, load_records, reading_lines, verdict
 from bpo_table import fmt_ci
 
 ARM_ORDER = ("sft", "coin_flip", "dapo", "dapo+pacg", "vppo", "vppo+pacg")
@@ -175,22 +175,16 @@ def stop_lines(recs: Dict[int, Dict]) -> List[str]:
 
 
 def intro_lines(st: Dict) -> List[str]:
-    reduced = list(st["lr_grid"]) != list(DEFAULT_LR_GRID) or list(st["kl_grid"]) != list(DEFAULT_KL_GRID)
-    lines = ["Issue 29 item 1 on the tiny base that sees (`model.path=base`, [docs/base_model.md](../base_model.md)), "
-             "under the miniature protocol ([docs/miniatures.md](../miniatures.md)), by `bench/pacg_protocol.py`. "
-             "Per seed (its own `prior` claims world, SFT checkpoint and RL seed): the pre-flight below, the grid on "
-             f"the validation split (the DAPO arm), then every RL arm from the same SFT start for {st['rl_steps']} "
-             f"steps x {st['prompts_per_step']} prompts x {st['n']} responses at the chosen lr and KL.", "",
-             "Arms: `sft`, the start (no RL); `coin_flip`, DAPO whose accuracy reward is a coin flip of the batch's "
-             "mean accuracy (without dynamic sampling, which filters on the true accuracy the control must not see); "
-             "`dapo` (the grid's run at the chosen setting); `dapo+pacg` and `vppo+pacg`, PACG with `persistence: "
-             "content` under `full_mask` (the setting where the pre-flight shows the gate acts); `vppo`. Every arm is "
-             "diagnosed on the seed's test images (`mmrl.diagnose`, the world's claim labels): greedy, and one "
-             "response per image sampled at temperature 1 with the same seed for every arm.", ""]
-    if reduced:
-        lines += [f"**Reduced grid**: lr {st['lr_grid']} x KL {st['kl_grid']} instead of the protocol's default "
-                  f"lr {list(DEFAULT_LR_GRID)} x KL {list(DEFAULT_KL_GRID)}.", ""]
-    return lines
+    return [intro_opening("Issue 29 item 1", "bench/pacg_protocol.py") +
+            "Per seed (its own `prior` claims world, SFT checkpoint and RL seed): the pre-flight below, the grid on "
+            f"the validation split (the DAPO arm), then every RL arm from the same SFT start for {st['rl_steps']} "
+            f"steps x {st['prompts_per_step']} prompts x {st['n']} responses at the chosen lr and KL.", "",
+            "Arms: `sft`, the start (no RL); `coin_flip`, DAPO whose accuracy reward is a coin flip of the batch's "
+            "mean accuracy (without dynamic sampling, which filters on the true accuracy the control must not see); "
+            "`dapo` (the grid's run at the chosen setting); `dapo+pacg` and `vppo+pacg`, PACG with `persistence: "
+            "content` under `full_mask` (the setting where the pre-flight shows the gate acts); `vppo`. Every arm is "
+            "diagnosed on the seed's test images (`mmrl.diagnose`, the world's claim labels): greedy, and one "
+            "response per image sampled at temperature 1 with the same seed for every arm.", ""] + grid_note(st)
 
 
 EARLIER = ["## Earlier runs", "",
@@ -202,34 +196,35 @@ EARLIER = ["## Earlier runs", "",
 def render_records(recs: Dict[int, Dict], proto: Protocol, preflight_sections: Sequence[List[str]],
                    notes: Optional[str] = None) -> Results:
     """The whole results file from the seed records (``preflight_sections``: ``pacg_preflight.render``'s)."""
-    st = next(iter(recs.values()))["settings"]
     res = Results(proto, "PACG over DAPO and VPPO on the tiny base, under the miniature protocol")
-    res.add(intro_lines(st))
-    for sec in preflight_sections:
+    tables = [(title, values(recs, src, key), scale) for src, key, title, scale in METRICS]
+    for sec in [intro_lines(next(iter(recs.values()))["settings"]), *preflight_sections, stop_lines(recs),
+                grid_lines(recs, res), *metric_sections(res, recs, tables, ARM_ORDER, PAIRS),
+                claim_lines(recs, proto.seeds), reading_lines(notes), gate_lines(recs), cost_lines(recs),
+                missing_lines(recs, proto.seeds), EARLIER]:
         res.add(sec)
-    res.add(stop_lines(recs))
-    res.add(grid_lines(recs, res))
-    for src, key, title, scale in METRICS:
-        vals = values(recs, src, key)
-        if not vals:
-            continue
-        miss = {a: (dropped_text(recs, a) or "not run") for a in ARM_ORDER if a not in vals}
-        res.add(res.arms_table(title, vals, scale=scale, missing=miss))
-    for src, key, title, scale in METRICS[:4]:
-        vals = values(recs, src, key)
-        pairs = [(a, b) for a, b in PAIRS if a in vals and b in vals]
-        if pairs:
-            res.add(res.paired_table(title, vals, pairs, scale=scale))
-    res.add(claim_lines(recs, proto.seeds))
-    if notes and Path(notes).exists():
-        res.add([f"## Reading (written by hand from the tables above, `{notes}`)", "", Path(notes).read_text().strip(), ""])
-    res.add(gate_lines(recs))
-    res.add(cost_lines(recs))
-    missing = [s for s in proto.seeds if s not in recs]
-    if missing:
-        res.add([f"**Incomplete: no record for seed(s) {missing}.**", ""])
-    res.add(EARLIER)
     return res
+
+
+def metric_sections(res: Results, recs: Dict[int, Dict], tables: Sequence[Tuple[str, Dict, float]],
+                    arms: Sequence[str], pairs: Sequence[Tuple[str, str]], paired: int = 4) -> List[List[str]]:
+    """One table per metric ``(title, {arm: {seed: value}}, scale)`` of ``tables`` that has a value (each arm of
+    ``arms`` without one said why, ``dropped_text``), then the differences ``pairs`` paired within seeds on the first
+    ``paired`` metrics."""
+    out = [res.arms_table(title, vals, scale=scale,
+                          missing={a: (dropped_text(recs, a) or "not run") for a in arms if a not in vals})
+           for title, vals, scale in tables if vals]
+    for title, vals, scale in tables[:paired]:
+        both = [(a, b) for a, b in pairs if a in vals and b in vals]
+        if both:
+            out.append(res.paired_table(title, vals, both, scale=scale))
+    return out
+
+
+def missing_lines(recs: Dict[int, Dict], seeds: Sequence[int]) -> List[str]:
+    """A line naming the protocol's seeds without a record, if any."""
+    missing = [s for s in seeds if s not in recs]
+    return [f"**Incomplete: no record for seed(s) {missing}.**", ""] if missing else []
 
 
 def load(seed_dir: Path, seeds: Sequence[int]) -> Dict[int, Dict]:

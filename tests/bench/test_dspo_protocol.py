@@ -71,6 +71,16 @@ def test_render_builds_the_results_file_from_the_records_alone_and_keeps_the_ear
     assert text.rstrip().endswith("kept below") and "end of the section written by bench/dspo_protocol.py" in text
 
 
+def test_render_states_the_grid_the_hand_written_reading_and_a_seed_without_a_record(tmp_path):
+    notes = tmp_path / "notes.md"
+    notes.write_text("DSPO moved.\n")
+    text = _render({s: _record(s) for s in (0, 1)}, tmp_path, notes=notes)
+    assert ("**Grid**: lr [1e-05, 3e-05] x KL [0.01] (KL 0.01 is the paper's beta, fixed by issue 29) instead of the "
+            "protocol's default lr [1e-06, 3e-06, 1e-05, 3e-05] x KL [0.0, 0.01].") in text
+    assert f"## Reading (written by hand from the tables above, `{notes}`)\n\nDSPO moved.\n" in text
+    assert "**Incomplete: no record for seed(s) [2].**" in text
+
+
 def test_a_stopped_seed_and_a_dropped_arm_say_why(tmp_path):
     recs = {s: _record(s) for s in (0, 1)}
     recs[2] = _record(2, stopped="CVIG cannot act: 21% of the sampled responses are well-formed")

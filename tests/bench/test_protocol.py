@@ -335,3 +335,124 @@ def test_a_seed_added_later_pools_with_the_committed_records_of_the_earlier_seed
     sel = P.pooled_selection(proto, out, 0, seed_dir=recs)
     assert (sel.lr, sel.seeds) == (3e-5, [0, 2]) and sel.scores[(3e-5, 0.0)] == pytest.approx(0.75)
     assert P.pooled_selection(proto, out, 0).seeds == [2]  # without the records: only the seed with a run state
+
+
+def _seed_arms(st, evaluated):
+    """``SeedArms`` of seed 0, 10 steps, whose evaluation records its arguments (no model)."""
+    return P.SeedArms(0, st, 10, config=lambda n: f"cfg {n}",
+                      evaluate=lambda n, path, cfg: evaluated.append(n) or {"acc": 0.5, "path": path, "cfg": cfg},
+                      algo_means=lambda h: {"steps": len(h)}, done=lambda e: f"acc {e['acc']}")
+
+
+def test_seed_arms_adopt_the_grid_run_once_then_skip_finished_arms_and_drop_those_past_the_deadline(
+        tmp_path, monkeypatch, capsys):
+    import time
+
+    st, evaluated = P.SeedState(tmp_path / "state.json"), []
+    st.data["algo_means"] = {}
+    run_dir = tmp_path / "grid" / "select_lr1e-05_kl0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "history.json").write_text(json.dumps([{"time/step": 2.0}, {"time/step": 4.0}]))
+    arms = _seed_arms(st, evaluated)
+    arms.adopt("ref", run_dir, "cfg0")
+    arms.adopt("ref", run_dir, "cfg0")  # already evaluated: nothing again
+    assert evaluated == ["ref"] and st.data["costs"]["ref"]["median_step_s"] == 3.0
+    assert st.data["evals"]["ref"] == {"acc": 0.5, "path": str(run_dir / "final"), "cfg": "cfg0"}
+    assert st.data["algo_means"]["ref"] == {"steps": 2} and "eval_ref" in st.data["cpu_minutes"]
+    ran = []
+    arms.run = lambda n: ran.append(n) or st.data["evals"].__setitem__(n, {"acc": 1.0})
+    st.data["evals"]["done_before"] = {"acc": 0.9}
+    st.data["dropped"]["fits"] = "an earlier run's deadline"
+    # ends: now + 10 steps x 3 s x ratio + 60 s: 'fits' at +90 s, 'late' at +3060 s, after the deadline at +1800 s
+    monkeypatch.setattr(P, "deadline_epoch", lambda hhmm: time.time() + 1800)
+    arms.run_later(["fits", "done_before", "late"], "ref", {"fits": 1.0, "done_before": 1.0, "late": 100.0}, 1.0,
+                   "12:00")
+    assert ran == ["fits"] and "fits" not in st.data["dropped"]
+    assert st.data["dropped"]["late"].endswith("after the deadline 12:00 UTC") and "late" not in st.data["evals"]
+    assert P.SeedState(tmp_path / "state.json").data["dropped"]["late"] == st.data["dropped"]["late"]  # saved
+    err = capsys.readouterr().err
+    assert "[seed 0] fits done: acc 1.0" in err and "[seed 0] late dropped: predicted to end at" in err
+
+
+def test_seed_arms_run_trains_costs_and_evaluates_an_arm(tmp_path, monkeypatch):
+    import _arms
+
+    class FakeArm:  # an arm's steps and export, without a model
+        def __init__(self, name, cfg):
+            self.name, self.cfg, self.history = name, cfg, []
+
+        def step(self):
+            self.history.append({"time/step": 1.0 + len(self.history), "reward/total": 0.5})
+            return self.history[-1]
+
+        def finish(self):
+            return f"{self.name}/final"
+
+    monkeypatch.setattr(_arms, "Arm", FakeArm)
+    st, evaluated = P.SeedState(tmp_path / "state.json"), []
+    st.data["algo_means"] = {}
+    _seed_arms(st, evaluated).run("b")
+    saved = P.SeedState(tmp_path / "state.json").data
+    assert saved["evals"]["b"] == {"acc": 0.5, "path": "b/final", "cfg": "cfg b"} and saved["algo_means"]["b"] == {
+        "steps": 10}
+    assert saved["costs"]["b"]["median_step_s"] == 5.5 and saved["costs"]["b"]["cpu_step_s"] >= 0
+    assert {"rl_b", "eval_b"} <= set(saved["minutes"]) and {"rl_b", "eval_b"} <= set(saved["cpu_minutes"])
+
+
+def test_seed_preflight_reuses_a_record_and_a_smoke_run_goes_on(tmp_path):
+    st, notes = P.SeedState(tmp_path / "state.json"), []
+    rec = P.seed_preflight(0, tmp_path, st, lambda: {"cut": True}, lambda r: ["cut"] if r["cut"] else [], smoke=False)
+    assert rec == {"cut": True} and st.data["stopped"] == "cut" and "preflight" in st.data["minutes"]
+    (tmp_path / "preflight.json").write_text('{"cut": false}')
+    rec = P.seed_preflight(0, tmp_path, st, lambda: 1 / 0, lambda r: ["cut"] if r["cut"] else [], smoke=False)
+    assert rec == {"cut": False} and st.data["stopped"] == ""  # reused: run() is not called
+    (tmp_path / "preflight.json").write_text('{"cut": true}')
+    P.seed_preflight(0, tmp_path, st, lambda: 1 / 0, lambda r: ["cut", "gate"], smoke=True, note=notes.append)
+    assert st.data["stopped"] == "" and st.data["smoke_would_stop"] == "cut; gate" and notes == ["cut", "gate"]
+
+
+@pytest.mark.parametrize("stopped,until,stages", [("cannot act", "arms", ["preflight"]), ("", "preflight", ["preflight"]),
+                                                  ("", "grid", ["preflight", "grid"]),
+                                                  ("", "arms", ["preflight", "grid", "arms 1e-05"])])
+def test_seed_process_stops_where_the_preflight_or_until_says(tmp_path, stopped, until, stages):
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(out=str(tmp_path), until=until, wait_min=0, seed_dir=str(tmp_path / "records"))
+    ran = []
+
+    def preflight(sd, st):
+        ran.append("preflight")
+        st.data["stopped"] = stopped
+        return {"pf": 1}
+
+    def grid(sd, st, rec):
+        ran.append("grid")
+        st.data["grid"]["lr1e-05_kl0"] = 0.5
+        st.save()
+
+    out = P.seed_process(0, args, _proto(seeds=[0], lr_grid=[1e-5], kl_grid=[0.0]), preflight, grid,
+                         lambda sd, st, sel: ran.append(f"arms {sel.lr:g}"), lambda rec, state: dict(state, rec=rec))
+    assert ran == stages and out["rec"] == {"pf": 1} and out["algo_means"] == {}
+    assert ("this_run" in out["minutes"]) == (len(stages) == 3)  # the process's own minutes: only after the arms
+
+
+def test_seed_main_renders_or_runs_the_only_seed_unless_something_runs_instead(tmp_path, capsys):
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    P.add_protocol_args(ap)
+    P.add_seed_process_args(ap, "x", lambda a: None)
+    base, ran = ["--smoke", "--seeds", "0", "1", "--seed-dir", str(tmp_path)], []
+
+    def run(seed, args, proto):
+        ran.append((seed, proto.seeds))
+        return {"evals": {"sft": {}, "a": {}}}
+
+    assert P.seed_main(base + ["--render"], ap, "bench/x.py", lambda args, argv: argv[-1], run) == "--render"
+    with pytest.raises(SystemExit, match="give --only S"):
+        P.seed_main(base + ["--only", "2"], ap, "bench/x.py", print, run)
+    P.seed_main(base + ["--only", "1"], ap, "bench/x.py", print, run, instead=lambda args: True)
+    assert ran == []
+    P.seed_main(base + ["--only", "1"], ap, "bench/x.py", print, run)
+    assert ran == [(1, [0, 1])]
+    assert f"[seed 1] record written: {tmp_path / 'seed1.json'} (evals: sft, a)" in capsys.readouterr().err
