@@ -575,13 +575,22 @@ class Results:
         ``basis`` it was chosen from; a line saying so where no setting was chosen."""
         keys = [(lr, kl) for lr in self.protocol.lr_grid for kl in self.protocol.kl_grid]
         done = [r for r in recs.values() if all(grid_key(lr, kl) in r.get("grid", {}) for lr, kl in keys)]
-        sel = next((r["selection"] for r in recs.values() if "selection" in r), None)
-        if not done or sel is None:
+        sels = {s: r["selection"] for s, r in recs.items() if "selection" in r}
+        if not done or not sels:
             return ["", "No seed finished the grid: no setting was chosen.", ""]
+        sel = next(iter(sels.values()))
         scores = {(lr, kl): sum(r["grid"][grid_key(lr, kl)] for r in done) / len(done) for lr, kl in keys}
+        pools: Dict[Tuple, List[int]] = {}  # seeds added later pool with the earlier ones: say who chose from what
+        for s, x in sels.items():
+            pools.setdefault((x["lr"], x["kl"], tuple(x["seeds"])), []).append(s)
+        same = len({(lr, kl) for lr, kl, _ in pools}) == 1
+        origin = ", ".join(f"seeds {', '.join(map(str, who))} from the mean over seeds {list(pool)}"
+                           + ("" if same else f" (lr {lr:g}, KL {kl:g})") for (lr, kl, pool), who in pools.items())
+        if len(pools) == 1:
+            origin = f"from the mean over seeds {sel['seeds']}"
+        head = (f"Chosen: lr {sel['lr']:g}, KL {sel['kl']:g}, " if same else "Chosen, NOT the same for every seed: ")
         return [""] + setting_lines(Selection(sel["lr"], sel["kl"], scores))[:-2] + [
-            f"Chosen: lr {sel['lr']:g}, KL {sel['kl']:g}, from the mean over seeds {sel['seeds']} {basis}; the same "
-            "for every arm and seed.", ""]
+            head + f"{origin} {basis}" + ("; the same for every arm and seed." if same else "."), ""]
 
     def render(self) -> str:
         out = self.protocol.header(self.title)

@@ -244,7 +244,10 @@ def protocol_of(recs: Dict[int, Dict], seeds: Sequence[int], command: str) -> Pr
 def command_text(recs: Dict[int, Dict], render_cmd: str) -> str:
     import re
 
-    seeds = " ".join(str(s) for s in recs)
-    cmds = sorted({re.sub(r"--only \d+", "--only $s", r["command"]) for r in recs.values()})
-    return f"for s in {seeds}; do OMP_NUM_THREADS=1 " + " / ".join(cmds) + " & done; wait; " + render_cmd
+    by_cmd: Dict[str, List[int]] = {}
+    for s, r in recs.items():
+        by_cmd.setdefault(re.sub(r"--only \d+", "--only $s", r["command"]), []).append(s)
+    loops = [f"for s in {' '.join(map(str, seeds))}; do OMP_NUM_THREADS=1 {cmd} & done; wait; "
+             for cmd, seeds in sorted(by_cmd.items(), key=lambda kv: kv[1])]
+    return "".join(loops) + render_cmd
 

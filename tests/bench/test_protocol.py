@@ -456,3 +456,22 @@ def test_seed_main_renders_or_runs_the_only_seed_unless_something_runs_instead(t
     P.seed_main(base + ["--only", "1"], ap, "bench/x.py", print, run)
     assert ran == [(1, [0, 1])]
     assert f"[seed 1] record written: {tmp_path / 'seed1.json'} (evals: sft, a)" in capsys.readouterr().err
+
+
+def test_seeds_added_later_say_their_command_and_the_pool_they_chose_from():
+    from pacg_protocol_table import command_text
+
+    recs = {s: {"command": f"python b.py --seeds 0 1 --only {s} --x 1", "grid": {"lr1e-05_kl0": 0.5},
+                "selection": {"lr": 1e-5, "kl": 0.0, "seeds": [0, 1]}} for s in (0, 1)}
+    recs[2] = {"command": "python b.py --seeds 0 1 2 --only 2 --x 1", "grid": {"lr1e-05_kl0": 0.8},
+               "selection": {"lr": 1e-5, "kl": 0.0, "seeds": [0, 1, 2]}}
+    assert command_text(recs, "R") == ("for s in 0 1; do OMP_NUM_THREADS=1 python b.py --seeds 0 1 --only $s --x 1 & "
+                                       "done; wait; for s in 2; do OMP_NUM_THREADS=1 python b.py --seeds 0 1 2 --only $s "
+                                       "--x 1 & done; wait; R")
+    results = P.Results(_proto(seeds=[0, 1, 2], lr_grid=[1e-5], kl_grid=[0.0]), "t")
+    text = "\n".join(results.chosen_setting(recs, "(b)"))
+    assert "| 1e-05 | 60.0 **(chosen)** |" in text  # the grid's mean over all three seeds
+    assert ("Chosen: lr 1e-05, KL 0, seeds 0, 1 from the mean over seeds [0, 1], seeds 2 from the mean over seeds "
+            "[0, 1, 2] (b); the same for every arm and seed.") in text
+    recs[2]["selection"]["lr"] = 3e-5
+    assert "Chosen, NOT the same for every seed: " in "\n".join(results.chosen_setting(recs, "(b)"))
