@@ -280,7 +280,10 @@ def rl_needs_lines(recs: Sequence[Dict], pfs, steps: int = 100, blocks: int = 64
     rate = [r["n_blocks"] * r["group_size"] / r["minutes"]["rollout"] for r in recs if r["minutes"]["rollout"] > 0]
     per_step = blocks * g / max(rate) if rate else float("nan")  # the least contended seed's rate: a lower bound
     grid = len(DEFAULT_LR_GRID) * len(DEFAULT_KL_GRID)
-    runs = len(recs) * (3 + grid)  # per seed: Stream-GDPO, GRPO on the sum, coin flip; the grid on GRPO on the sum
+    # per seed: the grid on GRPO on the sum (its chosen run IS that arm), then Stream-GDPO and the coin flip
+    runs = len(recs) * (2 + grid)
+    small_runs, small_blocks = len(recs) * (2 + 2), 16  # the least the issue allows: 2 lr points at KL 0, 16 blocks
+    small_step = small_blocks * g / max(rate) if rate else float("nan")
     n_q = min(sum(r["start"]["n"].values()) for r in recs)
     low = sorted({t for pf in pfs for t, r in pf.per_type.items() if not r["above_chance"]})
     start = ([f"- A start above chance first: the masked-SFT start is not above chance on {', '.join(low)} on at "
@@ -300,9 +303,13 @@ def rl_needs_lines(recs: Sequence[Dict], pfs, steps: int = 100, blocks: int = 64
             f"- Cost: this run's rollout rates were {', '.join(f'{x:.0f}' for x in rate)} episodes / min per seed "
             f"(niced; they follow the shared machine's load). At the fastest, about "
             f"{per_step:.1f} min of rollouts per RL step, {steps * per_step / 60:.1f} h per {steps}-step run, "
-            f"{runs} runs ({len(recs)} seeds x ({grid} grid points + 3 arms), the grid at full length) = about "
-            f"{runs * steps * per_step / 60:.0f} h before the policy updates and evaluations: out of reach of this "
-            f"shared 2-core CPU.", ""]
+            f"{runs} runs ({len(recs)} seeds x ({grid} grid points, the chosen one being GRPO on the sum, + "
+            f"Stream-GDPO + the coin flip), the grid at full length) = about "
+            f"{runs * steps * per_step / 60:.0f} h before the policy updates and evaluations. The least the issue "
+            f"allows ({steps} steps of {small_blocks} blocks x {g} episodes, 2 lr points at KL 0): {small_runs} runs "
+            f"= about {small_runs * steps * small_step / 60:.1f} h of rollouts alone, on one core, before the "
+            f"policy updates and evaluations (not measured here). The first is out of reach of this shared 2-core "
+            f"CPU; the second would take most of a session's CPU, on a start at chance on the choice tasks.", ""]
 
 
 def component_lines(pfs) -> List[str]:
