@@ -23,11 +23,15 @@ demo: setup
 base: setup
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m mmrl base build $(if $(RECIPE),--recipe $(RECIPE)) $(BASE_ARGS)
 
+# One BLAS/OpenMP thread per test process: float order is then fixed, and on a 2-core box the serial suite ran in
+# 16:57 instead of 20:07 with torch's default threads (two runs of this suite on a quiet machine, 2026-12-03).
+THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(THREADS) $(PY) -m pytest -q -p no:cacheprovider
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(THREADS) $(PY) -m pytest -q -m "not slow"
 
 # The model-facing tests (tests/model_facing.txt) again under the LOWEST supported releases (pyproject's lower bounds;
 # tests/test_supported_ranges.py checks they agree), in a second environment .venv-lowest (same torch). CI runs it.
@@ -44,7 +48,7 @@ $(LSTAMP): pyproject.toml
 
 test-lowest: $(LSTAMP)
 	$(LPY) -m pip list 2>/dev/null | grep -E '^(torch|transformers|peft) '
-	$(LPY) -m pytest -q -p no:cacheprovider $$(grep -v '^#' tests/model_facing.txt)
+	$(THREADS) $(LPY) -m pytest -q -p no:cacheprovider $$(grep -v '^#' tests/model_facing.txt)
 
 # Mutation testing of the modules that decide rewards, updates, frames, checkpoints, views and annotations
 # (docs/testing.md): one worker, MUTATION_BUDGET minutes per module group (default: each group's own budget); not part of CI. GROUPS= picks groups.
