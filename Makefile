@@ -24,7 +24,7 @@ base: setup
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m mmrl base build $(if $(RECIPE),--recipe $(RECIPE)) $(BASE_ARGS)
 
 # One BLAS/OpenMP thread per test process: float order is then fixed, and on a 2-core box the serial suite ran in
-# 16:57 instead of 20:07 with torch's default threads (two runs of this suite on a quiet machine, 2026-12-03).
+# 16:57 and 18:31 instead of 20:07 with torch's default threads (runs of this suite on a quiet machine, 2026-12-03).
 THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 test: setup
