@@ -584,10 +584,11 @@ class Results:
         for s, x in sels.items():
             pools.setdefault((x["lr"], x["kl"], tuple(x["seeds"])), []).append(s)
         same = len({(lr, kl) for lr, kl, _ in pools}) == 1
-        origin = ", ".join(f"seeds {', '.join(map(str, who))} from the mean over seeds {list(pool)}"
-                           + ("" if same else f" (lr {lr:g}, KL {kl:g})") for (lr, kl, pool), who in pools.items())
         if len(pools) == 1:
             origin = f"from the mean over seeds {sel['seeds']}"
+        else:
+            origin = ", ".join(f"seeds {', '.join(map(str, who))} from the mean over seeds {list(pool)}"
+                               + ("" if same else f" (lr {lr:g}, KL {kl:g})") for (lr, kl, pool), who in pools.items())
         head = (f"Chosen: lr {sel['lr']:g}, KL {sel['kl']:g}, " if same else "Chosen, NOT the same for every seed: ")
         return [""] + setting_lines(Selection(sel["lr"], sel["kl"], scores))[:-2] + [
             head + f"{origin} {basis}" + ("; the same for every arm and seed." if same else "."), ""]

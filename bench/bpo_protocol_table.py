@@ -124,11 +124,17 @@ def minutes_lines(recs: Dict[int, Dict]) -> List[str]:
     return lines
 
 
-def command_text(recs: Dict[int, Dict], render_cmd: str) -> str:
-    seeds = " ".join(str(s) for s in recs)
-    cmds = {re.sub(r"--only \d+", "--only $s", r["command"]) for r in recs.values()}
-    return (f"for s in {seeds}; do OMP_NUM_THREADS=1 " + " / ".join(sorted(cmds)) + " & done; wait; "
-            + render_cmd)
+def command_text(recs: Dict[int, Dict], render_cmd: str, prefix: str = "OMP_NUM_THREADS=1",
+                 parallel: bool = True) -> str:
+    """The shell commands that wrote the seed records ``recs``, then ``render_cmd``: one loop over the seeds per
+    distinct seed command (``--only S`` written ``$s``; seeds added later with a longer ``--seeds`` get their own
+    loop), each command after ``prefix``, run in the background and waited for when ``parallel``."""
+    by_cmd: Dict[str, List[int]] = {}
+    for s, r in recs.items():
+        by_cmd.setdefault(re.sub(r"--only \d+", "--only $s", r["command"]), []).append(s)
+    end = " & done; wait; " if parallel else "; done; "
+    return "".join(f"for s in {' '.join(map(str, seeds))}; do {prefix} {cmd}{end}"
+                   for cmd, seeds in sorted(by_cmd.items(), key=lambda kv: kv[1])) + render_cmd
 
 
 def render_main(args, argv: List[str]) -> Path:

@@ -14,10 +14,9 @@ from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence
 
 from _protocol import Protocol, Results
-from bpo_protocol_table import grid_note, intro_opening, load_records, reading_lines, verdict
+from bpo_protocol_table import command_text, grid_note, intro_opening, load_records, reading_lines, verdict
 from bpo_table import fmt_ci
-from pacg_protocol_table import (command_text, cost_lines, grid_lines, metric_sections, missing_lines, protocol_of,
-                                 stop_lines)
+from pacg_protocol_table import cost_lines, grid_lines, metric_sections, missing_lines, protocol_of, stop_lines
 
 ARM_ORDER = ("sft", "coin_flip", "grpo", "dspo", "no_cvig", "no_dedr")
 ARM_TEXT = {"sft": "SFT start (no RL)", "coin_flip": "GRPO, coin-flip reward", "grpo": "GRPO", "dspo": "DSPO",

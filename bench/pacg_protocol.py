@@ -48,7 +48,8 @@ from _protocol import (Clock, SeedArms, SeedState, Selection, add_protocol_args,
                        seed_preflight, seed_process, write_seed_record)
 from pacg import ARMS as OLD_ARMS  # noqa: E402
 from pacg_preflight import _DAPO, EXTRACTOR, data_overrides, mechanism, preflight_of, test_items  # noqa: E402
-from pacg_protocol_table import command_text, load, protocol_of, render_records  # noqa: E402
+from bpo_protocol_table import command_text  # noqa: E402
+from pacg_protocol_table import load, protocol_of, render_records  # noqa: E402
 
 SCRIPT = "bench/pacg_protocol.py"
 PERSISTENCE, INTERVENTION = "content", "full"  # where the pre-flight shows the gate acts

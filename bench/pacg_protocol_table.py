@@ -239,15 +239,3 @@ def protocol_of(recs: Dict[int, Dict], seeds: Sequence[int], command: str) -> Pr
     st = next(iter(recs.values()))["settings"]
     return Protocol(command=command, seeds=list(seeds), n_test=st["n_test"], n_val=st["n_val"], smoke=smoke_of(recs),
                     lr_grid=st["lr_grid"], kl_grid=st["kl_grid"])
-
-
-def command_text(recs: Dict[int, Dict], render_cmd: str) -> str:
-    import re
-
-    by_cmd: Dict[str, List[int]] = {}
-    for s, r in recs.items():
-        by_cmd.setdefault(re.sub(r"--only \d+", "--only $s", r["command"]), []).append(s)
-    loops = [f"for s in {' '.join(map(str, seeds))}; do OMP_NUM_THREADS=1 {cmd} & done; wait; "
-             for cmd, seeds in sorted(by_cmd.items(), key=lambda kv: kv[1])]
-    return "".join(loops) + render_cmd
-

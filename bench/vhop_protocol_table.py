@@ -5,12 +5,12 @@ and the costs. What follows ``MARK`` in the file (the pre-flight's section and t
 from __future__ import annotations
 
 import math
-import re
 import shlex
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from _protocol import Protocol, Results
+from bpo_protocol_table import command_text as seed_commands
 from bpo_table import fmt_ci
 from vhop_preflight_table import ROUTER_MARK as MARK  # the pre-flight's rewrite keeps this section above its own
 
@@ -187,9 +187,8 @@ def load(seed_dir: Path, seeds: Sequence[int]) -> Dict[int, Dict]:
 
 
 def command_text(recs: Dict[int, Dict], render_cmd: str) -> str:
-    cmds = sorted({re.sub(r"--only \d+", "--only $s", r["command"]) for r in recs.values()})
-    seeds = " ".join(str(s) for s in recs)
-    return (f"for s in {seeds}; do OMP_NUM_THREADS=1 nice -n 10 " + " / ".join(cmds) + "; done; " + render_cmd)
+    """The seeds ran one after the other, niced (``bpo_protocol_table.command_text``)."""
+    return seed_commands(recs, render_cmd, prefix="OMP_NUM_THREADS=1 nice -n 10", parallel=False)
 
 
 def protocol_of(recs: Dict[int, Dict], seeds: Sequence[int], command: str) -> Protocol:

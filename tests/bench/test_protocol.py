@@ -459,7 +459,7 @@ def test_seed_main_renders_or_runs_the_only_seed_unless_something_runs_instead(t
 
 
 def test_seeds_added_later_say_their_command_and_the_pool_they_chose_from():
-    from pacg_protocol_table import command_text
+    from bpo_protocol_table import command_text
 
     recs = {s: {"command": f"python b.py --seeds 0 1 --only {s} --x 1", "grid": {"lr1e-05_kl0": 0.5},
                 "selection": {"lr": 1e-5, "kl": 0.0, "seeds": [0, 1]}} for s in (0, 1)}
@@ -468,6 +468,8 @@ def test_seeds_added_later_say_their_command_and_the_pool_they_chose_from():
     assert command_text(recs, "R") == ("for s in 0 1; do OMP_NUM_THREADS=1 python b.py --seeds 0 1 --only $s --x 1 & "
                                        "done; wait; for s in 2; do OMP_NUM_THREADS=1 python b.py --seeds 0 1 2 --only $s "
                                        "--x 1 & done; wait; R")
+    assert command_text({0: recs[0]}, "R", prefix="N", parallel=False) == (
+        "for s in 0; do N python b.py --seeds 0 1 --only $s --x 1; done; R")  # seeds one after the other
     results = P.Results(_proto(seeds=[0, 1, 2], lr_grid=[1e-5], kl_grid=[0.0]), "t")
     text = "\n".join(results.chosen_setting(recs, "(b)"))
     assert "| 1e-05 | 60.0 **(chosen)** |" in text  # the grid's mean over all three seeds
