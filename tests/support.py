@@ -75,3 +75,18 @@ def varying_reward_cfg(overrides):
     cfg = load_config(None, overrides)
     cfg.rewards = [RewardConfig("test_even_tokens", 1.0)]
     return cfg
+
+
+def policy_log_softmax(logits, model):
+    """``log_softmax`` over the policy's support (``mmrl.models.policy_head``): the model's vision placeholder
+    tokens at ``-inf`` first, as every sampler and the scorer do; the reference for plain-forward comparisons."""
+    import torch
+
+    from mmrl.models.policy_head import excluded_tokens
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    z = logits.float().clone()
+    ids = excluded_tokens(base.config)
+    if ids:
+        z[..., ids] = float("-inf")
+    return torch.log_softmax(z, -1)

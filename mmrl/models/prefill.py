@@ -15,12 +15,14 @@ from torch.utils.checkpoint import checkpoint
 from mmrl.media.inputs import PromptInputs, collate_vision, pad_right
 from mmrl.models.compat import output_cache
 from mmrl.models.mrope import RopeRule, vision_positions
+from mmrl.models.policy_head import PolicyHead, excluded_tokens
 
 
 def backbone(model):
-    """The ``Qwen2_5_VLModel`` (vision + text stack) and the LM head, through a peft wrapper if present."""
+    """The ``Qwen2_5_VLModel`` (vision + text stack) and the policy's LM head (``PolicyHead``: the vision placeholders
+    excluded), through a peft wrapper if present."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.model, base.lm_head
+    return base.model, PolicyHead(base.lm_head, excluded_tokens(base.config))
 
 
 def positions(starts: torch.Tensor, length: int) -> torch.Tensor:
@@ -122,6 +124,8 @@ CHUNK_TOKENS = 4096  # the default of ``train.logprob_chunk_tokens``: 2.5 GB per
 
 
 def _rows_logprobs(head, rows: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    if isinstance(head, PolicyHead):
+        head.check_targets(targets)
     return torch.log_softmax(head(rows).float() / temperature, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 

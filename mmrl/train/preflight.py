@@ -29,6 +29,7 @@ from typing import List, Optional, Sequence, Tuple
 from mmrl.advice import advice
 from mmrl.config import parse_preflight
 from mmrl.errors import ConfigError, DataError
+from mmrl.rollout.vllm_platform import installed_build
 
 SHOW = 3  # bad items named in the error line
 
@@ -40,19 +41,22 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _colocated_vllm(cfg, kind: str) -> bool:
+    return kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate"
+
+
 def _needs_gpu_count(cfg, kind: str) -> bool:
     device = str(cfg.model.device)
-    return ((kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate")
+    return ((_colocated_vllm(cfg, kind) and installed_build() != "cpu")
             or cfg.model.attn_implementation == "flash_attention_2" or device.startswith("cuda")
             or (device == "auto" and int(os.environ.get("LOCAL_WORLD_SIZE") or 1) > 1))
 
 
 def check_packages(cfg, kind: str = "train") -> None:
     """The packages the config needs are installed (looked up, not imported): vLLM, DeepSpeed."""
-    if kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate" \
-            and importlib.util.find_spec("vllm") is None:
-        raise ConfigError("config key 'rollout.engine' = 'vllm' needs vLLM (pip install vllm, on a CUDA machine); "
-                          f"use {advice('vllm_on_cpu')} on CPU")
+    if _colocated_vllm(cfg, kind) and installed_build() is None:
+        raise ConfigError("config key 'rollout.engine' = 'vllm' needs vLLM (pip install vllm on a CUDA machine; "
+                          f"make venv-vllm for vLLM's CPU build); or use {advice('vllm_on_cpu')}")
     if cfg.train.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise ConfigError("config key 'train.backend' = 'deepspeed' needs DeepSpeed (pip install deepspeed); "
                           f"use {advice('no_deepspeed')} for one process")
@@ -65,9 +69,10 @@ def check_gpus(cfg, kind: str = "train", cuda_count: Optional[int] = None) -> No
     if cuda_count is None and not _needs_gpu_count(cfg, kind):
         return
     gpus = _cuda_count() if cuda_count is None else cuda_count
-    if kind == "train" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_mode == "colocate" and gpus == 0:
-        raise ConfigError("config key 'rollout.engine' = 'vllm' needs a CUDA GPU (none is visible); use "
-                          f"{advice('vllm_on_cpu')} on CPU, or {advice('vllm_server')} with a vLLM server elsewhere")
+    if _colocated_vllm(cfg, kind) and gpus == 0 and installed_build() != "cpu":
+        raise ConfigError("config key 'rollout.engine' = 'vllm' needs a CUDA GPU (none is visible) with the CUDA "
+                          "build of vLLM; on a CPU install vLLM's CPU build (make venv-vllm), or use "
+                          f"{advice('vllm_on_cpu')}, or {advice('vllm_server')} with a vLLM server elsewhere")
     if cfg.model.attn_implementation == "flash_attention_2" and gpus == 0:
         raise ConfigError("config key 'model.attn_implementation' = 'flash_attention_2' needs a CUDA GPU "
                           f"(none is visible); use {advice('no_flash_attn')}")

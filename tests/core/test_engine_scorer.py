@@ -5,7 +5,7 @@ import torch
 from mmrl.models.loading import load_model, load_processor
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.models.scoring import response_logprobs
-from support import mixed_requests, trained_position_ids
+from support import mixed_requests, trained_position_ids, policy_log_softmax
 
 
 def _requests(proc):
@@ -61,7 +61,7 @@ def test_scorer_uses_mrope_positions_like_the_model(family_model_path):
                            **r.inputs.vision).logits[0]
             ours = response_logprobs(model, [(r.inputs, resp)], pad_id=proc.tokenizer.pad_token_id)[0]
         P = r.inputs.num_tokens
-        ref = torch.log_softmax(logits[P - 1 : P + 2].float(), -1).gather(-1, resp[:, None]).squeeze(-1)
+        ref = policy_log_softmax(logits[P - 1 : P + 2].float(), model).gather(-1, resp[:, None]).squeeze(-1)
         assert torch.allclose(ours, ref, atol=1e-4), (ours, ref)
 
 

@@ -16,7 +16,7 @@ from mmrl.media.inputs import build_prompt_inputs, resize_factor
 from mmrl.media.prompts import build_messages
 from mmrl.models.loading import load_model, load_processor, model_class_for, model_type
 from mmrl.models.scoring import response_logprobs
-from support import mixed_requests, trained_position_ids
+from support import mixed_requests, trained_position_ids, policy_log_softmax
 
 EXPECTED = {"qwen2_vl": ("Qwen2VLForConditionalGeneration", 28), "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", 28),
             "qwen3_vl": ("Qwen3VLForConditionalGeneration", 32)}
@@ -70,7 +70,7 @@ def _plain_logprobs(model, inputs, resp):
     logits = model(input_ids=ids, mm_token_type_ids=mm, position_ids=trained_position_ids(model, inputs, resp),
                    **inputs.vision).logits[0]
     P = inputs.num_tokens
-    return torch.log_softmax(logits[P - 1 : P - 1 + resp.numel()].float(), -1).gather(-1, resp[:, None]).squeeze(-1)
+    return policy_log_softmax(logits[P - 1 : P - 1 + resp.numel()].float(), model).gather(-1, resp[:, None]).squeeze(-1)
 
 
 def test_scorer_equals_a_plain_forward_in_every_layout(family_model_path):
@@ -126,7 +126,7 @@ def test_multi_turn_with_a_video_observation_scores_like_a_plain_forward(family_
             logits = model(input_ids=seq.input_ids[None], mm_token_type_ids=seq.mm_token_type_ids[None],
                            position_ids=trained_position_ids(model, seq), **seq.vision).logits[0].float()
         P = seq.prompt_len
-        ref = torch.log_softmax(logits[P - 1 : -1], -1).gather(-1, seq.input_ids[P:, None]).squeeze(-1)
+        ref = policy_log_softmax(logits[P - 1 : -1], model).gather(-1, seq.input_ids[P:, None]).squeeze(-1)
         m = t.loss_mask  # only model tokens go through the LM head; observations get 0, as the sampler records them
         assert torch.allclose(lp[m], ref[m], atol=1e-4), (lp[m] - ref[m]).abs().max()
         assert (~m).any() and torch.equal(lp[~m], torch.zeros(int((~m).sum())))

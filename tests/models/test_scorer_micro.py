@@ -12,7 +12,7 @@ from micro_model import IMAGE, PAD, V_END, V_START, micro_model, prompt, respons
 from mmrl.media.inputs import SequenceInputs, collate_vision
 from mmrl.models import scoring
 from mmrl.models.scoring import response_logprobs
-from support import trained_position_ids
+from support import trained_position_ids, policy_log_softmax
 
 T = 0.7
 
@@ -34,7 +34,7 @@ def plain(model, inputs, resp, temperature, trained=None):
         P = inputs.num_tokens
         pos = trained_position_ids(model, inputs, resp)
     logits = model(input_ids=ids[None], mm_token_type_ids=mm[None], position_ids=pos, **inputs.vision).logits[0]
-    lp = torch.log_softmax(logits[P - 1: P - 1 + resp.numel()].float() / temperature, -1)
+    lp = policy_log_softmax(logits[P - 1: P - 1 + resp.numel()].float() / temperature, model)
     lp = lp.gather(-1, ids[P: P + resp.numel(), None]).squeeze(-1)
     return lp if trained is None else torch.where(trained, lp, torch.zeros_like(lp))
 

@@ -10,7 +10,7 @@ from mmrl.models.kv_cache import GrowingLayer, growing_cache
 from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import PACKED_MAX_EXTRA_KEYS, response_logprobs, scoring_strategy, strategy_note
 from mmrl.rollout.base import SamplingParams, build_engine
-from support import mixed_requests, trained_position_ids
+from support import mixed_requests, trained_position_ids, policy_log_softmax
 
 
 def _requests(proc, n=3):
@@ -25,7 +25,7 @@ def _plain_logprobs(model, inputs, resp):
     logits = model(input_ids=ids, mm_token_type_ids=mm, position_ids=trained_position_ids(model, inputs, resp),
                    **inputs.vision).logits[0]
     P = inputs.num_tokens
-    return torch.log_softmax(logits[P - 1 : P - 1 + resp.numel()].float(), -1).gather(-1, resp[:, None]).squeeze(-1)
+    return policy_log_softmax(logits[P - 1 : P - 1 + resp.numel()].float(), model).gather(-1, resp[:, None]).squeeze(-1)
 
 
 def _items(proc, lengths):

@@ -7,7 +7,7 @@ import torch
 from mmrl.media.inputs import SequenceInputs
 from mmrl.models.loading import load_model, load_processor
 from mmrl.models.scoring import response_logprobs
-from support import mixed_requests, trained_position_ids
+from support import mixed_requests, trained_position_ids, policy_log_softmax
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def _plain(model, ids, mm, vision, start, n, temperature, pos):
     """log_softmax(logits / T) of one ordinary forward (at the trained M-RoPE positions ``pos``) at the ``n`` tokens
     after ``start``."""
     logits = model(input_ids=ids[None], mm_token_type_ids=mm[None], position_ids=pos, **vision).logits[0]
-    lp = torch.log_softmax(logits[start - 1: start - 1 + n].float() / temperature, -1)
+    lp = policy_log_softmax(logits[start - 1: start - 1 + n].float() / temperature, model)
     return lp.gather(-1, ids[start: start + n, None]).squeeze(-1)
 
 

@@ -11,7 +11,7 @@ from mmrl.models.mrope import RopeRule, batch_rope_index, trained_numbering
 from mmrl.models.scoring import backbone, prompt_positions, response_logprobs
 from mmrl.rollout.agent_loop import Environment, Observation, build_agent_loop
 from mmrl.rollout.base import SamplingParams, build_engine
-from support import mixed_requests, trained_position_ids
+from support import mixed_requests, trained_position_ids, policy_log_softmax
 
 
 def _image(seed: int, h: int = 56, w: int = 84) -> Media:
@@ -141,7 +141,7 @@ def test_full_sequence_logprobs_equal_a_plain_forward(tiny):
             logits = model(input_ids=seq.input_ids[None], mm_token_type_ids=seq.mm_token_type_ids[None],
                            position_ids=trained_position_ids(model, seq), **seq.vision).logits[0].float()
         P = seq.prompt_len
-        ref = torch.log_softmax(logits[P - 1:-1], -1).gather(-1, seq.input_ids[P:, None]).squeeze(-1)
+        ref = policy_log_softmax(logits[P - 1:-1], model).gather(-1, seq.input_ids[P:, None]).squeeze(-1)
         m = t.loss_mask  # only the model's tokens go through the LM head; observations get 0 (as sampled)
         assert lp.shape == t.response_ids.shape and torch.allclose(lp[m], ref[m], atol=1e-4)
         assert (~m).any() and torch.equal(lp[~m], torch.zeros(int((~m).sum())))
@@ -174,7 +174,7 @@ def test_second_turn_after_an_inserted_image_matches_generate(tiny):
                                  pad_token_id=engine.pad_id, suppress_tokens=engine.suppress,
                                  return_dict_in_generate=True, output_logits=True)
         ids = out.sequences[0, ctx.numel():]
-        lps = torch.log_softmax(torch.stack(out.logits, 1)[0].float(), -1).gather(-1, ids[:, None]).squeeze(-1)
+        lps = policy_log_softmax(torch.stack(out.logits, 1)[0].float(), model).gather(-1, ids[:, None]).squeeze(-1)
         stop = (ids == engine.eos_id).nonzero()
         k = int(stop[0]) + 1 if stop.numel() else ids.numel()
         return ids[:k], lps[:k]

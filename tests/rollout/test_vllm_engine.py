@@ -17,9 +17,11 @@ from mmrl.errors import ConfigError, MMRLError
 from mmrl.models.loading import load_model, load_processor
 from mmrl.rollout.agent_loop import Environment, Observation, build_agent_loop
 from mmrl.rollout.base import SamplingParams, build_engine
+from mmrl.rollout.vllm_platform import installed_build
 from support import mixed_requests
 
 HAS_VLLM_GPU = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+HAS_VLLM_ENGINE = HAS_VLLM_GPU or installed_build() == "cpu"  # vLLM's CPU build starts without a GPU
 
 
 def requests_for(proc):
@@ -85,7 +87,7 @@ def tiny(tiny_model_path):
     return load_processor(tiny_model_path), load_model(tiny_model_path)
 
 
-@pytest.mark.skipif(HAS_VLLM_GPU, reason="vLLM and a GPU are present: the engine would start")
+@pytest.mark.skipif(HAS_VLLM_ENGINE, reason="vLLM can start here (a GPU, or vLLM's CPU build): tests/vllm/ runs it")
 def test_build_engine_vllm_without_vllm_or_gpu_is_a_config_error(tiny):
     proc, model = tiny
     with pytest.raises(ConfigError, match="rollout.engine"):

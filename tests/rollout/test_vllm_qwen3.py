@@ -1,5 +1,6 @@
-"""vLLM prompts for Qwen3-VL without vLLM: a stand-in that expands each ``<|vision_start|><|video_pad|><|vision_end|>``
-the way vLLM's Qwen3-VL processor does (per temporal grid row: ``tokenizer.encode(f"<{t:.1f} seconds>")``, then
+"""vLLM prompts for Qwen3-VL without vLLM: a stand-in that expands each video placeholder the way vLLM 0.32's Qwen3-VL
+processor does (the bare ``<|video_pad|>`` when the processor class overrides ``replace_video_token``, transformers
+>= 5.10, else ``<|vision_start|><|video_pad|><|vision_end|>``; the real engine is checked in tests/vllm/) (per temporal grid row: ``tokenizer.encode(f"<{t:.1f} seconds>")``, then
 ``vision_start``, the frame's pads, ``vision_end``; ``t`` from the item's metadata ``frames_indices`` / ``fps``,
 padded to pairs and averaged per pair) and each ``<|image_pad|>`` to its count; the engine checks the expansion
 against the HF processor's tokens, single- and multi-turn, and a block that is not laid out so is refused."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers.processing_utils import ProcessorMixin
 
 from mmrl.data.schema import Media
 from mmrl.errors import MMRLError
@@ -26,6 +28,10 @@ class FakeQwen3VLLM:
         self.vs, self.vp, self.ve, self.ip = (ids(t) for t in ("<|vision_start|>", "<|video_pad|>", "<|vision_end|>",
                                                                  "<|image_pad|>"))
         self.eos, self.prompts = ids("<|im_end|>"), []
+        # vLLM's Qwen3VLMultiModalProcessor._expands_only_video_token, asked of the processor's class
+        own = getattr(type(proc), "replace_video_token", None)
+        self.target = [self.vp] if own is not None and own is not getattr(ProcessorMixin, "replace_video_token", None) \
+            else [self.vs, self.vp, self.ve]
 
     def _video(self, item):
         frames, meta = item
@@ -47,11 +53,11 @@ class FakeQwen3VLLM:
             items = {k: list(v) if isinstance(v, list) else [v] for k, v in mm.items()}
             ids, expanded, i = p["prompt_token_ids"], [], 0
             while i < len(ids):
-                if ids[i : i + 3] == [self.vs, self.vp, self.ve]:
+                if ids[i : i + len(self.target)] == self.target:
                     expanded += self._video(items["video"].pop(0))
-                    i += 3
+                    i += len(self.target)
                     continue
-                assert ids[i] != self.vp, "a video arrives as vision_start, one pad, vision_end"
+                assert ids[i] != self.vp, "a video arrives as its collapsed placeholder"
                 if ids[i] == self.ip:
                     h, w, _ = items["image"].pop(0).shape
                     expanded += [self.ip] * ((h // 32) * (w // 32))
@@ -94,9 +100,11 @@ def test_single_turn_prompts_expand_to_the_processor_tokens(qwen3):
     assert len(trajs) == 6
     vs, vp, ve = (proc.tokenizer.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|video_pad|>", "<|vision_end|>"))
     sent = fake.prompts[0][0]["prompt_token_ids"]
-    assert sent.count(vp) == 1 and sent[sent.index(vp) - 1 : sent.index(vp) + 2] == [vs, vp, ve]
+    i = sent.index(vp)
+    assert engine.layout.bare_pad  # transformers >= 5.10 (the supported range): the bare pad stands for the layout
+    assert sent.count(vp) == 1 and sent[i - 1] != vs and sent[i + 1] != ve  # no extra vision_start/end for vLLM to keep
     assert "seconds" not in proc.tokenizer.decode(sent)  # the timestamps are vLLM's to add
-    assert len(reqs[0].inputs.input_ids) - len(sent) == 2 * 4 - 1 + 2 * len(proc.tokenizer.encode("<0.2 seconds>")) + 2
+    assert len(reqs[0].inputs.input_ids) - len(sent) == 2 * 4 - 1 + 2 * len(proc.tokenizer.encode("<0.2 seconds>")) + 4
 
 
 class Clips(Environment):

