@@ -161,8 +161,10 @@ def _text_config(tokenizer, spec: TinySpec, ids: dict) -> dict:
     if spec.family.startswith("qwen3_vl"):
         cfg.update(head_dim=spec.head_dim, rope_parameters={**rope, "mrope_interleaved": True})
         if spec.family == "qwen3_vl_moe":
+            # norm_topk_prob: the real Qwen3-VL-MoE configs carry it and vLLM reads it; transformers always
+            # renormalises the top-k router weights (Qwen3VLMoeTextTopKRouter), which True states
             cfg.update(num_experts=spec.moe_experts, num_experts_per_tok=spec.moe_experts_per_tok,
-                       moe_intermediate_size=spec.moe_intermediate, decoder_sparse_step=1)
+                       moe_intermediate_size=spec.moe_intermediate, decoder_sparse_step=1, norm_topk_prob=True)
         return cfg
     cfg.update(rope_parameters=rope, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"])
     if spec.text_head_dim is not None and spec.text_head_dim != spec.text_hidden // spec.text_heads:
@@ -241,7 +243,10 @@ def make_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None) ->
 def default_tiny_path(family: str = "qwen2_5_vl") -> Path:
     """Cache folder of the automatically built tiny model (``MMRL_CACHE`` or ``~/.cache/mmrl``)."""
     root = Path(os.environ.get("MMRL_CACHE", Path.home() / ".cache" / "mmrl"))
-    return root / f"tiny-{family}-v1"
+    return root / f"tiny-{family}-v{TINY_VERSIONS.get(family, 1)}"
+
+
+TINY_VERSIONS = {"qwen3_vl_moe": 2}  # v2: the config states norm_topk_prob (vLLM could not load v1)
 
 
 def ensure_tiny_model(family: str = "qwen2_5_vl") -> Path:

@@ -91,6 +91,10 @@ def check_environment(cfg, kind: str = "train", cuda_count: Optional[int] = None
     """Raise ``ConfigError`` naming the key whose requirement this machine does not meet (see module doc)."""
     check_packages(cfg, kind)
     check_gpus(cfg, kind, cuda_count)
+    if kind == "train" and cfg.rollout.engine == "vllm":
+        from mmrl.models.positions_budget import check_context_fits
+
+        check_context_fits(cfg)
 
 
 # ---- data -------------------------------------------------------------------------------------------------------
