@@ -75,3 +75,18 @@ def varying_reward_cfg(overrides):
     cfg = load_config(None, overrides)
     cfg.rewards = [RewardConfig("test_even_tokens", 1.0)]
     return cfg
+
+
+RAN_ON_LOAD: list = []
+
+
+def _record_load(tag):
+    RAN_ON_LOAD.append(tag)
+
+
+class RunsOnLoad:
+    """Unpickled by a full ``torch.load``, it calls ``_record_load`` (appends to ``RAN_ON_LOAD``): the stand-in for
+    code a handed-over checkpoint file would run."""
+
+    def __reduce__(self):
+        return _record_load, ("ran on load",)
