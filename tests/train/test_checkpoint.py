@@ -206,7 +206,9 @@ def test_numpy_rng_state_survives_weights_only_with_a_cached_gaussian(tmp_path):
     assert [np.random.standard_normal() for _ in range(3)] + [float(np.random.rand())] == expected
 
 
-def test_a_checkpoint_file_holding_an_arbitrary_object_is_refused_without_running_it(tmp_path):
+def test_a_checkpoint_file_holding_an_arbitrary_object_is_refused_without_running_it(tmp_path, monkeypatch):
+    """Refused even where the environment tells torch to unpickle fully by default (weights_only passed explicitly)."""
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     model, opt, sched = fresh()
     path = save_checkpoint(str(tmp_path), 1, model, opt, sched, {})
     torch.save({"step": 1, "rng": RunsOnLoad()}, path / "trainer_state.pt")
