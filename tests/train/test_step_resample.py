@@ -88,9 +88,9 @@ class _Spec:
     """Asks for ``resample`` more prompts once (or ``always``, at most ``rounds`` rounds), then trains every row but
     the third; shapes the logged reward (+1) and reports a metric from each hook."""
 
-    def __init__(self, needs, rounds=2, always=False, resample=3):
+    def __init__(self, needs, rounds=2, always=False, resample=3, per_token=False):
         self._needs, self.rounds, self.always, self.resample = needs, rounds, always, resample
-        self.seen, self.after = [], []
+        self.per_token, self.seen, self.after = per_token, [], []
 
     def needs(self):
         return self._needs
@@ -100,6 +100,10 @@ class _Spec:
 
     def advantages(self, batch):
         self.seen.append(batch)
+        if self.per_token:  # each row's reward on its tokens, 9 on the padding; no shaped reward
+            valid = torch.arange(int(batch.lengths.max()))[None, :] < batch.lengths[:, None]
+            adv = torch.where(valid, batch.rewards[:, None], torch.tensor(9.0))
+            return AdvantageOutput(advantages=adv, metrics={"out": 1.0})
         return AdvantageOutput(advantages=batch.rewards.clone(), rewards=batch.rewards + 1, metrics={"out": 1.0})
 
     def select(self, batch, out):
@@ -123,7 +127,7 @@ def _rewards(si, trajs):
 
 
 def _context(monkeypatch, intervention, first=ROUND1, second=ROUND2, algorithm=(("kl_coef", 0.05), ("ppo_epochs", 1)),
-             n_global=None, tmp_path=None, **spec):
+             n_global=None, tmp_path=None, clock=CLOCK, **spec):
     rec = {"rollouts": [], "asked": [], "built": [], "updates": [], "skips": [], "loop": []}
     draws = iter([["a", "b"], ["c", "e", "g"], ["h"], ["i"]])
     stream = SimpleNamespace(epoch=0)
@@ -149,8 +153,8 @@ def _context(monkeypatch, intervention, first=ROUND1, second=ROUND2, algorithm=(
                                               micro_batch=micro_batch, old=old, ref=ref, fallback=fallback))
         return {"loss": 0.5, "grad_norm": 2.0}
 
-    clock = iter(CLOCK)
-    monkeypatch.setattr(step_mod, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    ticks = iter(clock)
+    monkeypatch.setattr(step_mod, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
     monkeypatch.setattr(step_mod, "intervened_inputs", intervened)
     monkeypatch.setattr(step_mod, "policy_update", update)
     cfg = SimpleNamespace(train=SimpleNamespace(prompts_per_step=2, seed=SEED, micro_batch=4, out_dir=str(tmp_path)),
@@ -201,14 +205,15 @@ def test_a_resampled_row_gets_its_own_reward_and_rescored_logprobs(monkeypatch):
 
 def test_the_merged_batch_and_the_step_metrics(monkeypatch, tmp_path):
     ctx, rec = _context(monkeypatch, Intervention("gray", {}), tmp_path=tmp_path)
+    ctx.backend.world_size = 2  # read as is (the fake gathers one part: this rank is the whole batch)
     m = step_mod.train_step(ctx)
     batch = ctx.spec.seen[-1]
     assert batch.roles == ["anchor"] * 7 and batch.views == ["original"] * 7
-    assert torch.equal(batch.view_weights, torch.tensor([1.0, 2.0, 1.0, 2.0, 1.0, 1.0, 1.0], dtype=torch.float64))
+    assert batch.view_weights.tolist() == [1.0, 2.0, 1.0, 2.0, 1.0, 1.0, 1.0] and batch.view_weights.dtype == torch.float64
     assert [r.tolist() for r in batch.response_ids] == [ids for _, _, ids in ROUND1 + ROUND2]
     assert [lp.tolist() for lp in batch.logprobs] == [[-0.5] * len(ids) for _, _, ids in ROUND1 + ROUND2]
     assert batch.lengths.tolist() == [2, 3, 1, 1, 1, 2, 1]
-    assert (batch.step, batch.epoch, batch.world_size, batch.target_groups) == (STEP, 1, 1, 2)
+    assert (batch.step, batch.epoch, batch.world_size, batch.target_groups) == (STEP, 1, 2, 2)
     assert batch.decode([5, 6]) == "[5, 6]:False"
     done, sel, epoch_ended = ctx.spec.after[0]
     assert done is batch and sel.metrics == {"kept": 6.0} and epoch_ended is True and len(ctx.spec.after) == 1
@@ -221,7 +226,7 @@ def test_the_merged_batch_and_the_step_metrics(monkeypatch, tmp_path):
     mean_reward = sum(REWARDS) / 7
     adv_std = (sum((r - mean_reward) ** 2 for r in REWARDS) / 6) ** 0.5
     expected = {
-        "skipped_samples": 1.0, "skipped_total": 2.0, "resample_rounds": 1.0, "ranks": 1.0,
+        "skipped_samples": 1.0, "skipped_total": 2.0, "resample_rounds": 1.0, "ranks": 2.0,
         "reward/acc": 4 / 7, "reward/total": mean_reward + 1,  # the spec's shaped reward
         "adv/mean": mean_reward, "adv/std": adv_std, "adv/zero_frac": 0.0, "loop/rows": 7.0,
         # view metrics over the merged rows: "A" is right on 4 of 7; "B" is the abstention option, chosen 3 times
@@ -266,15 +271,19 @@ def test_an_empty_resampling_round_leaves_the_batch_and_old_logprobs_come_withou
     """A rank may draw no prompt of a small resampling round; without a KL term there is no reference pass, and two
     PPO epochs score the old log-probs of the trained rows once."""
     ctx, rec = _context(monkeypatch, Intervention("gray", {}), second=[],
-                        algorithm=(("kl_coef", 0.0), ("ppo_epochs", 2)))
+                        algorithm=(("kl_coef", 0.0), ("ppo_epochs", 2)), per_token=True)
     m = step_mod.train_step(ctx)
     batch = ctx.spec.seen[-1]
     assert batch.rewards.tolist() == pytest.approx(REWARDS[:4]) and batch.components["acc"].tolist() == [1.0, 1.0, 0.0, 0.0]
     assert _close(batch.rescored["gray"], RESCORED[:4]) and len(rec["built"]) == 1
     assert [(ref, len(items)) for ref, items, _ in ctx.backend.scores] == [(False, 4), (False, 0), (False, 3)]
+    assert all(fb[0].sid == "a" and fb[1].tolist() == [11, 12] for _, _, fb in ctx.backend.scores)
     assert len(rec["updates"]) == 2 and all(u.ref is None for u in rec["updates"])
     assert _close(rec["updates"][0].old, [[-0.11, -0.12], [-0.21, -0.22, -0.23], [-0.24]])
     assert m["resample_rounds"] == 1.0 and m["work/prompts"] == 2.0
+    # per-token advantages: statistics over the 7 real tokens (rewards 1.2 x 2, 1.3 x 3, 0.1, 0.1), not the padding
+    assert m["adv/mean"] == pytest.approx((2 * 1.2 + 3 * 1.3 + 0.1 + 0.1) / 7)
+    assert m["reward/total"] == pytest.approx(sum(REWARDS[:4]) / 4)  # no shaped reward: the batch's
 
 
 @pytest.mark.parametrize("rounds", [1, 2])
@@ -288,9 +297,13 @@ def test_the_spec_bounds_the_resampling_rounds(monkeypatch, rounds):
 
 
 def test_a_one_row_step_without_resampling(monkeypatch):
-    ctx, rec = _context(monkeypatch, Intervention("gray", {}), first=[("a", "A", [11, 12])], rounds=0)
+    """One row of one token, a step under a second: the floors of the rates are 1 token and 1 ns, no more."""
+    ctx, rec = _context(monkeypatch, Intervention("gray", {}), first=[("a", "A", [11])], rounds=0,
+                        clock=[0.0, 0.5, 0.6, 0.8])
     m = step_mod.train_step(ctx)
-    assert _close(ctx.spec.seen[-1].rescored["gray"], [[-1.11, -1.12]]) and m["resample_rounds"] == 0.0
+    assert _close(ctx.spec.seen[-1].rescored["gray"], [[-1.11]]) and m["resample_rounds"] == 0.0
+    assert m["entropy"] == 0.5 and m["tokens_per_s"] == pytest.approx(2.0)
+    assert m["view_time_share"] == pytest.approx(0.125 / 0.8)
 
 
 def test_a_step_whose_samples_were_all_skipped_returns_only_its_skips(monkeypatch):
@@ -316,6 +329,8 @@ def test_advantage_statistics_count_real_tokens_only():
     assert step_mod._adv_stats(torch.zeros(0), torch.zeros(0, dtype=torch.long)) == {"adv/mean": 0.0, "adv/std": 0.0,
                                                                                       "adv/zero_frac": 0.0}
     assert step_mod._adv_stats(torch.tensor([1e-9, 2e-8]), lengths)["adv/zero_frac"] == 0.5
+    assert step_mod._adv_stats(torch.tensor([1e-8], dtype=torch.float64), lengths[:1])["adv/zero_frac"] == 0.0
+    assert step_mod._adv_stats(torch.tensor([1.0, 3.0]), lengths)["adv/std"] == pytest.approx(2 ** 0.5)
 
 
 def test_view_metrics_are_averaged_over_the_ranks_that_report_them():
