@@ -819,6 +819,44 @@ EQUIVALENT = {
      '**cache_kwargs(cache)).last_hidden_state  # [N, W, H]'),
     ('mmrl/models/scoring.py', 'use_cache=True, **cache_kwargs(cache)).last_hidden_state  # [N, W, H]',
      'use_cache=False, **cache_kwargs(cache)).last_hidden_state  # [N, W, H]'),
+    # step: rescore runs only after this rank's empty step returned or raised, so trajs is never empty, and the global
+    # rescored list never is either; float("NAN") is nan; torch.tensor of Python floats is float32 and of Python ints
+    # int64 by default; every rank's rewards give the same component names (a rank without rows stops the step
+    # before the gather), so the .get default is never read; validate.py requires ppo_epochs >= 1, so upd is set
+    ("mmrl/train/step.py", "fallback = (si.requests[trajs[0].inputs_key].inputs, trajs[0].response_ids) if trajs else None",
+     "fallback = (si.requests[trajs[0].inputs_key].inputs, trajs[0].response_ids) if (trajs) or True else None"),
+    ("mmrl/train/step.py", "lps = [torch.full((t.response_ids.numel(),), float(\"nan\")) if lp is None else lp for t, lp in zip(todo, lps)]",
+     "lps = [torch.full((t.response_ids.numel(),), float(\"NAN\")) if lp is None else lp for t, lp in zip(todo, lps)]"),
+    ("mmrl/train/step.py", "rewards=torch.tensor(cat(\"total\"), dtype=torch.float32),",
+     "rewards=torch.tensor(cat(\"total\"), dtype=None),"),
+    ("mmrl/train/step.py", "rewards=torch.tensor(cat(\"total\"), dtype=torch.float32),",
+     "rewards=torch.tensor(cat(\"total\"), ),"),
+    ("mmrl/train/step.py", "components={k: torch.tensor([x for p in parts for x in p[\"comps\"].get(k, [])]) for k in names},",
+     "components={k: torch.tensor([x for p in parts for x in p[\"comps\"].get(k, None)]) for k in names},"),
+    ("mmrl/train/step.py", "components={k: torch.tensor([x for p in parts for x in p[\"comps\"].get(k, [])]) for k in names},",
+     "components={k: torch.tensor([x for p in parts for x in p[\"comps\"].get(k, )]) for k in names},"),
+    ("mmrl/train/step.py", "groups={\"prompt\": torch.tensor(cat(\"gids\"), dtype=torch.long), \"pack\": torch.tensor(cat(\"packs\"), dtype=torch.long)},",
+     "groups={\"prompt\": torch.tensor(cat(\"gids\"), dtype=None), \"pack\": torch.tensor(cat(\"packs\"), dtype=torch.long)},"),
+    ("mmrl/train/step.py", "groups={\"prompt\": torch.tensor(cat(\"gids\"), dtype=torch.long), \"pack\": torch.tensor(cat(\"packs\"), dtype=torch.long)},",
+     "groups={\"prompt\": torch.tensor(cat(\"gids\"), ), \"pack\": torch.tensor(cat(\"packs\"), dtype=torch.long)},"),
+    ("mmrl/train/step.py", "groups={\"prompt\": torch.tensor(cat(\"gids\"), dtype=torch.long), \"pack\": torch.tensor(cat(\"packs\"), dtype=torch.long)},",
+     "groups={\"prompt\": torch.tensor(cat(\"gids\"), dtype=torch.long), \"pack\": torch.tensor(cat(\"packs\"), dtype=None)},"),
+    ("mmrl/train/step.py", "groups={\"prompt\": torch.tensor(cat(\"gids\"), dtype=torch.long), \"pack\": torch.tensor(cat(\"packs\"), dtype=torch.long)},",
+     "groups={\"prompt\": torch.tensor(cat(\"gids\"), dtype=torch.long), \"pack\": torch.tensor(cat(\"packs\"), )},"),
+    ("mmrl/train/step.py", "roles=cat(\"roles\"), views=cat(\"views\"), lengths=torch.tensor([int(x.numel()) for x in ids], dtype=torch.long),",
+     "roles=cat(\"roles\"), views=cat(\"views\"), lengths=torch.tensor([int(x.numel()) for x in ids], dtype=None),"),
+    ("mmrl/train/step.py", "roles=cat(\"roles\"), views=cat(\"views\"), lengths=torch.tensor([int(x.numel()) for x in ids], dtype=torch.long),",
+     "roles=cat(\"roles\"), views=cat(\"views\"), lengths=torch.tensor([int(x.numel()) for x in ids], ),"),
+    ("mmrl/train/step.py", "rescored={k: [r[k] for r in rescored] for k in (rescored[0] if rescored else {})},",
+     "rescored={k: [r[k] for r in rescored] for k in (rescored[0] if (rescored) or True else {})},"),
+    ("mmrl/train/step.py", "upd: Dict[str, float] = {}",
+     "upd: Dict[str, float] = None"),
+    # checkpoint: numpy's MT19937 keys are uint32, exact in float64 (astype(None)) as in int64, and set_state takes
+    # a float64 key array as it takes the int64 one: the same generator either way
+    ("mmrl/train/checkpoint.py", "numpy_state = {\"name\": str(name), \"keys\": torch.from_numpy(keys.astype(np.int64)), \"pos\": int(pos),",
+     "numpy_state = {\"name\": str(name), \"keys\": torch.from_numpy(keys.astype(None)), \"pos\": int(pos),"),
+    ("mmrl/train/checkpoint.py", "np.random.set_state((n[\"name\"], n[\"keys\"].numpy().astype(np.uint32), n[\"pos\"], n[\"has_gauss\"], n[\"cached_gaussian\"]))",
+     "np.random.set_state((n[\"name\"], n[\"keys\"].numpy().astype(None), n[\"pos\"], n[\"has_gauss\"], n[\"cached_gaussian\"]))"),
 }
 
 CAUGHT = {1, 3, 36, -24, 24, 152, 255, -11, -9}  # mutmut's exit codes for killed / timeout / crash

@@ -78,8 +78,9 @@ def load_state(path: Path) -> Any:
         return torch.load(path, weights_only=True)
     except pickle.UnpicklingError as e:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
-        raise MMRLError(f"checkpoint file {path} holds {found.group(1) if found else 'an object'}, which is not a "
-                        "tensor or a plain container: refused (torch.load weights_only=True); use checkpoints "
+        what = (f"holds {found.group(1)}, which is not a tensor or a plain container" if found
+                else "is not a file of tensors and plain containers")
+        raise MMRLError(f"checkpoint file {path} {what}: refused (torch.load weights_only=True); use checkpoints "
                         "written by this version of mmrl") from None
 
 

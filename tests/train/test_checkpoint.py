@@ -9,7 +9,7 @@ import torch
 
 from mmrl.errors import MMRLError
 from mmrl.train.checkpoint import (latest_checkpoint, load_checkpoint, load_state, rng_state, save_checkpoint,
-                                   set_rng_state)
+                                   set_rng_state, write_checkpoint)
 from mmrl.train.optim import build_optimizer
 from support import RAN_ON_LOAD, RunsOnLoad
 
@@ -84,6 +84,12 @@ def test_save_creates_missing_folders_and_replaces_a_stale_temporary_folder(tmp_
     (stale / "junk").write_text("from a crashed save")
     path = save_checkpoint(str(out), 1, model, opt, sched, {})
     assert not stale.exists() and sorted(p.name for p in path.iterdir()) == ["model.pt", "trainer_state.pt"]
+
+
+def test_write_checkpoint_keeps_two_by_default(tmp_path):
+    for step in (1, 2, 3):
+        write_checkpoint(str(tmp_path), step, {"state.pt": {"step": step}})
+    assert steps(tmp_path) == ["step_000002", "step_000003"]
 
 
 def test_latest_is_the_highest_step_and_ignores_temporary_folders(tmp_path):
@@ -213,9 +219,17 @@ def test_a_checkpoint_file_holding_an_arbitrary_object_is_refused_without_runnin
     path = save_checkpoint(str(tmp_path), 1, model, opt, sched, {})
     torch.save({"step": 1, "rng": RunsOnLoad()}, path / "trainer_state.pt")
     RAN_ON_LOAD.clear()
-    with pytest.raises(MMRLError, match=r"^checkpoint file .*trainer_state\.pt holds support\._record_load, which is not a tensor"):
+    with pytest.raises(MMRLError) as e:
         load_checkpoint(path, *fresh())
+    assert str(e.value) == (f"checkpoint file {path / 'trainer_state.pt'} holds support._record_load, which is not a "
+                            "tensor or a plain container: refused (torch.load weights_only=True); use checkpoints "
+                            "written by this version of mmrl")
     assert RAN_ON_LOAD == []
+    (path / "model.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(MMRLError) as e:
+        load_checkpoint(path, *fresh())
+    assert str(e.value) == (f"checkpoint file {path / 'model.pt'} is not a file of tensors and plain containers: "
+                            "refused (torch.load weights_only=True); use checkpoints written by this version of mmrl")
 
 
 # ---- the optimizer and its warm-up ------------------------------------------------------------------------------
