@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from mmrl.retrieval.train_common import build_router, evaluate_router, load_data, save_router, trainable_state
-from mmrl.train.checkpoint import rng_state, set_rng_state, write_checkpoint
+from mmrl.train.checkpoint import load_state, rng_state, set_rng_state, write_checkpoint
 from mmrl.train.run_dir import open_run
 
 
@@ -37,7 +37,7 @@ def run_stage(cfg, stage_loss: Callable, resume: bool = False, overwrite: bool =
     ctx = stage_loss.setup(cfg, router, corpus) if hasattr(stage_loss, "setup") else None
     ckpt, start = rd.checkpoint, 0
     if ckpt is not None:
-        st = torch.load(ckpt / "state.pt", weights_only=False)
+        st = load_state(ckpt / "state.pt")
         with torch.no_grad():
             named = dict(router.named_parameters())
             for n, t in st["router"].items():

@@ -142,7 +142,7 @@ def build_progress(recipe: BaseRecipe, per_type: int = 10, log: Callable[[str], 
 
     from mmrl.eval.perception import evaluate_perception, perception_table
     from mmrl.models.loading import load_model, load_processor
-    from mmrl.train.checkpoint import latest_checkpoint
+    from mmrl.train.checkpoint import latest_checkpoint, load_state
     from mmrl.train.run_dir import checkpoint_step
 
     digest = recipe_hash(recipe)
@@ -161,7 +161,7 @@ def build_progress(recipe: BaseRecipe, per_type: int = 10, log: Callable[[str], 
     sub_path = work / "corpus" / f"test_first{per_type}.json"
     sub_path.write_text(json.dumps(subset, indent=1))
     model, processor = load_model(str(work / "init")), load_processor(str(work / "init"))
-    model.load_state_dict(torch.load(ckpt / "model.pt", weights_only=False))
+    model.load_state_dict(load_state(ckpt / "model.pt"))
     model.eval()
     cfg = sft_config(recipe, work, recipe.steps)
     rows = evaluate_perception(model, processor, str(sub_path), cfg.data)

@@ -235,7 +235,7 @@ class DeepSpeedBackend(Backend):
         return latest.parent / latest.read_text().strip() if latest.exists() else None
 
     def load(self, path: Path) -> Dict[str, Any]:
-        from mmrl.train.checkpoint import set_rng_state
+        from mmrl.train.checkpoint import load_state, set_rng_state
 
         root, tag = Path(path).parent, Path(path).name
         load_path, client = self.engine.load_checkpoint(str(root), tag=tag, load_optimizer_states=True,
@@ -245,7 +245,7 @@ class DeepSpeedBackend(Backend):
         self.scheduler.load_state_dict(client["scheduler"])
         rng = root / tag / f"rng_rank{dist.rank()}.pt"
         if rng.exists():
-            set_rng_state(torch.load(rng, weights_only=False))
+            set_rng_state(load_state(rng))
         return client
 
     def export(self, path: str, processor) -> str:

@@ -54,6 +54,7 @@ def merge_step_inputs(si, trajs, si2, trajs2):
     for name in ("samples", "candidates", "media", "views"):
         getattr(si, name).update(getattr(si2, name))
     si.skipped.extend(si2.skipped)
+    si.skipped_views.extend(si2.skipped_views)
     si.time_decode += si2.time_decode
     si.time_views += si2.time_views
     return si, trajs + trajs2

@@ -64,6 +64,17 @@ def test_div_prefers_candidates_around_the_prior():
     assert comps["dspo_div/oov_fallback"] == [2.0] and comps["dspo_div"][0] != 0.0
 
 
+def test_div_is_zero_for_a_well_formed_response_with_one_candidate():
+    """DEDR's leave-one-out centroid needs K >= 2: one (resolvable) candidate gives R_div = 0 and no per-candidate
+    term, and is not counted as unresolved; the two-candidate row beside it is scored."""
+    comps, _ = compute_rewards([RewardSpec("dspo_div", 1.0), RewardSpec("dspo_format", 0.0)],
+                               ctx_of([resp(["sadness"]), resp(["sadness", "fear"])]))
+    assert comps["dspo_format"] == [1.0, 1.0]  # both parse: the bound, not the parser, decides
+    assert comps["dspo_div"][0] == 0.0 and comps["dspo_div/unresolved"] == [0.0, 0.0]
+    assert [comps[f"dspo_div/t{j}"][0] for j in range(8)] == [0.0] * 8
+    assert comps["dspo_div"][1] != 0.0 and comps["dspo_div/t1"][1] != 0.0
+
+
 def test_spec_config_and_needs(tiny_model_path):
     with pytest.raises(ConfigError, match="tokenizer"):
         build_spec("dspo", {}, LossParams())

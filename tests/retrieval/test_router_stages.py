@@ -5,13 +5,14 @@ import shutil
 import pytest
 import torch
 
-from mmrl.errors import ConfigError
+from mmrl.errors import ConfigError, MMRLError
 from mmrl.retrieval.train_loop import run_stage
 from mmrl.retrieval.train_stages import load_stage_config
 from mmrl.retrieval.train_imitate import ImitateLoss, beta_at
 from mmrl.retrieval.train_rl import RLLoss
 from mmrl.retrieval.train_sft import SFTLoss
 
+from support import RAN_ON_LOAD, RunsOnLoad
 from tests.retrieval.router_support import make_router_world
 
 SMALL = ["router.top_k=4", "train.batch_size=2", "train.save_every=1", "train.index_refresh=2", "train.lr=1e-3",
@@ -43,10 +44,26 @@ def test_stages_resume_exactly(tmp_path):
     q = make_router_world(tmp_path / "w", n_images=6)
     sft = _resumed_equals_straight("sft", SFTLoss, q, tmp_path, "sft.hard_negatives=2")
     assert not torch.equal(sft["special"], torch.load(tmp_path / "sft_a" / "checkpoints" / "step_000001" / "state.pt",
-                                                     weights_only=False)["router"]["special"])  # steps 2-3 trained
+                                                     weights_only=True)["router"]["special"])  # steps 2-3 trained
     _resumed_equals_straight("imitate", ImitateLoss, q, tmp_path, f"train.init_from={tmp_path / 'sft_a'}")
     _resumed_equals_straight("rl", RLLoss, q, tmp_path, "rl.group_size=3", f"train.init_from={tmp_path / 'sft_a'}",
                              f"rl.ref_from={tmp_path / 'sft_a'}")
+
+
+def test_a_resume_state_loads_weights_only_and_a_foreign_pickle_is_refused(tmp_path):
+    """state.pt holds tensors and plain containers (read back with weights_only=True); a state.pt holding any other
+    object stops the resume with one line naming the file, and its code never runs."""
+    q = make_router_world(tmp_path / "w", n_images=4)
+    out = tmp_path / "o"
+    run_stage(_cfg("sft", q, out, "train.steps=1"), SFTLoss(), quiet=True)
+    state_pt = out / "checkpoints" / "step_000001" / "state.pt"
+    state = torch.load(state_pt, weights_only=True)
+    assert set(state) == {"step", "router", "optimizer", "generator", "rng", "index_embs"} and state["step"] == 1
+    torch.save(dict(state, rng=RunsOnLoad()), state_pt)
+    RAN_ON_LOAD.clear()
+    with pytest.raises(MMRLError, match=r"^checkpoint file .*step_000001/state\.pt holds support\._record_load, "):
+        run_stage(_cfg("sft", q, out, "train.steps=2"), SFTLoss(), resume=True, quiet=True)
+    assert RAN_ON_LOAD == []
 
 
 def test_stage_configs_reject_bad_keys(tmp_path):

@@ -81,6 +81,44 @@ def test_zoom_crops_a_video_frame_and_an_image(video_sample, image_sample, suite
     assert (tiny.float().mean(dim=(1, 2)) - centre).abs().max() < 40
 
 
+def _position_coded_png(path, h=56, w=84):
+    """A ``h x w`` (non-square) image whose pixel at (row, col) is ``(4 * row, 2 * col, 0)``: a crop names its rows
+    and columns."""
+    from PIL import Image
+
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    Image.fromarray(torch.stack([4 * rows, 2 * cols, torch.zeros_like(rows)], -1).to(torch.uint8).numpy()).save(path)
+    from mmrl.data.schema import ImageRef, Sample
+
+    return Sample("coded", "q?", ["a", "b"], "a", image=ImageRef(str(path)))
+
+
+# (box [x0, y0, x1, y1], the rows and columns of the 56 x 84 source it must return), by hand: rows int(y0 * 56) to
+# ceil(y1 * 56) - 1, columns int(x0 * 84) to ceil(x1 * 84) - 1, at least one of each
+ZOOM_CROPS = [
+    ([0.25, 0.5, 0.75, 1.0], range(28, 56), range(21, 63)),  # 28 x 42: multiples of 14, returned as cut
+    ([0.0, 0.25, 0.5, 0.75], range(14, 42), range(0, 42)),
+    ([0.3, 0.6, 0.301, 0.601], range(33, 34), range(25, 26)),  # one pixel (row 33, column 25), resized to 28 x 28
+]
+
+
+@pytest.mark.parametrize("box,rows,cols", ZOOM_CROPS)
+def test_zoom_maps_the_box_x_on_the_width_and_y_on_the_height(tmp_path, suite, box, rows, cols):
+    sample = _position_coded_png(tmp_path / "coded.png")
+    st = EpisodeState(sample=sample, media=None, budget=ToolBudget(factor=14))
+    rec = run_call(_call("zoom", box=box), suite.tools, st)
+    assert rec.valid, rec.message
+    img = rec.output.media.image.long()
+    if len(rows) * len(cols) >= 28 * 28:  # within the pixel budget at sides of multiples of 14: not resized
+        expected_r = (4 * torch.tensor(list(rows)))[:, None].expand(len(rows), len(cols))
+        expected_g = (2 * torch.tensor(list(cols)))[None, :].expand(len(rows), len(cols))
+        assert img.shape == (3, len(rows), len(cols))
+        assert torch.equal(img[0], expected_r) and torch.equal(img[1], expected_g)
+    else:  # one source pixel, upsampled: uniform
+        assert img.shape == (3, 28, 28)
+        assert (img[0] == 4 * rows[0]).all() and (img[1] == 2 * cols[0]).all()
+
+
 def test_no_tool_call_means_the_model_answered(video_sample, suite):
     assert run_call("The answer is (A).", suite.tools, _state(video_sample)) is None
 

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from mmrl.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from mmrl.errors import MMRLError
+from mmrl.train.checkpoint import (latest_checkpoint, load_checkpoint, load_state, rng_state, save_checkpoint,
+                                   set_rng_state, write_checkpoint)
 from mmrl.train.optim import build_optimizer
+from support import RAN_ON_LOAD, RunsOnLoad
 
 
 class Tiny(torch.nn.Module):
@@ -81,6 +84,12 @@ def test_save_creates_missing_folders_and_replaces_a_stale_temporary_folder(tmp_
     (stale / "junk").write_text("from a crashed save")
     path = save_checkpoint(str(out), 1, model, opt, sched, {})
     assert not stale.exists() and sorted(p.name for p in path.iterdir()) == ["model.pt", "trainer_state.pt"]
+
+
+def test_write_checkpoint_keeps_two_by_default(tmp_path):
+    for step in (1, 2, 3):
+        write_checkpoint(str(tmp_path), step, {"state.pt": {"step": step}})
+    assert steps(tmp_path) == ["step_000002", "step_000003"]
 
 
 def test_latest_is_the_highest_step_and_ignores_temporary_folders(tmp_path):
@@ -177,6 +186,50 @@ def test_rng_state_round_trip():
     set_rng_state(state)
     again = (torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)])
     assert first == again
+
+
+# ---- what a checkpoint file may hold ----------------------------------------------------------------------------
+
+def test_every_checkpoint_file_loads_with_weights_only(tmp_path):
+    model, opt, sched = fresh()
+    train_step(model, opt, sched)
+    path = save_checkpoint(str(tmp_path), 1, model, opt, sched, {"data": {"epoch": 1, "pos": 8}, "algorithm": {"n": [2]}})
+    for name in ("model.pt", "trainer_state.pt"):
+        torch.load(path / name, weights_only=True)  # raises on anything but tensors and plain containers
+    state = load_checkpoint(path, *fresh(seed=3))
+    assert state["data"] == {"epoch": 1, "pos": 8} and state["algorithm"] == {"n": [2]} and state["step"] == 1
+
+
+def test_numpy_rng_state_survives_weights_only_with_a_cached_gaussian(tmp_path):
+    """numpy's legacy Gaussian draws in pairs: after one draw the second is cached (has_gauss = 1); the saved state
+    must keep it, or the next draw differs."""
+    np.random.seed(3)
+    np.random.standard_normal()
+    torch.save(rng_state(), tmp_path / "rng.pt")
+    expected = [np.random.standard_normal() for _ in range(3)] + [float(np.random.rand())]
+    np.random.seed(0)
+    set_rng_state(load_state(tmp_path / "rng.pt"))
+    assert [np.random.standard_normal() for _ in range(3)] + [float(np.random.rand())] == expected
+
+
+def test_a_checkpoint_file_holding_an_arbitrary_object_is_refused_without_running_it(tmp_path, monkeypatch):
+    """Refused even where the environment tells torch to unpickle fully by default (weights_only passed explicitly)."""
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    model, opt, sched = fresh()
+    path = save_checkpoint(str(tmp_path), 1, model, opt, sched, {})
+    torch.save({"step": 1, "rng": RunsOnLoad()}, path / "trainer_state.pt")
+    RAN_ON_LOAD.clear()
+    with pytest.raises(MMRLError) as e:
+        load_checkpoint(path, *fresh())
+    assert str(e.value) == (f"checkpoint file {path / 'trainer_state.pt'} holds support._record_load, which is not a "
+                            "tensor or a plain container: refused (torch.load weights_only=True); use checkpoints "
+                            "written by this version of mmrl")
+    assert RAN_ON_LOAD == []
+    (path / "model.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(MMRLError) as e:
+        load_checkpoint(path, *fresh())
+    assert str(e.value) == (f"checkpoint file {path / 'model.pt'} is not a file of tensors and plain containers: "
+                            "refused (torch.load weights_only=True); use checkpoints written by this version of mmrl")
 
 
 # ---- the optimizer and its warm-up ------------------------------------------------------------------------------

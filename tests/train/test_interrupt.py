@@ -93,7 +93,7 @@ def test_sft_checkpoints_follow_save_every_and_keep(video_world, tiny_model_path
         "sft.steps=4", "sft.batch_size=2", "train.save_every=1", "train.keep_checkpoints=2"]
     assert main(argv) == 0
     assert [p.name for p in sorted((out / "checkpoints").glob("step_*"))] == ["step_000003", "step_000004"]
-    state = torch.load(out / "checkpoints" / "step_000004" / "trainer_state.pt", weights_only=False)
+    state = torch.load(out / "checkpoints" / "step_000004" / "trainer_state.pt", weights_only=True)
     assert state["step"] == 4 and state["data"]["pos"] == 8
     assert json.loads((out / "run.json").read_text())["kind"] == "sft"
 

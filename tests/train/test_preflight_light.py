@@ -79,7 +79,11 @@ def test_a_good_config_still_gets_every_check(video_world, tmp_path, capsys, mon
 
 def test_the_launcher_stops_bad_data_before_the_deepspeed_launcher(video_world, tmp_path):
     """scripts/train_*.sh run ``mmrl train --preflight-only`` before ``deepspeed`` (which imports torch and DeepSpeed
-    before any rank starts): bad data stops there; good data reaches the launcher (a stand-in that records it)."""
+    before any rank starts): bad data stops there; good data reaches the launcher (a stand-in that records it).
+
+    The pre-flight looks DeepSpeed up (``find_spec``, before the data: the instant machine check first) and must not
+    import it, so the run sees a stand-in package that fails on import: the test needs no DeepSpeed installed, and
+    an import of it in the pre-flight would fail it."""
     import os
     import stat
 
@@ -89,11 +93,14 @@ def test_the_launcher_stops_bad_data_before_the_deepspeed_launcher(video_world, 
     for name, body in (("python", f'exec {sys.executable} "$@"'), ("deepspeed", f'echo "$@" > {marker}; exit 99')):
         (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_ / name).chmod((bin_ / name).stat().st_mode | stat.S_IEXEC)
+    stand_in = tmp_path / "site" / "deepspeed"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text('raise ImportError("the pre-flight imported deepspeed")\n')
     bad = _bad_files(video_world, tmp_path)["missing field"][0]
 
     def launch(data):
         env = dict(os.environ, PY=str(bin_ / "python"), MODEL_PATH="tiny", DATA_PATH=str(data),
-                   OUT_DIR=str(tmp_path / "out"), PYTHONPATH=str(ROOT))
+                   OUT_DIR=str(tmp_path / "out"), PYTHONPATH=os.pathsep.join([str(stand_in.parent), str(ROOT)]))
         return subprocess.run(["bash", "scripts/train_grpo_qwen2_5_vl_3b.sh", "rollout.engine=hf", "model.device=cpu",
                                "data.preflight=sample 2", "data.on_error=raise"], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=300)
