@@ -292,6 +292,8 @@ def run(size: Size, models: List[str], budget_s: float, device: str, out_dir: Op
             with open(os.path.join(out_dir, "device_check.jsonl"), "a") as f:
                 f.write(json.dumps({name: row}, default=str) + "\n")
 
+    if out_dir:
+        open(os.path.join(out_dir, "device_check.jsonl"), "w").close()
     env = environment(device)
     emit("env", env)
     t0 = time.perf_counter()
