@@ -60,6 +60,7 @@ class Size:
     n: int = 8
     length: int = 256
     precision_steps: int = 1
+    precision_models: tuple = ("3b",)  # the 7B's fp32 copy plus a snapshot would not fit beside its model
     lora_syncs: int = 3
     warmup: bool = True  # one untimed update per attention implementation first (cuBLAS / kernel selection)
 
@@ -68,7 +69,7 @@ GPU = Size(models={"3b": QWEN2_5_VL_3B, "7b": QWEN2_5_VL_7B})
 CPU = Size(models={"tiny": TinySpec(max_pixels=112 * 112),
                    "3b-depth1": dataclasses.replace(QWEN2_5_VL_3B, text_layers=1, vision_layers=1,
                                                     fullatt_block_indexes=[0], vocab_size=None)},
-           frames=4, height=56, width=56, n=2, length=8, lora_syncs=2, warmup=False)
+           frames=4, height=56, width=56, n=2, length=8, precision_models=("tiny",), lora_syncs=1, warmup=False)
 
 PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12))
 
@@ -181,6 +182,7 @@ def update_row(model, opt, items, pad: int, attn: str, ckpt: bool, flops: Dict[s
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def step():
+        model.zero_grad(set_to_none=True)  # gradients an out-of-memory step left behind
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
             lps = response_logprobs(model, items, micro_batch=len(items), pad_id=pad)
         (-torch.cat(lps).float().mean()).backward()
@@ -258,7 +260,7 @@ def check_model(name: str, spec: TinySpec, size: Size, device: str, peak, deadli
         del opt
     del model
     _free()
-    if need_gb <= free_gb:  # the same memory as the update: one bf16 model, then one with fp32 masters
+    if name in size.precision_models:  # one bf16 model, then one with fp32 masters (the update's memory)
         section("precision", lambda: gc_.precision_check(lambda: prepare_model(build()[0], freeze_vision=True),
                                                          device=device, steps=size.precision_steps))
 

@@ -89,15 +89,16 @@ def test_cpu_rehearsal_through_the_device_script(tmp_path):
     assert "| check | ok | numbers |" in proc.stdout
     rows = {k: v for line in (tmp_path / "device_check.jsonl").read_text().splitlines()
             for k, v in json.loads(line).items()}
-    sections = ["build", "rollout", "update[sdpa,no-ckpt]", "update[sdpa,ckpt]", "update[eager,no-ckpt]",
-                "update[eager,ckpt]", "precision", "lora_sync"]
-    assert list(rows) == ["env", "imports"] + [f"{m}/{s}" for m in ("tiny", "3b-depth1") for s in sections]
+    model_rows = {m: ["build", "rollout", "update[sdpa,no-ckpt]", "update[sdpa,ckpt]", "update[eager,no-ckpt]",
+                      "update[eager,ckpt]"] + extra + ["lora_sync"]
+                  for m, extra in (("tiny", ["precision"]), ("3b-depth1", []))}
+    assert list(rows) == ["env", "imports"] + [f"{m}/{s}" for m, secs in model_rows.items() for s in secs]
     assert rows["env"]["transformers"] and rows["imports"]["broken"] == "-"
-    for model in ("tiny", "3b-depth1"):
+    p = rows["tiny/precision"]
+    assert p["fp32_master_changed"] > 0.99 and p["pure_bf16_changed"] < 0.1
+    for model in model_rows:
         r = rows[f"{model}/rollout"]
         assert r["tokens"] == 2 * 8 and r["logprob_gap_max"] < 0.05
-        p = rows[f"{model}/precision"]
-        assert p["fp32_master_changed"] > 0.99 and p["pure_bf16_changed"] < 0.1
         lora = rows[f"{model}/lora_sync"]
         assert lora["sent_minus_formula"] == 0.0 and lora["base_entries_changed"] == 0 and lora["merged_MB"] > 0
     assert rows["3b-depth1/build"]["N_lm_B"] > 0.07  # 3B widths: one 2048-wide layer + the LM head
