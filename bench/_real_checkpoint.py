@@ -1,25 +1,24 @@
 """A random-init checkpoint at the full published shape of Qwen2.5-VL-3B-Instruct, in bf16 (~7.5 GB), for timing a
-weight load the way a real run pays it (``bench/fail_fast.py``). No hub access: the shape is written below.
+weight load the way a real run pays it (``bench/fail_fast.py``). No hub access: the shape is written out (in ``mmrl.train.device_check``).
 
 The sizes are those of Qwen/Qwen2.5-VL-3B-Instruct's ``config.json`` (text: hidden 2048, 36 layers, 16 heads, 2 KV
 heads, MLP 11008, vocabulary 151936, tied embeddings, rope theta 1e6, mrope [16, 24, 24]; vision: 32 blocks of width
 1280, 16 heads, MLP 3420, full attention in blocks 7, 15, 23, 31, window 112), as in
-``tests/models/test_real_shapes.py`` but at full depth; they were not re-read from the hub here.
+``tests/models/test_real_shapes.py`` but at full depth (``mmrl.train.device_check.QWEN2_5_VL_3B``, with Qwen2's
+real tokenizer here); they were not re-read from the hub here.
 
     python bench/_real_checkpoint.py /tmp/prefail_3b
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 
 from mmrl.models.tiny import TinySpec
+from mmrl.train import device_check
 
-QWEN2_5_VL_3B = TinySpec(family="qwen2_5_vl", text_hidden=2048, text_layers=36, text_heads=16, text_kv_heads=2,
-                         text_intermediate=11008, vocab_size=151936, tie_embeddings=True, vision_hidden=1280,
-                         vision_layers=32, vision_heads=16, vision_intermediate=3420, mrope_section=[16, 24, 24],
-                         fullatt_block_indexes=[7, 15, 23, 31], window_size=112, tokenizer="qwen",
-                         max_positions=128000, rope_theta=1e6)
+QWEN2_5_VL_3B = dataclasses.replace(device_check.QWEN2_5_VL_3B, tokenizer="qwen", max_pixels=None)
 
 
 def write_real_checkpoint(out: str, spec: TinySpec = QWEN2_5_VL_3B) -> None:

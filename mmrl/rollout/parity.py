@@ -32,6 +32,8 @@ class ParityReport:
     mean_abs: float
     worst: str  # "sample/view/pack@token" of the max
     tokens_per_s: float  # engine generation throughput on these requests
+    generate_seconds: float = 0.0  # the engine's generation (the device synchronised)
+    score_seconds: float = 0.0  # the scorer's teacher-forced pass over the same tokens
 
     def ok(self, tol: float) -> bool:
         return self.tokens > 0 and self.max_abs <= tol
@@ -41,14 +43,19 @@ class ParityReport:
 def logprob_parity(engine, model, requests: List[RolloutRequest], params: SamplingParams, pad_id: int,
                    micro_batch: int = 16) -> ParityReport:
     """Generate with ``engine``, re-score the same tokens with ``response_logprobs(model)``, compare per token."""
+    sync = torch.cuda.synchronize if next(model.parameters()).is_cuda else (lambda: None)
     t0 = time.perf_counter()
     trajs = engine.generate(requests, params)
+    sync()
     dt = time.perf_counter() - t0
     items = [(requests[t.inputs_key].inputs, t.response_ids) for t in trajs]
     was_training = model.training
     model.eval()
     try:
+        t1 = time.perf_counter()
         scored = response_logprobs(model, items, 1.0 if params.greedy else params.temperature, micro_batch, pad_id)
+        sync()
+        score_s = time.perf_counter() - t1
     finally:
         model.train(was_training)
     worst, max_abs, total, n_tok = "-", 0.0, 0.0, 0
@@ -62,7 +69,7 @@ def logprob_parity(engine, model, requests: List[RolloutRequest], params: Sampli
         total += float(d.sum())
         n_tok += int(d.numel())
     return ParityReport(sequences=len(trajs), tokens=n_tok, max_abs=max_abs, mean_abs=total / max(n_tok, 1),
-                        worst=worst, tokens_per_s=n_tok / max(dt, 1e-9))
+                        worst=worst, tokens_per_s=n_tok / max(dt, 1e-9), generate_seconds=dt, score_seconds=score_s)
 
 
 def main(argv=None) -> int:

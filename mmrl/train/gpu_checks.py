@@ -19,7 +19,8 @@ def lora_sync_check(model, syncs: int = 50, dtype: torch.dtype = torch.bfloat16,
                     probe: Callable[[], torch.Tensor] | None = None) -> Dict[str, float]:
     """``syncs`` weight syncs of a peft model (adapter weights changed before each, as an optimizer step would):
     the base weights must stay bit-identical, every sent weight must equal ``(W + BA*alpha/r)_fp32`` cast to
-    ``dtype``, and ``probe()`` (e.g. reference log-probs, run with the adapter disabled) must not change."""
+    ``dtype``, and ``probe()`` (e.g. reference log-probs, run with the adapter disabled) must not change. Also the
+    seconds one sync takes to compute the merged weights (``rollout_weights``) and their size."""
     from mmrl.rollout import weight_sync
     from mmrl.rollout.weight_sync import hf_name, lora_layers
 
@@ -29,14 +30,18 @@ def lora_sync_check(model, syncs: int = 50, dtype: torch.dtype = torch.bfloat16,
     base0 = {n: m.base_layer.weight.detach().clone() for n, m in layers.items()}
     with model.disable_adapter():
         ref0 = probe() if probe is not None else None
-    worst = 0.0
+    worst, sync_s = 0.0, 0.0
     gen = torch.Generator().manual_seed(0)
     for _ in range(syncs):
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if ".lora_" in n:
                     p.add_((torch.randn(p.shape, generator=gen) * step_std).to(p.device, p.dtype))
+        t0 = time.perf_counter()
         sent = dict(weight_sync.rollout_weights(model, dtype=dtype))
+        if next(model.parameters()).is_cuda:
+            torch.cuda.synchronize()
+        sync_s += time.perf_counter() - t0
         for n, m in layers.items():
             a = m.active_adapters[0]
             want = (base0[n].float() + m.lora_B[a].weight.detach().float() @ m.lora_A[a].weight.detach().float()
@@ -48,7 +53,10 @@ def lora_sync_check(model, syncs: int = 50, dtype: torch.dtype = torch.bfloat16,
     if probe is not None:
         with model.disable_adapter():
             ref_gap = float((probe() - ref0).abs().max())
-    return {"syncs": syncs, "base_entries_changed": changed, "sent_minus_formula": worst, "reference_gap": ref_gap,
+    merged_mb = sum(sent[hf_name(n + ".weight")].numel() * sent[hf_name(n + ".weight")].element_size()
+                    for n in layers) / 2**20
+    return {"syncs": syncs, "merge_seconds_per_sync": sync_s / syncs, "merged_MB": merged_mb,
+            "base_entries_changed": changed, "sent_minus_formula": worst, "reference_gap": ref_gap,
             "ok": changed == 0 and worst == 0.0 and ref_gap == 0.0}
 
 
