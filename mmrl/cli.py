@@ -13,8 +13,8 @@ import traceback
 from typing import Optional
 
 from mmrl import __version__
-from mmrl.cli_run import _cfg, _prepare_run, add_run_arguments, cmd_sft, cmd_train  # noqa: F401  (_prepare_run: tests)
-from mmrl.cli_synth import _COUNTS, add_synth_arguments  # noqa: F401  (_COUNTS: tests)
+from mmrl.cli_run import _cfg, add_run_arguments, cmd_sft, cmd_train
+from mmrl.cli_synth import add_synth_arguments
 from mmrl.errors import ConfigError, MMRLError
 
 
