@@ -6,7 +6,7 @@ subprocess, timed in wall seconds and in CPU seconds (user + system of the child
 - (a) a config error: an unknown key (``train.stepz=2``), refused while the config is read; and, shown apart (not in
   the ratios), (a2) one only the algorithm registry can find (``algorithm.params.nope=1``), which costs the torch
   import the registry needs (``mmrl train`` runs those checks after the data pre-flight);
-- (b) a config check that passes, then the weight load the way a run loads (``mmrl.cli._prepare_run`` -- config,
+- (b) a config check that passes, then the weight load the way a run loads (``mmrl.cli_run._prepare_run`` -- config,
   run directory, data pre-flight, the registry checks -- then ``load_model_and_processor``): what an error found
   only once the weights are in costs;
 - (c) each bad data file: a missing video file, an annotation without ``answer``, an empty file, a truncated MP4.
@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _LOAD = """
 import sys
-from mmrl.cli import _prepare_run, build_parser
+from mmrl.cli import build_parser
+from mmrl.cli_run import _prepare_run
 from mmrl.models.loading import load_model_and_processor
 args = build_parser("train").parse_args(["train"] + sys.argv[1:])
 cfg = _prepare_run(args, "train")[0]

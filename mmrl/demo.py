@@ -36,8 +36,14 @@ def pin_threads() -> Dict[str, str]:
     except RuntimeError:  # already set, or parallel work already ran in this process
         pass
     env = float_environment()
-    keys = ("python", "torch", "cpu", "intra-op threads", "inter-op threads", "transformers", "decord")
+    # the CPU model beside its kernel capability: which recorded table a run should match (README, docs/results/demo.md)
+    keys = ("python", "torch", "cpu", "cpu model", "intra-op threads", "inter-op threads", "transformers", "decord")
     return {**{k: env[k] for k in keys}, **PINNED_ENV}
+
+
+def header(seed: int, settings: Dict[str, str]) -> str:
+    """The demo's first line: the seed and ``pin_threads``' settings (``cpu model AMD EPYC`` among them)."""
+    return f"[demo] seed {seed}; " + ", ".join(f"{k} {v}" for k, v in settings.items())
 
 
 def _table(rows: Dict[str, Dict]) -> str:
@@ -62,7 +68,7 @@ def run_demo(out_dir: str = "runs/demo", seed: int = 0, quick: bool = False, ove
 
     t_start = time.time()
     if not quiet:
-        print(f"[demo] seed {seed}; " + ", ".join(f"{k} {v}" for k, v in settings.items()))
+        print(header(seed, settings))
     out = Path(out_dir)
     world = out / "world"
     n_train, n_test = (64, 32) if quick else (N_TRAIN, N_TEST)

@@ -128,6 +128,8 @@ def validate(cfg, kind: str = "train", data_paths: bool = True, registries: bool
             raise ConfigError("config key 'train.wandb_project' needs the wandb package: pip install wandb")
     if cfg.train.deepspeed_config:
         _file(cfg.train.deepspeed_config, "train.deepspeed_config", "DeepSpeed config")
+    if cfg.algorithm.viewset and kind != "sft":  # before the data pre-flight reads it (what its views need)
+        _file(cfg.algorithm.viewset, "algorithm.viewset", "view set file")
     if registries:
         validate_registries(cfg, kind)
 
@@ -169,9 +171,7 @@ def validate_registries(cfg, kind: str = "train") -> None:
             raise ConfigError(f"config key 'rewards[{i}].weight' must be a finite number, got {rw.weight}")
     from mmrl.algos.spec import build_algorithm
 
-    if cfg.algorithm.viewset:
-        _file(cfg.algorithm.viewset, "algorithm.viewset", "view set file")
-    elif build_algorithm(cfg.algorithm).needs_view_set:  # the spec says so (a wrapper: its base)
+    if not cfg.algorithm.viewset and build_algorithm(cfg.algorithm).needs_view_set:  # a wrapper: its base's spec
         raise ConfigError(f"config key 'algorithm.viewset': algorithm '{cfg.algorithm.name}' trains on counterfactual "
                           f"views and needs a view set (e.g. {advice('needs_viewset')})")
     from mmrl.train.plan import describe_plan

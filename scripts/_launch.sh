@@ -28,11 +28,11 @@ DEEPSPEED=$(dirname "$PY")/deepspeed                # the venv's launcher, else 
 [ -x "$DEEPSPEED" ] || DEEPSPEED=deepspeed
 LAUNCH=("$DEEPSPEED" --num_gpus "$NUM_GPUS" --master_port "$MASTER_PORT" --no_local_rank)
 if [ "$NUM_NODES" -gt 1 ]; then
-  if [ -z "$HOSTFILE" ] && [ "${DRY_RUN:-0}" != 1 ]; then
+  if [ -z "$HOSTFILE" ]; then  # a dry run refuses too: its plan would show a loopback rendezvous no node can reach
     echo "NUM_NODES=$NUM_NODES needs HOSTFILE (one line per node: '<host> slots=$NUM_GPUS')" >&2
     exit 2
   fi
-  LAUNCH+=(--num_nodes "$NUM_NODES" --hostfile "${HOSTFILE:-hostfile}" --master_addr "$MASTER_ADDR")
+  LAUNCH+=(--num_nodes "$NUM_NODES" --hostfile "$HOSTFILE" --master_addr "$MASTER_ADDR")
 fi
 LAUNCH+=(--module mmrl train --config "$CONFIG")
 RESUME=(--auto-resume)  # a rerun (or a requeue after preemption) continues from OUT_DIR's latest checkpoint

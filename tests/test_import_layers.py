@@ -8,7 +8,7 @@ Layers (a module may import, at module level or inside a function, only modules 
     3  rollout (engines, loops), config (asks the loops' capabilities)
     4  stream
     5  train, eval, diagnose; router training and loading a trained router (retrieval.train_*, router_*)
-    6  cli, demo, validate, reference, __main__
+    6  cli, cli_run, cli_synth, demo, validate, reference, __main__
     7  bench/ (scripts; they import one another by bare name)
 
 A registry names the modules of its built-ins as strings (``mmrl.registry``); those are not import edges.
@@ -27,7 +27,7 @@ LAYERS = {
     3: {"rollout", "config"},
     4: {"stream"},
     5: {"train", "eval", "diagnose"},
-    6: {"cli", "demo", "__main__", "validate", "reference"},
+    6: {"cli", "cli_run", "cli_synth", "demo", "__main__", "validate", "reference"},
 }
 # modules above the rest of their package (the longest matching prefix wins)
 MODULE_LAYERS = {

@@ -117,3 +117,29 @@ def test_multi_node_rendezvous_is_the_hostfiles_first_host(tmp_path):
 def test_a_bad_override_fails_before_anything_starts():
     p = run("train_lora_qwen2_5_vl_7b.sh", "train.stepz=3")
     assert p.returncode == 2 and "train.stepz" in p.stderr
+
+
+def test_multi_node_dry_run_without_a_hostfile_refuses_as_the_launch_does(tmp_path):
+    """issue 42 item 1: the plan of a 2-node launch without HOSTFILE showed rendezvous 127.0.0.1 and exited 0; the
+    real launch refuses it, so the dry run does too (exit 2, the same line, no plan)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HOSTFILE", "MASTER_ADDR")}
+    full = dict(env, DRY_RUN="1", PY=sys.executable, NUM_NODES="2", OUT_DIR=str(tmp_path / "out"))
+    p = subprocess.run(["bash", str(REPO / "scripts" / "train_grpo_qwen2_5_vl_3b.sh")], cwd=REPO, env=full,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stdout[-2000:]
+    assert "NUM_NODES=2 needs HOSTFILE" in p.stderr
+    assert "127.0.0.1" not in p.stdout and "# plan" not in p.stdout
+
+
+def test_the_gpu_recipes_probe_a_sample_of_the_media():
+    """docs/recipes.md: the recipes probe `sample 256` (issue 42: the three top-level ones did not include the shared
+    base and probed every file on every rank); the recipes that include them too."""
+    from mmrl.config import load_config
+
+    files = [REPO / "configs" / f for f in ("grpo_qwen2_5_vl_3b.yaml", "bpo_qwen2_5_vl_7b.yaml",
+                                            "lora_qwen2_5_vl_7b.yaml")]
+    files += [p for p in sorted((REPO / "configs" / "recipes").glob("*.yaml")) if not p.name.startswith("_")
+              and "vhop" not in p.name]  # vhop: a retrieval recipe with its own data section
+    for path in files:
+        cfg = load_config([str(path)], [], registries=False)
+        assert cfg.data.preflight == "sample 256", (path, cfg.data.preflight)

@@ -16,8 +16,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from mmrl.errors import ConfigError
-from mmrl.eval.hooks import EvalInputs
-from mmrl.eval.protocol import describe, load_protocol, protocol_text
+from mmrl.eval.hooks import EvalInputs  # no torch: `mmrl eval --help` builds this module's parser without it
 
 FLAG_KEYS = {"num_segments": "sampling.num_segments", "nframes": "sampling.max_frames", "fps": "sampling.fps",
              "min_pixels": "pixels.min_pixels", "max_pixels": "pixels.max_pixels",
@@ -128,6 +127,8 @@ def eval_main(args) -> Dict[str, Any]:
     from mmrl.eval.report import markdown
 
     overrides = overrides_from_args(args)
+    from mmrl.eval.protocol import describe, load_protocol, protocol_text  # imports torch (the frame rules)
+
     bdef, hooks = load_protocol(benchmark_name(args), overrides)
     if args.show_protocol:
         print(protocol_text(describe(bdef, hooks)), end="")

@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Tuple
 
 from mmrl.errors import DataError
+from mmrl.media.frame_budget import FOLDER_FPS
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
@@ -52,6 +53,11 @@ def open_mp4(path: str, sample_id: str):
         raise DataError(f"unreadable video ({type(e).__name__}: {msg})", sample_id=sample_id, path=path) from None
 
 
+def mp4_fps(vr) -> float:
+    """A decord reader's average frame rate (1.0 when the container states none)."""
+    return float(vr.get_avg_fps()) or 1.0
+
+
 def _decode_image_file(path: str, sample_id: str, what: str) -> None:
     from PIL import Image, UnidentifiedImageError
 
@@ -62,9 +68,10 @@ def _decode_image_file(path: str, sample_id: str, what: str) -> None:
         raise DataError(f"unreadable {what} ({e})", sample_id=sample_id, path=path) from None
 
 
-def probe_first_frame(sample) -> None:
+def probe_first_frame(sample) -> Optional[Tuple[int, float]]:
     """Open the sample's video container (or frame folder) and decode its first frame; an image: decode it.
-    ``DataError`` naming the sample and the file when it cannot (the same reasons training's decoder gives)."""
+    ``DataError`` naming the sample and the file when it cannot (the same reasons training's decoder gives).
+    Returns a video's ``(frames, fps)`` (what ``mmrl.media.frame_budget.check_frames`` needs), None for an image."""
     if sample.video is not None:
         path = sample.video.path
         if not os.path.exists(path):
@@ -74,7 +81,7 @@ def probe_first_frame(sample) -> None:
             if not files:
                 raise DataError("frame folder holds no frames", sample_id=sample.id, path=path)
             _decode_image_file(files[0], sample.id, f"frame {os.path.basename(files[0])}")
-            return
+            return len(files), float(sample.video.frame_fps or FOLDER_FPS)
         vr = open_mp4(path, sample.id)
         if len(vr) == 0:
             raise DataError("video has zero frames", sample_id=sample.id, path=path)
@@ -84,7 +91,9 @@ def probe_first_frame(sample) -> None:
         except Exception as e:  # noqa: BLE001 - decord's error types vary
             raise DataError(f"failed to decode frames [0]... ({type(e).__name__})", sample_id=sample.id,
                             path=path) from None
+        return len(vr), mp4_fps(vr)
     elif sample.image is not None:
         if not os.path.exists(sample.image.path):
             raise DataError("image file not found", sample_id=sample.id, path=sample.image.path)
         _decode_image_file(sample.image.path, sample.id, "image")
+    return None

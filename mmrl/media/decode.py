@@ -19,8 +19,9 @@ from qwen_vl_utils.vision_process import smart_resize
 
 from mmrl.data.schema import ImageRef, Media, Sample, VideoRef
 from mmrl.errors import DataError
-from mmrl.media.container import IMAGE_SUFFIXES, folder_frames, open_mp4, quiet_stderr  # noqa: F401  (re-exported)
-from mmrl.media.sampling import frame_range, qwen_indices, qwen_nframes
+from mmrl.media.container import IMAGE_SUFFIXES, folder_frames, mp4_fps, open_mp4, quiet_stderr  # noqa: F401  (re-exported)
+from mmrl.media.frame_budget import FOLDER_FPS, check_frames
+from mmrl.media.sampling import qwen_indices, qwen_nframes
 
 FACTOR = 28  # the default resize factor: patch 14 x spatial merge 2 (Qwen2-VL / Qwen2.5-VL); Qwen3-VL's is 32
 
@@ -47,25 +48,13 @@ def _resize(frames: torch.Tensor, min_pixels: int, max_pixels: int, factor: int 
     return resize(frames, [rh, rw], interpolation=InterpolationMode.BICUBIC, antialias=True).contiguous()
 
 
-def _frame_range(ref: VideoRef, total: int, fps: float, sample_id: str) -> tuple[int, int]:
-    try:
-        return frame_range(total, fps, ref.start, ref.end)
-    except ValueError as e:
-        raise DataError(str(e), sample_id=sample_id, path=ref.path) from None
-
-
-def _choose_indices(ref: VideoRef, budget: MediaBudget, start: int, end: int, fps: float, sample_id: str) -> List[int]:
+def _choose_indices(ref: VideoRef, budget: MediaBudget, total: int, fps: float, sample_id: str) -> List[int]:
+    start, end, nframes = check_frames(ref, budget.nframes, total, fps, sample_id)  # the pre-flight's rule too
     available = end - start + 1
-    nframes = ref.nframes if ref.nframes is not None else (None if ref.fps is not None else budget.nframes)
-    if nframes is not None and nframes > available:
-        raise DataError(f"clip has {available} frames in range but {nframes} were requested", sample_id=sample_id, path=ref.path)
     try:
         n = qwen_nframes(available, fps, nframes=nframes, sample_fps=ref.fps or budget.fps or 2.0,
                          max_frames=budget.max_frames)
     except ValueError as e:
-        if "nframes should in interval" in str(e):  # qwen-vl-utils' wording; frames are sampled in pairs
-            raise DataError(f"clip has {available} frame(s) in range; Qwen2-VL samples frames in pairs, so at least 2 "
-                            "are needed", sample_id=sample_id, path=ref.path) from None
         raise DataError(f"cannot sample frames: {e}", sample_id=sample_id, path=ref.path) from e
     return qwen_indices(start, end, n)
 
@@ -76,9 +65,8 @@ def _read_frame_folder(ref: VideoRef, budget: MediaBudget, sample_id: str):
     files = folder_frames(ref.path)
     if not files:
         raise DataError("frame folder holds no frames", sample_id=sample_id, path=ref.path)
-    fps = ref.frame_fps or 3.0
-    start, end = _frame_range(ref, len(files), fps, sample_id)
-    idx = _choose_indices(ref, budget, start, end, fps, sample_id)
+    fps = ref.frame_fps or FOLDER_FPS
+    idx = _choose_indices(ref, budget, len(files), fps, sample_id)
     arrays = [np.asarray(Image.open(files[i]).convert("RGB")) for i in idx]
     return np.stack(arrays), idx, fps
 
@@ -88,9 +76,8 @@ def _read_mp4(ref: VideoRef, budget: MediaBudget, sample_id: str):
     total = len(vr)
     if total == 0:
         raise DataError("video has zero frames", sample_id=sample_id, path=ref.path)
-    fps = float(vr.get_avg_fps()) or 1.0
-    start, end = _frame_range(ref, total, fps, sample_id)
-    idx = _choose_indices(ref, budget, start, end, fps, sample_id)
+    fps = mp4_fps(vr)
+    idx = _choose_indices(ref, budget, total, fps, sample_id)
     try:
         arr = vr.get_batch(idx).asnumpy()
     except Exception as e:
@@ -166,11 +153,11 @@ def probe(path: str, sample_id: str, frame_fps: Optional[float] = None) -> Video
         files = folder_frames(path)
         if not files:
             raise DataError("frame folder holds no frames", sample_id=sample_id, path=path)
-        return VideoInfo(path, len(files), float(frame_fps or 3.0), files=files)
+        return VideoInfo(path, len(files), float(frame_fps or FOLDER_FPS), files=files)
     vr = open_mp4(path, sample_id)
     if len(vr) == 0:
         raise DataError("video has zero frames", sample_id=sample_id, path=path)
-    return VideoInfo(path, len(vr), float(vr.get_avg_fps()) or 1.0)
+    return VideoInfo(path, len(vr), mp4_fps(vr))
 
 
 def _read_indices(info: VideoInfo, indices: List[int], sample_id: str) -> np.ndarray:

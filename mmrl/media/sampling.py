@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from qwen_vl_utils import vision_process as qvp
 
+from mmrl.media.frame_budget import frame_range  # torch-free: the data pre-flight applies it too
+
 
 def get_index(num_frames: int, fps: float, bound: Optional[Tuple[float, float]], first_idx: int = 0,
               num_segments: int = 16) -> List[int]:
@@ -39,24 +41,6 @@ def get_index(num_frames: int, fps: float, bound: Optional[Tuple[float, float]],
     end_idx = min(round(end * fps), max_frame)
     seg_size = float(end_idx - start_idx) / num_segments
     return [int(start_idx + (seg_size / 2) + np.round(seg_size * i)) for i in range(num_segments)]
-
-
-def frame_range(total: int, fps: float, start: Optional[float] = None, end: Optional[float] = None
-                ) -> Tuple[int, int]:
-    """``(first, last)`` frame of the time range ``[start, end]`` s: qwen-vl-utils ``calculate_video_frame_range``.
-
-    ``first = ceil(clamp(start) * fps)``, ``last = min(floor(clamp(end) * fps), total - 1)`` with times clamped to
-    ``[0, total / fps]``. Raises ``ValueError`` when the range holds no frame.
-    """
-    ele = {k: v for k, v in (("video_start", start), ("video_end", end)) if v is not None}
-    msg = f"time range [{start}, {end}] s selects no frame ({total} frames at {fps:.3f} fps)"
-    try:
-        first, last, _ = qvp.calculate_video_frame_range(ele, total, fps)
-    except ValueError:  # qwen-vl-utils raises on an inverted range
-        raise ValueError(msg) from None
-    if first > last:
-        raise ValueError(msg)
-    return int(first), int(last)
 
 
 def qwen_nframes(count: int, fps: float, nframes: Optional[int] = None, sample_fps: Optional[float] = None,

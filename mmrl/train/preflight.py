@@ -8,14 +8,19 @@ costs seconds, not a model load.
   importing them (``check_packages``); torch is imported for its GPU count only where the config needs one
   (``check_gpus``).
 - ``check_data(cfg)``: every annotation item of ``data.train`` (and ``data.test``) has its fields and its media
-  file; the media probe (``data.preflight``: ``all`` | ``sample N`` | ``none``) opens each video container and
-  decodes its first frame (an image: opens and decodes it). Bad items are counted by reason and the first few are
-  named; with ``data.on_error=raise`` one line stops the run (with the ``data.on_error=skip`` hint), with ``skip``
-  they are left out and listed in ``skipped.jsonl`` (``data.max_skip_frac`` still applies).
+  file; the media probe (``data.preflight``: ``all`` | ``sample N`` | ``none``) opens each video container, decodes
+  its first frame (an image: opens and decodes it) and applies the run's frame rule (``data.nframes`` against the
+  clip's frames in range, ``mmrl.media.frame_budget.check_frames``); every train item is checked against what the
+  view set's transforms need (``ViewSet.views_for``: evidence segments or boxes, the media kind). Bad items are
+  counted by reason and the first few are named; with ``data.on_error=raise`` one line stops the run (with the
+  ``data.on_error=skip`` hint), with ``skip`` they are left out and listed in ``skipped.jsonl``, and the run's own
+  budget rule (``mmrl.train.skips.check_loaded``, ``data.max_skip_frac``) stops the pre-flight where it would stop
+  the run.
 
 Every rank runs the same checks on the same items (a ``sample N`` probe draws with ``train.seed``), so all ranks
-stop together. Nothing here imports torch, transformers or qwen-vl-utils unless a GPU must be counted: ``mmrl train``
-runs ``preflight`` before the algorithm registry and the model stack are imported (tests/train/test_preflight_light.py).
+stop together. Nothing here imports torch, transformers or qwen-vl-utils unless a GPU must be counted or a view set
+is configured (its check runs after the torch-free ones): ``mmrl train`` runs ``preflight`` before the algorithm
+registry and the model stack are imported (tests/train/test_preflight_light.py).
 """
 from __future__ import annotations
 
@@ -98,11 +103,16 @@ def check_environment(cfg, kind: str = "train", cuda_count: Optional[int] = None
 
 
 # ---- data -------------------------------------------------------------------------------------------------------
-def probe_media(sample) -> None:
-    """Open the sample's video container and decode its first frame (an image: decode it); ``DataError`` if not."""
+def probe_media(sample, default_nframes=None) -> None:
+    """Open the sample's video container and decode its first frame (an image: decode it), then apply the run's frame
+    rule to the clip (``mmrl.media.frame_budget.check_frames``: ``data.nframes`` against its frames in range);
+    ``DataError`` if either fails."""
     from mmrl.media.container import probe_first_frame
+    from mmrl.media.frame_budget import check_frames
 
-    probe_first_frame(sample)
+    clip = probe_first_frame(sample)
+    if clip is not None:
+        check_frames(sample.video, default_nframes, clip[0], clip[1], sample.id)
 
 
 def _probe_set(samples: Sequence, mode: str, n: int, seed: int) -> List:
@@ -118,6 +128,13 @@ def _media_of(sample) -> str:
     return ref.path if ref is not None else ""
 
 
+def _leave_out(samples: List, bad: List[Tuple[str, str]], failed: List[Tuple[str, str]]) -> List:
+    """``samples`` less those in ``failed`` (``(id, reason)``, appended to ``bad``)."""
+    bad.extend(failed)
+    ids = {sid for sid, _ in failed}
+    return [s for s in samples if s.id not in ids]
+
+
 def check_file(path: str, key: str, cfg, mode: str, n: int) -> Tuple[List, List[Tuple[str, str]]]:
     """``(usable samples, [(sample id, reason)])`` of one annotation file; raises on an empty file, and with
     ``data.on_error=raise`` on any bad item (one line: the count by reason, the first few named, the hint)."""
@@ -128,18 +145,41 @@ def check_file(path: str, key: str, cfg, mode: str, n: int) -> Tuple[List, List[
     samples, bad = load_samples(path, cfg.data.media_root, on_error="skip")
     if not samples and not bad:
         raise DataError(f"{key}: the annotation file holds no items", path=path)
-    probed = _probe_set(samples, mode, n, cfg.train.seed)
-    failed = set()
-    for s in probed:
+    failed = []
+    for s in _probe_set(samples, mode, n, cfg.train.seed):
         try:
-            probe_media(s)
+            probe_media(s, cfg.data.nframes)
         except DataError as e:
-            bad.append((s.id, f"{e} [{_media_of(s)}]" if _media_of(s) not in str(e) else str(e)))
-            failed.add(s.id)
-    samples = [s for s in samples if s.id not in failed]
-    if bad and cfg.data.on_error == "raise":
-        raise DataError(_describe(bad, len(samples) + len(bad), key), path=path)
+            failed.append((s.id, f"{e} [{_media_of(s)}]" if _media_of(s) not in str(e) else str(e)))
+    samples = _leave_out(samples, bad, failed)
+    _raise_if_strict(cfg, bad, len(samples), key, path)
     return samples, bad
+
+
+def _raise_if_strict(cfg, bad, n_usable: int, key: str, path: str) -> None:
+    if bad and cfg.data.on_error == "raise":
+        raise DataError(_describe(bad, n_usable + len(bad), key), path=path)
+
+
+def check_views(cfg, samples: List, bad: List[Tuple[str, str]]) -> List:
+    """What the configured view set's transforms need of each sample (evidence segments, evidence boxes, the media
+    kind, a view list for its qtype), by the run's own ``ViewSet.views_for``: the samples it accepts; the others are
+    appended to ``bad`` (``data.on_error=raise``: one line). No view set: ``samples`` unchanged. Imports torch (the
+    view transforms), so it runs after the torch-free checks."""
+    if not cfg.algorithm.viewset:
+        return samples
+    from mmrl.views import ViewSet
+
+    viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
+    failed = []
+    for s in samples:
+        try:
+            viewset.views_for(s)
+        except DataError as e:
+            failed.append((s.id, str(e)))
+    samples = _leave_out(samples, bad, failed)
+    _raise_if_strict(cfg, bad, len(samples), "data.train", cfg.data.train)
+    return samples
 
 
 def _describe(bad: List[Tuple[str, str]], total: int, key: str) -> str:
@@ -154,7 +194,7 @@ def _describe(bad: List[Tuple[str, str]], total: int, key: str) -> str:
 
 
 def _kind(reason: str) -> str:
-    """A short class of a reason for the counts: ``missing 'answer'``, ``media not found``, ``unreadable``."""
+    """A short class of a reason for the counts: ``missing 'answer'``, ``media not found``, ``unreadable``, ..."""
     m = re.search(r"field '([^']+)': missing", reason)
     if m:
         return f"missing '{m.group(1)}'"
@@ -162,20 +202,33 @@ def _kind(reason: str) -> str:
         return "media not found"
     if "unreadable" in reason or "decode" in reason or "zero frames" in reason:
         return "media unreadable"
+    if "frames in range" in reason or "frame(s) in range" in reason or "selects no frame" in reason:
+        return "too few frames"
+    if "view set" in reason:
+        return "not viewable"
     return "invalid"
 
 
 def check_data(cfg, kind: str = "train", log=None):
-    """The data pre-flight of a run: ``(train samples, [(id, reason)] left out)``; ``data.test`` is checked too
-    (``mmrl train --no-data-check`` sets ``data.preflight=none``: fields and file existence only)."""
+    """The data pre-flight of a run: ``(train samples, [(id, reason)] left out)``. Fields and media files of
+    ``data.train`` (and ``data.test``), the media probe with the frame rule (``probe_media``), what the view set
+    needs (``check_views``, train only), then the skip budget by the run's own rule (``mmrl.train.skips.
+    check_loaded``): a ``DataError`` exactly where the run would stop. ``mmrl train --no-data-check`` sets
+    ``data.preflight=none``: fields, file existence and the view set's needs only."""
+    from mmrl.train.skips import check_loaded
+
     mode, n = parse_preflight(cfg.data.preflight)
     samples, bad = check_file(cfg.data.train, "data.train", cfg, mode, n)
     if cfg.data.test and kind == "train":
         check_file(cfg.data.test, "data.test", cfg, mode, n)
+    if kind == "train":
+        samples = check_views(cfg, samples, bad)
+    check_loaded(cfg.data, samples, bad)
     if log is not None:
         what = {"all": "every media file decoded", "none": "media probe off",
                 "sample": f"{min(n, len(samples) + len(bad))} media files decoded"}[mode]
-        note = f"; {len(bad)} left out (data.on_error=skip)" if bad else ""
+        note = (f"; {len(bad)} left out (data.on_error=skip, within data.max_skip_frac="
+                f"{cfg.data.max_skip_frac})") if bad else ""
         log(f"mmrl: data pre-flight: {len(samples)} usable items in {cfg.data.train} ({what}){note}")
     return samples, bad
 

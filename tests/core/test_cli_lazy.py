@@ -20,7 +20,7 @@ def test_lazy_help_lines_equal_the_full_parsers():
     assert set(LAZY_HELP) <= set(full) and all(full[k] == v for k, v in LAZY_HELP.items())
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["data", "synth", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["data", "synth", "--help"], ["eval", "--help"]])  # eval: issue 42
 def test_light_commands_do_not_import_torch(argv):
     code = ("import sys\nfrom mmrl.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
             "print('torch' in sys.modules)" % (argv,))

@@ -129,3 +129,11 @@ def test_ci_blocks_run_in_order(tmp_path, monkeypatch, tiny_model_path, capsys):
     assert any("reward/my_rewards:short" in r for r in _metrics(tmp_path / "runs" / "short"))
     train = json.loads((tmp_path / "data" / "world" / "train.json").read_text())
     assert len({tuple(it["candidates"]) for it in train if it["qtype"] == train[0]["qtype"]}) == 1  # fixed options
+
+
+def test_the_readme_is_a_guide_that_says_how_to_reach_mmrl():
+    """issue 42: at most 300 lines (results live on their pages), and it says to activate .venv (a bare `mmrl` after
+    `make setup` was `command not found`)."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    assert "source .venv/bin/activate" in text

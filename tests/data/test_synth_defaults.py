@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from mmrl.cli import _COUNTS, build_parser, main
+from mmrl.cli import build_parser, main
+from mmrl.cli_synth import _COUNTS
 
 
 def _kinds():

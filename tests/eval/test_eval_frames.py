@@ -99,6 +99,41 @@ def test_get_index_rule_on_a_frame_folder(tmp_path):
 
 
 # --- qwen-vl-utils and the wrappers ----------------------------------------------------------------------------------
+def test_frame_range_agrees_with_qwen_vl_utils():
+    """frame_range is qwen-vl-utils' calculate_video_frame_range mirrored without torch (the data pre-flight
+    applies it): the same (first, last), and a refusal where it refuses, over a grid of ranges."""
+    from qwen_vl_utils import vision_process as qvp
+
+    times = (None, -1.0, 0.0, 0.1, 0.25, 0.5, 1.0, 1.9, 2.0, 3.0, 9.0)
+    for total, fps in ((1, 1.0), (8, 4.0), (45, 10.0), (30, 29.97)):
+        for start in times:
+            for end in times:
+                ele = {k: v for k, v in (("video_start", start), ("video_end", end)) if v is not None}
+                try:
+                    want = qvp.calculate_video_frame_range(ele, total, fps)[:2]
+                except ValueError:
+                    want = None
+                try:
+                    got = frame_range(total, fps, start, end)
+                except ValueError:
+                    got = None
+                assert got == want, (total, fps, start, end)
+
+
+def test_check_frames_is_the_decoders_and_the_preflights_rule():
+    """8 frames at 4 fps, range [0.5, 1.0] s: frames ceil(2.0)=2 .. floor(4.0)=4, so 3 in range."""
+    from mmrl.data.schema import VideoRef
+    from mmrl.errors import DataError
+    from mmrl.media.frame_budget import check_frames
+
+    with pytest.raises(DataError, match="clip has 3 frames in range but 4 were requested"):
+        check_frames(VideoRef(path="v.mp4", start=0.5, end=1.0), 4, 8, 4.0, "s1")
+    assert check_frames(VideoRef(path="v.mp4", start=0.5, end=1.0, nframes=2), 16, 8, 4.0, "s1") == (2, 4, 2)
+    assert check_frames(VideoRef(path="v.mp4", fps=2.0), 16, 8, 4.0, "s1") == (0, 7, None)  # the rate decides
+    with pytest.raises(DataError, match="1 frame\\(s\\) in range"):
+        check_frames(VideoRef(path="v.mp4"), None, 1, 4.0, "s1")
+
+
 def test_sampling_helpers_hand_computed():
     assert frame_range(45, 10.0, 0.25, 2.0) == (3, 20)          # ceil(2.5), floor(20)
     assert frame_range(45, 10.0, None, 99.0) == (0, 44)         # end clamped to the duration

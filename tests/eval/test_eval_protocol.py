@@ -138,6 +138,28 @@ def test_launch_scripts_resolve_their_protocol(script, env, expect):
     assert expect in p.stdout.splitlines()
 
 
+@pytest.mark.parametrize("script,bench,expect", [("eval_mvbench.sh", "mvbench", "sampling.num_segments: 16"),
+                                                  ("eval_ovobench.sh", "ovobench", "sampling.max_frames: 64")])
+def test_eval_scripts_run_the_venvs_mmrl_and_have_a_dry_run(script, bench, expect, tmp_path):
+    """issue 42: the scripts called a bare `mmrl` (not on PATH without an activated venv) and had no DRY_RUN. Now they
+    run `$PY -m mmrl` (the repository's .venv by default), and DRY_RUN=1 prints the command and the protocol it
+    resolves, loading nothing (the model folder need not exist)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "MMRL"}
+    full = dict(env, DRY_RUN="1", PY=sys.executable, MODEL=str(tmp_path / "no-model"))
+    p = subprocess.run(["bash", str(repo / "scripts" / script)], cwd=tmp_path, env=full, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith(f"# eval: {sys.executable} -m mmrl eval {bench} --model {tmp_path / 'no-model'} ")
+    assert expect in lines
+
+
 def test_generation_fields_reach_the_engine():
     from mmrl.eval.driver import sampling_params
 

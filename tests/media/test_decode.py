@@ -163,8 +163,7 @@ def test_video_failures_name_sample_and_file(folder, tmp_path):
     says(VideoRef(str(tmp_path / "empty")), "frame folder holds no frames")
     says(VideoRef(folder, start=5.1, end=5.2), "time range [5.1, 5.2] s selects no frame (30 frames at 3.000 fps)")
     says(VideoRef(folder, nframes=40), "clip has 30 frames in range but 40 were requested")
-    says(VideoRef(folder, nframes=1),
-         "clip has 30 frame(s) in range; Qwen2-VL samples frames in pairs, so at least 2 are needed")
+    says(VideoRef(folder, nframes=1), "1 frame(s) requested; Qwen2-VL samples frames in pairs, so at least 2 are needed")
     one = _write_mp4(tmp_path / "one.mp4", 1)
     says(VideoRef(one, nframes=2), "clip has 1 frames in range but 2 were requested")  # one frame is not zero
     bad = tmp_path / "bad.mp4"

@@ -107,7 +107,7 @@ def test_skip_leaves_bad_items_out_and_the_probe_modes(video_world, tmp_path):
     seen = []
     real = pf.probe_media
     try:
-        pf.probe_media = lambda s: seen.append(s.id) or real(s)
+        pf.probe_media = lambda s, *a: seen.append(s.id) or real(s, *a)
         check_data(cfg)
     finally:
         pf.probe_media = real
@@ -173,3 +173,63 @@ def test_vllm_on_cpu_fails_before_deepspeed_and_weights(tmp_path, video_world, c
     line = _err(capsys, ["train", "--config", "configs/grpo_qwen2_5_vl_3b.yaml", "model.path=tiny",
                          f"data.train={video_world / 'train.json'}", f"train.out_dir={tmp_path / 'run'}"])
     assert "rollout.engine" in line and "rollout.engine=hf" in line
+
+
+# ---- issue 42: what the run's own rules refuse, the pre-flight refuses (view set needs, frame rule, skip budget) ----
+BPO = ["--config", "configs/demo.yaml", "--config", "configs/bpo_demo.yaml"]
+
+
+def _no_segments(items, root):
+    count = next(it for it in items if it["qtype"] == "count")
+    count["evidence"] = {}
+
+
+def test_a_view_set_need_the_sample_lacks_stops_the_preflight_and_the_dry_run(video_world, tmp_path, capsys,
+                                                                              no_load):
+    """A count sample without evidence segments under views/bpo_video.yaml (mask_evidence needs them): one line
+    naming it from --preflight-only and --dry-run (both passed it before), by the view set's own views_for."""
+    data = _world(video_world, tmp_path, _no_segments)
+    sid = next(it["id"] for it in json.loads(data.read_text()) if not it["evidence"])
+    base = ["train", *BPO, f"data.train={data}", f"train.out_dir={tmp_path / 'run'}"]
+    for flag in ("--preflight-only", "--dry-run"):
+        line = _err(capsys, base + [flag])
+        assert f"'{sid}'" in line and "view 'mask_support'" in line and "needs evidence segments" in line, line
+        assert "1 of 24 items unusable (1 not viewable)" in line and "data.on_error=skip" in line, line
+    cfg = load_config(BPO[1::2], [f"data.train={data}", "data.on_error=skip"])
+    samples, bad = check_data(cfg)  # 1 of 24 (4.2%) is within data.max_skip_frac=0.1: left out, listed
+    assert len(samples) == 23 and [x for x, _ in bad] == [sid]
+
+
+def test_clips_shorter_than_the_frames_requested_stop_the_preflight(video_world, tmp_path, capsys, no_load):
+    """data.nframes above the clip's frames: the pre-flight gives the decoder's own line (mmrl.media.frame_budget),
+    per sample, before any weight; the decoder raises the same reason on the same clip."""
+    from mmrl.data.annotations import load_samples
+    from mmrl.media.decode import MediaBudget, load_media
+
+    data = _world(video_world, tmp_path, lambda items, root: None)
+    line = _err(capsys, ["train", "--config", "configs/demo.yaml", f"data.train={data}", "data.nframes=16",
+                         f"train.out_dir={tmp_path / 'run'}", "--preflight-only"])
+    assert "24 of 24 items unusable (24 too few frames)" in line, line
+    assert "sample 'train-00000': clip has 8 frames in range but 16 were requested" in line, line
+    sample = load_samples(str(data))[0][0]
+    with pytest.raises(DataError, match="clip has 8 frames in range but 16 were requested"):
+        load_media(sample, MediaBudget(nframes=16))
+
+
+def test_the_skip_budget_stops_the_preflight_where_it_stops_the_run(video_world, tmp_path, capsys, no_load):
+    """data.on_error=skip with 2 of 3 items bad: --preflight-only exited 0 ("2 left out") and the run stopped after
+    loading; now the pre-flight stops with the run's own line (mmrl.train.skips.check_loaded), and passes when the
+    budget allows it."""
+    def edit(items, root):
+        del items[3:]
+        items[1]["video"] = str(root / "gone1.mp4")
+        items[2]["video"] = str(root / "gone2.mp4")
+
+    data = _world(video_world, tmp_path, edit)
+    base = ["train", "--config", "configs/demo.yaml", f"data.train={data}", "data.on_error=skip",
+            f"train.out_dir={tmp_path / 'run'}", "--preflight-only"]
+    line = _err(capsys, base)
+    assert "2 of 3 items rejected (66.7%), more than data.max_skip_frac=0.1" in line and "gone1.mp4" in line, line
+    assert main(base + ["data.max_skip_frac=0.7"]) == 0
+    out = capsys.readouterr().out
+    assert "1 usable items" in out and "2 left out (data.on_error=skip, within data.max_skip_frac=0.7)" in out, out

@@ -102,8 +102,9 @@ def test_the_launcher_stops_bad_data_before_the_deepspeed_launcher(video_world, 
         env = dict(os.environ, PY=str(bin_ / "python"), MODEL_PATH="tiny", DATA_PATH=str(data),
                    OUT_DIR=str(tmp_path / "out"), PYTHONPATH=os.pathsep.join([str(stand_in.parent), str(ROOT)]))
         return subprocess.run(["bash", "scripts/train_grpo_qwen2_5_vl_3b.sh", "rollout.engine=hf", "model.device=cpu",
-                               "data.preflight=sample 2", "data.on_error=raise"], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=300)
+                               "data.preflight=sample 2", "data.on_error=raise",
+                               "data.nframes=4"],  # the world's clips hold 8 frames: the recipe's 16 would stop it
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
     p = launch(bad)
     errors = [x for x in p.stderr.splitlines() if x.strip()]
