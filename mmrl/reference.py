@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from mmrl.errors import ConfigError
+from mmrl.registry import signature_params
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "docs" / "reference"
@@ -46,14 +47,7 @@ def _names(registry) -> List[str]:
 
 
 def _signature_params(fn, skip: int) -> List[str]:
-    """``name=default`` for a function's parameters after the first ``skip`` positional ones (``**kw`` as is)."""
-    out = []
-    for p in list(inspect.signature(fn).parameters.values())[skip:]:
-        if p.kind is p.VAR_KEYWORD:
-            out.append(f"**{p.name}")
-        elif p.kind is not p.VAR_POSITIONAL:
-            out.append(p.name if p.default is p.empty else f"{p.name}={_fmt(p.default)}")
-    return out
+    return signature_params(fn, skip, fmt=_fmt)
 
 
 def _params_cell(items: List[str]) -> str:

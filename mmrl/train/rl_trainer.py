@@ -55,6 +55,15 @@ class RLTrainer:
         self.samples, self.load_skipped = checked if checked is not None else \
             preflight(cfg, "train", log=None if quiet else preflight_log())
         check_loaded(cfg.data, self.samples, self.load_skipped)
+        self.viewset = None
+        if cfg.algorithm.viewset:
+            from mmrl.views import ViewSet
+
+            self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
+            self.viewset.check_weights_used(cfg.algorithm.name, self.spec.uses_view_weights)
+            fallback, log = self.viewset.fallback_warning(self.samples), None if quiet else preflight_log()
+            if fallback and log is not None:  # before the weights load: seconds into the run, not minutes
+                log(f"mmrl: warning: {fallback}")
         deepspeed = cfg.train.backend == "deepspeed"
         ds_config = hf_ds = None
         if deepspeed:
@@ -89,12 +98,6 @@ class RLTrainer:
         del hf_ds  # generation must not run in lockstep (HF's synced_gpus): rollouts gather full weights instead
         self.quiet = quiet or not self.backend.is_main()
         self.seed_per_group = deepspeed if cfg.rollout.seed_per_group is None else cfg.rollout.seed_per_group
-        self.viewset = None
-        if cfg.algorithm.viewset:
-            from mmrl.views import ViewSet
-
-            self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
-            self.viewset.check_weights_used(cfg.algorithm.name, self.spec.uses_view_weights)
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
         self.agent_loop = agent_loop_from_config(cfg.rollout, self.processor)
         self.test_samples = None
