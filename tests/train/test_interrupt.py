@@ -33,7 +33,7 @@ def _argv(kind, world, out, model):
 
 
 def _rows(out):
-    skip = ("time/", "tokens_per_s", "view_time_share")
+    skip = ("time/", "mem/", "tokens_per_s", "view_time_share")
     return [{k: v for k, v in r.items() if not k.startswith(skip)} for r in MetricsLogger.read(out / "metrics.jsonl")]
 
 
