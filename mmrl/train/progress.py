@@ -2,10 +2,11 @@
 ``train.log_every_s`` seconds) when the output is not a terminal (a SLURM or nohup log), where a redrawn bar would
 show up once, at the end.
 
-A line reads ``train step 12/57 (21%) | reward 0.412 | acc 0.375 | kl 0.0012 | 35.2 tok/s | 4.1 s/step | elapsed
-49s | left 3m05s``: the step's metrics that exist (``reward/total``, ``reward/accuracy``, ``kl``, ``tokens_per_s``,
-``sft/loss``), the mean wall-clock seconds per step of this process, and the time left at that pace,
-``(total - step) x s/step``. The first and the last step always get a line.
+A line reads ``train step 12/57 (21%) | reward 0.412 | acc 0.375 | kl 0.0012 | tok/s 35.2 | 4.1 s/step | elapsed
+49s | left 3m05s``: the step's metrics that exist (``reward/total``, ``reward/accuracy``, ``kl``, ``sft/loss``,
+``tokens_per_s``, and ``eval/accuracy`` as ``held-out acc``), the mean wall-clock seconds per step of this process,
+and the time left at that pace, ``(total - step) x s/step``. The first and the last step, and every step that
+evaluates, always get a line.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Callable, Dict, Optional, TextIO
 
 # (metric key, label, format) of a line, in order; a key the step lacks is left out
 FIELDS = (("reward/total", "reward", "{:.3f}"), ("reward/accuracy", "acc", "{:.3f}"), ("kl", "kl", "{:.4g}"),
-          ("sft/loss", "loss", "{:.4f}"), ("tokens_per_s", "tok/s", "{:.1f}"))
+          ("sft/loss", "loss", "{:.4f}"), ("tokens_per_s", "tok/s", "{:.1f}"), ("eval/accuracy", "held-out acc", "{:.3f}"))
 
 
 def duration(seconds: float) -> str:
@@ -72,7 +73,8 @@ class StepProgress:
             self.bar.update(self.task, completed=step, info=info)
             return
         now = self.clock()
-        due = self.last_line is None or step >= self.total or now - self.last_line >= self.every_s
+        due = (self.last_line is None or step >= self.total or now - self.last_line >= self.every_s
+               or "eval/accuracy" in metrics)
         if not due:
             return
         self.last_line = now

@@ -3,16 +3,18 @@
 ``write_report(run)`` (end of every run) and ``mmrl report RUN`` draw, each axis with its own scale: rewards (total
 and each component), held-out accuracy per question type, optimisation (policy loss, KL, grad norm, SFT loss,
 learning rate, clip fraction), the policy (token entropy; zero-advantage, truncated and trained shares on a 0-1
-axis; response length), throughput and the step-time breakdown (rollout + scoring + update = step, stacked), and
-per-view accuracy. Step 0 is the held-out evaluation of the starting model (e.g. the SFT checkpoint) before the
-first update (``RLTrainer.run``). An axis whose values are all zero says why when the config explains it
-(``flat_zero_notes``: no KL term at ``kl_coef`` 0, nothing clipped at ``ppo_epochs`` 1). Steps where the run was resumed (``resumes.jsonl``, written by ``MetricsLogger``) are dashed
-vertical lines. ``mmrl report RUN_A RUN_B ... --out DIR`` overlays runs: one axis per quantity, one colour per run.
-Noisy per-step values are drawn faint under their bias-corrected exponential moving average.
+axis; response length), throughput, the step-time breakdown (rollout + scoring + update = step, stacked) and peak
+memory, and per-view accuracy. Step 0 is the held-out evaluation of the starting model (e.g. the SFT checkpoint)
+before the first update (``RLTrainer.run``). An axis whose values are all zero says why when the config explains it
+(``flat_zero_notes``: no KL term at ``kl_coef`` 0, nothing clipped at ``ppo_epochs`` 1). Steps where the run was
+resumed (``resumes.jsonl``, written by ``MetricsLogger``) are dashed vertical lines. ``mmrl report RUN_A RUN_B ...
+--out DIR`` overlays runs: one axis per quantity, one colour per run. Noisy per-step values are drawn faint under
+their bias-corrected exponential moving average.
 """
 from __future__ import annotations
 
 import fnmatch
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -20,7 +22,7 @@ from mmrl.advice import advice
 from mmrl.errors import ConfigError
 from mmrl.train.metrics import MetricsLogger, read_resumes
 
-Axis = Tuple[str, Tuple[str, ...], str]  # (title, key patterns, kind: line | frac | stack)
+Axis = Tuple[str, Tuple[str, ...], str]  # (title, key patterns, kind: line | frac | stack | raw: never smoothed)
 
 FIGURES: List[Tuple[str, str, List[Axis]]] = [
     ("rewards.png", "rewards", [("total reward", ("reward/total",), "line"),
@@ -36,11 +38,12 @@ FIGURES: List[Tuple[str, str, List[Axis]]] = [
     ("speed.png", "throughput and step time", [("generated tokens / s", ("tokens_per_s",), "line"),
                                                ("seconds per step", ("time/rollout", "time/scoring", "time/update"),
                                                 "stack"),
-                                               ("SFT seconds per step", ("time/step",), "sft")]),
+                                               ("SFT seconds per step", ("time/step",), "sft"),
+                                               ("peak memory (GB)", ("mem/*",), "raw")]),
     ("views.png", "views", [("per-view accuracy", ("view_acc/*",), "frac"),
                             ("view rates", ("stability_rate", "sensitivity_rate", "abstain_f1"), "frac")]),
 ]
-LABELS = {"eval/accuracy": "overall", "adv/zero_frac": "zero advantage", "truncated_frac": "truncated",
+LABELS = {"eval/accuracy": "overall", "mem/rss_peak_gb": "process RSS", "mem/cuda_max_allocated_gb": "CUDA allocated", "adv/zero_frac": "zero advantage", "truncated_frac": "truncated",
           "train_frac": "trained", "time/rollout": "rollout", "time/scoring": "scoring", "time/update": "update"}
 
 
@@ -141,8 +144,8 @@ def _axes_for(spec: List[Axis], keys: Sequence[str], overlay: bool, sft: bool) -
     return axes
 
 
-def _draw(ax, xs, ys, label, color=None, marker=None):
-    if len(ys) >= 20:  # noisy per-step values: faint raw curve under its moving average
+def _draw(ax, xs, ys, label, color=None, marker=None, smooth=True):
+    if smooth and len(ys) >= 20:  # noisy per-step values: faint raw curve under its moving average
         line, = ax.plot(xs, ys, alpha=0.25, color=color, linewidth=0.8)
         ax.plot(xs, ema(ys), color=line.get_color(), label=f"{label} (EMA 0.9)")
     else:
@@ -180,13 +183,13 @@ def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) ->
                     xs, ys = run.series(k)
                     if xs:
                         label = run.label if len(runs) > 1 else _label(k)
-                        _draw(ax, xs, ys, label, color)
+                        _draw(ax, xs, ys, label, color, smooth=kind != "raw")
             for step in run.resumes:
                 ax.axvline(step, color=color or "gray", linestyle="--", linewidth=1, alpha=0.8)
         notes = {run.notes.get(k) for run in runs for k in found}
         if len(notes) == 1 and None not in notes:  # every line of the axis is flat zero for the same reason
-            ax.text(0.5, 0.5, "flat at 0: " + notes.pop(), transform=ax.transAxes, ha="center", va="center",
-                    fontsize=7, wrap=True, color="dimgray", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
+            ax.text(0.5, 0.72, textwrap.fill("flat at 0: " + notes.pop(), 64), transform=ax.transAxes, ha="center",
+                    va="center", fontsize=7, color="dimgray", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
         if kind == "frac":
             ax.set_ylim(-0.02, 1.02)
         ax.set_title(ax_title, fontsize=10)

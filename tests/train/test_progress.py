@@ -70,3 +70,13 @@ def test_log_every_s_is_validated():
     assert load_config(None, []).train.log_every_s == 30.0
     with pytest.raises(ConfigError, match=r"config key 'train.log_every_s' must be >= 0"):
         load_config(None, ["train.log_every_s=-1"])
+
+
+def test_an_evaluating_step_always_gets_a_line():
+    out, clock = io.StringIO(), Clock()
+    with StepProgress(10, "train", every_s=1000.0, stream=out, clock=clock) as p:
+        for step in range(1, 6):
+            clock.t += 1.0
+            p.update(step, {"eval/accuracy": 0.59} if step == 3 else {})
+    assert [x.split(" | ")[:2] for x in out.getvalue().splitlines()] == [["train step 1/10 (10%)", "1.0 s/step"],
+                                                                       ["train step 3/10 (30%)", "held-out acc 0.590"]]

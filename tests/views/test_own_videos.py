@@ -4,6 +4,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from mmrl.errors import ConfigError
 from mmrl.views import ViewSet
@@ -77,3 +78,43 @@ def test_rollout_n_hint_is_a_common_multiple_of_the_view_counts(tmp_path):
     with pytest.raises(ConfigError, match=r"e\.g\. rollout\.n=20 "):
         check_views_fit(spec, 12, vs)
     check_views_fit(spec, 10, vs)  # fits: no error
+
+
+@pytest.fixture
+def examples_on_path():
+    """docs/examples on the module path, as `PYTHONPATH=.` from that folder puts it."""
+    from support import REPO
+
+    folder = str(REPO / "docs" / "examples")
+    sys.path.insert(0, folder)
+    yield REPO / "docs" / "examples"
+    sys.path.remove(folder)
+
+
+def test_worked_example_view_set_with_a_custom_transform(examples_on_path):
+    """docs/examples/my_views.yaml: 'still' of an 8-frame clip at at=0.5 shows frame int(0.5 * 8) = 4 eight times."""
+    from views_testdata import make_clip
+
+    vs = ViewSet.load(examples_on_path / "my_views.yaml")
+    assert sorted(vs.qtypes) == ["action", "object"]
+    clip = make_clip(t=8)
+    views = {v.name: v for v in vs.expand(make_sample("action", candidates=("waves", "sits"), answer="waves"), clip)}
+    assert list(views) == ["original", "noise_mild", "still", "blank"]
+    still = views["still"].media.frames
+    assert all(torch.equal(still[i], clip.frames[4]) for i in range(8)) and views["still"].role == "sensitive"
+    assert views["blank"].expected == "abstain" and views["original"].expected == "A"
+
+
+def test_worked_example_tool(examples_on_path, tmp_path):
+    from mmrl.tools import EpisodeState, ToolBudget, ToolError
+    from mmrl.tools.suite import load_suite
+    from views_testdata import make_clip
+
+    (tmp_path / "suite.yaml").write_text("max_turns: 3\ntools:\n  - name: my_tools:clip_info\n")
+    suite = load_suite(str(tmp_path / "suite.yaml"))
+    assert list(suite.tools) == ["clip_info"]  # the decorated name
+    spec = suite.tools["clip_info"]
+    state = EpisodeState(sample=None, media=make_clip(t=8), budget=ToolBudget())
+    assert spec.fn(state).text == "8 frames over 3.50 s"  # timestamps 0, 0.5, ..., 3.5
+    with pytest.raises(ToolError, match="no video"):
+        spec.fn(EpisodeState(sample=None, media=None, budget=ToolBudget()))
