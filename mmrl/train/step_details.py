@@ -4,8 +4,8 @@ completions as a table, histograms, and a contact sheet of one sample's views.
 ``step_details`` reads the step's global batch (every rank's rows: ``gather_batch``) and this rank's trajectories
 (rows ``lo..lo+len(trajs)`` of the batch). Histograms: ``reward`` (the weighted total of the reward components per response), ``advantage``
 (per response, or per real token when the algorithm gives token-level advantages) and ``response_len`` (tokens
-per response), every step. The completions table (first ``COMPLETIONS`` responses of the rank: sample, view,
-role, question, response, reward, advantage, expected answer) and the contact sheet (``mmrl.views.preview``: the
+per response), every step. The completions table (``COMPLETIONS`` responses of the rank, spread over its
+prompts and views: sample, view, role, question, response, reward, advantage, expected answer) and the contact sheet (``mmrl.views.preview``: the
 first sample's views, one row each) come on the steps the caller asks for (``train.log_samples_every``).
 """
 from __future__ import annotations
@@ -27,6 +27,18 @@ def per_response(adv: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return (adv.float() * valid).sum(1) / valid.sum(1).clamp(min=1.0)
 
 
+def spread(trajs, k: int) -> List[int]:
+    """Indices of ``k`` trajectories, the first response of each (sample, view) before any second one (in batch
+    order), so that a table of a few rows shows several prompts and views rather than one group's responses."""
+    seen: Dict[tuple, int] = {}
+    rank = []
+    for i, t in enumerate(trajs):
+        key = (t.sample_id, t.view)
+        rank.append((seen.get(key, 0), i))
+        seen[key] = seen.get(key, 0) + 1
+    return [i for _, i in sorted(rank)[:k]]
+
+
 def step_details(si, trajs, batch, adv: torch.Tensor, lo: int, samples_too: bool) -> Dict[str, Any]:
     """``{"histograms": {name: 1-D tensor}, "completions": [row dict], "contact_sheet": PIL image or None}``
     (the last two only with ``samples_too``)."""
@@ -42,7 +54,8 @@ def step_details(si, trajs, batch, adv: torch.Tensor, lo: int, samples_too: bool
         return out
     resp_adv = per_response(adv, batch.lengths)
     rows: List[Dict[str, Any]] = []
-    for i, t in enumerate(trajs[:COMPLETIONS]):
+    for i in spread(trajs, COMPLETIONS):
+        t = trajs[i]
         sample = si.samples[t.sample_id]
         rows.append({"sample": t.sample_id, "view": t.view, "role": t.role,
                      "prompt": sample.question[:TEXT_CHARS], "response": t.text[:TEXT_CHARS],

@@ -158,3 +158,12 @@ def test_a_run_logs_step_zero_details_and_progress_lines(video_world, tiny_model
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("train step ")]
     assert [x.split(" | ")[0] for x in lines] == ["train step 1/2 (50%)", "train step 2/2 (100%)"]
     assert "| eval/accuracy |" in (out / "report.md").read_text()
+
+
+def test_completions_spread_over_prompts_and_views():
+    """Groups a,a,a,b,b,c (one view each) and 4 rows: the first of a, b, c, then a's second (indices 0, 3, 5, 1)."""
+    from mmrl.train.step_details import spread
+
+    trajs = [types.SimpleNamespace(sample_id=s, view="original") for s in "aaabbc"]
+    assert spread(trajs, 4) == [0, 3, 5, 1]
+    assert [trajs[i].sample_id for i in spread(trajs, 4)] == ["a", "b", "c", "a"]
