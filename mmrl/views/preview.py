@@ -41,7 +41,7 @@ def make_contact_sheet(views: List[View], sample: Sample, out_png, cell: int = 9
     cands = candidates if candidates is not None else sample.candidates
     header = [f"{sample.id} [{sample.qtype}]: {sample.question}"[:160],
               "  ".join(f"({LETTERS[i]}) {c}" for i, c in enumerate(cands))[:160],
-              f"gold: {sample.answer_letter} ({sample.answer})"]
+              f"gold: {sample.answer_letter} ({sample.answer})" if sample.is_choice else f"gold: {sample.answer}"[:160]]
     rows = []
     for v in views:
         x = pixels(v.media)
