@@ -117,6 +117,12 @@ class TrainConfig:
     eval_every: int = 0
     eval_limit: int = 0  # 0 = whole test split
     wandb_project: Optional[str] = None  # also log the metrics to this Weights & Biases project (pip install wandb)
+    # output that is not a terminal (SLURM, nohup): one progress line per step, at most one every this many seconds
+    # (the first and last step always); a terminal gets the progress bar (mmrl.train.progress). 0 = every step
+    log_every_s: float = 30.0
+    # TensorBoard/W&B: a table of sample completions and a contact sheet of one sample's views at step 1 and every
+    # this many steps (histograms and scalars: every step); 0 = never (mmrl.train.step_details)
+    log_samples_every: int = 10
 
 
 @dataclass
@@ -176,6 +182,12 @@ def _check(cfg: Config) -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"config key '{key}' must be >= 1, got {value}")
+    if cfg.train.log_samples_every < 0:
+        raise ConfigError(f"config key 'train.log_samples_every' must be >= 0 (0 = never), got "
+                          f"{cfg.train.log_samples_every}")
+    if not cfg.train.log_every_s >= 0:
+        raise ConfigError(f"config key 'train.log_every_s' must be >= 0 (seconds; 0 = a line every step), got "
+                          f"{cfg.train.log_every_s}")
     if cfg.algorithm.dual_clip_c is not None and cfg.algorithm.dual_clip_c <= 1.0:
         raise ConfigError(f"config key 'algorithm.dual_clip_c' must be > 1 (or null), got {cfg.algorithm.dual_clip_c}")
     if cfg.algorithm.gspo_log_ratio_clamp <= 0:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from mmrl.errors import ConfigError
+from mmrl.registry import signature_params
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "docs" / "reference"
@@ -46,14 +47,7 @@ def _names(registry) -> List[str]:
 
 
 def _signature_params(fn, skip: int) -> List[str]:
-    """``name=default`` for a function's parameters after the first ``skip`` positional ones (``**kw`` as is)."""
-    out = []
-    for p in list(inspect.signature(fn).parameters.values())[skip:]:
-        if p.kind is p.VAR_KEYWORD:
-            out.append(f"**{p.name}")
-        elif p.kind is not p.VAR_POSITIONAL:
-            out.append(p.name if p.default is p.empty else f"{p.name}={_fmt(p.default)}")
-    return out
+    return signature_params(fn, skip, fmt=_fmt)
 
 
 def _params_cell(items: List[str]) -> str:
@@ -106,7 +100,26 @@ def views_page() -> str:
             needs += " (at the default params; depends on them)"
         lines.append(f"| `{name}` | {info.effect} | {needs} | {', '.join(info.kinds)} | "
                      f"{_params_cell(_signature_params(info.fn, 3))} | {_doc(info.fn, f'view transform {name!r}')} |")
+    lines += ["", "## Your own transform", "",
+              "A transform is `fn(media, sample, rng, **params) -> Media`: `media.frames` is `uint8 [T, C, H, W]` "
+              "(an image: `media.image`, `[C, H, W]`; `pixels(media)` gives either as frames), randomness comes "
+              "from `rng` only, the input is never modified. `@view_transform` declares its `effect` on the answer, "
+              "the evidence it `needs` (`segments`, `boxes`) and the media `kinds` it applies to; an undecorated "
+              "function named as `module:function` gets effect `unknown`, no needs, both kinds. Worked example "
+              "(`docs/examples/my_views.py`, tested by `tests/views/test_own_videos.py`):", "",
+              "```python", _example("my_views.py"), "```", "",
+              "Name it in a view set as `transform: \"my_views:still\"` (`docs/examples/my_views.yaml`) and run from "
+              "the folder holding `my_views.py` with that folder on the module path: `PYTHONPATH=. mmrl train ...` "
+              "(without it: `could not be imported: No module named 'my_views'; put the folder holding 'my_views' "
+              "on the module path`). A `params:` key the function does not take is an error listing the ones it "
+              "does (`its parameters: at=0.5`). `mmrl views preview` draws a sample's views to check them by eye; "
+              "[own_videos.md](../own_videos.md) is the guide."]
     return "\n".join(lines) + "\n"
+
+
+def _example(name: str) -> str:
+    """A worked example file of ``docs/examples`` as it is (its tests import it), without a trailing newline."""
+    return (REPO / "docs" / "examples" / name).read_text().rstrip("\n")
 
 
 def rewards_page() -> str:
@@ -136,6 +149,18 @@ def tools_page() -> str:
         args = [f"{k}{'' if k in required else '?'}: {v.get('type', 'any')}" for k, v in props.items()]
         desc = spec.description or _doc(spec.fn, f"tool {name!r}")
         lines.append(f"| `{name}` | {_params_cell(args)} | {desc.replace('|', chr(92) + '|')} |")
+    lines += ["", "## Your own tool", "",
+              "A tool is `fn(state, **arguments) -> ToolOutput` registered with `@tool(name, schema, description)`: "
+              "the JSON schema validates what the model writes, `state` (`mmrl.tools.EpisodeState`) holds the "
+              "episode's sample, the media the prompt showed and the suite's budget, and nothing else reaches it "
+              "(no path from the model). A refused call raises `ToolError(reason, message)`: the model sees the "
+              "message, the run counts `tools/invalid/<reason>`. Worked example (`docs/examples/my_tools.py`, "
+              "tested by `tests/views/test_own_videos.py`):", "",
+              "```python", _example("my_tools.py"), "```", "",
+              "List it in a suite as `- name: my_tools:clip_info` (a plain, undecorated function needs its `schema:` "
+              "there too) and run with the folder holding `my_tools.py` on the module path: `PYTHONPATH=. mmrl train "
+              "... rollout.agent_loop=multi_turn rollout.tools=my_suite.yaml`. [tools.md](../tools.md) describes "
+              "the episode loop."]
     return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 from typing import Any, Callable, Dict, Iterator, Mapping, Sequence
 
 
@@ -22,8 +23,25 @@ def import_object(path: str, kind: str) -> Any:
     module, _, attr = path.partition(":")
     try:
         return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as e:
+        top = module.split(".")[0]
+        hint = (f"; put the folder holding '{top}' on the module path, e.g. `PYTHONPATH=. mmrl ...` from the folder "
+                f"with {top}{'/' if '.' in module else '.py'}") if e.name and top == e.name.split(".")[0] else ""
+        raise KeyError(f"{kind} '{path}' could not be imported: {e}{hint}") from e
     except (ImportError, AttributeError, ValueError) as e:
         raise KeyError(f"{kind} '{path}' could not be imported: {e}") from e
+
+
+def signature_params(fn: Callable, skip: int, fmt: Callable[[Any], str] = repr) -> list[str]:
+    """``name=default`` (``name`` when required, ``**kw`` as is) for ``fn``'s parameters after its first ``skip``
+    positional ones: what a config's ``params`` may give (a view transform skips ``media, sample, rng``)."""
+    out = []
+    for p in list(inspect.signature(fn).parameters.values())[skip:]:
+        if p.kind is p.VAR_KEYWORD:
+            out.append(f"**{p.name}")
+        elif p.kind is not p.VAR_POSITIONAL:
+            out.append(p.name if p.default is p.empty else f"{p.name}={fmt(p.default)}")
+    return out
 
 
 class Registry:

@@ -26,6 +26,14 @@ def small_overrides(world: Path, out_dir: Path, model: str) -> list:
             "train.prompts_per_step=3", "train.micro_batch=8", "train.lr=1e-3", "sft.batch_size=6", "train.seed=0"]
 
 
+MEASURED = ("time/", "mem/", "tokens_per_s", "view_time_share")  # metrics that measure the machine, not the run
+
+
+def without_measurements(rows: list) -> list:
+    """Metric rows without wall-clock, memory and speed: what a resumed run must reproduce exactly."""
+    return [{k: v for k, v in r.items() if not k.startswith(MEASURED)} for r in rows]
+
+
 def mixed_requests(proc, n_of: Callable[[int], int], question_of: Callable[[int], str], meta_of=None) -> list:
     """Three rollout requests over seeded random media: two 4-frame 2f x 2f videos, then one 2f x 3f image, with f the
     processor's resize factor (56x56 and 56x84 for Qwen2/2.5-VL, 64x64 and 64x96 for Qwen3-VL)."""

@@ -2,9 +2,12 @@
 the model passes per step, as the algorithm's hooks (``plan``, ``needs``) and the config decide them."""
 from __future__ import annotations
 
+import math
 from typing import List
 
+from mmrl.advice import advice
 from mmrl.algos.spec import build_algorithm
+from mmrl.errors import ConfigError
 from mmrl.rollout.agent_loop_tools import check_rollout_config
 
 
@@ -22,6 +25,7 @@ def describe_plan(cfg) -> List[str]:
 
         vs = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
         vs.check_weights_used(cfg.algorithm.name, spec.uses_view_weights)
+        check_views_fit(spec, n, vs)
         counts = []
         for qtype, views in sorted(vs.qtypes.items()):
             plan = [(v.name, v.role, spec.plan(v.role, n, len(views))) for v in views]
@@ -50,3 +54,30 @@ def describe_plan(cfg) -> List[str]:
     lines.append(f"{cfg.train.steps} steps x {p} prompts x <= {per_prompt} responses = "
                  f"<= {cfg.train.steps * p * per_prompt} trajectories; backend {cfg.train.backend}, engine {cfg.rollout.engine}")
     return lines
+
+
+def check_views_fit(spec, n: int, viewset) -> None:
+    """``rollout.n`` suits every question type of the view set, or one ``ConfigError`` naming each qtype's view count
+    and a value that suits them all: the smallest multiple >= n of their least common multiple that the
+    algorithm's ``plan`` accepts for every qtype (5 and 2 views -> rollout.n=10), not one qtype's fix at a time."""
+    sizes = {q: len(views) for q, views in sorted(viewset.qtypes.items())}
+
+    def fits(m: int) -> bool:
+        try:
+            for q, views in viewset.qtypes.items():
+                for v in views:
+                    spec.plan(v.role, m, sizes[q])
+        except ConfigError:
+            return False
+        return True
+
+    if fits(n):
+        return
+    lcm = math.lcm(*sizes.values())
+    first = lcm * max(1, -(-n // lcm))
+    fit = next((m for m in range(first, first + 8 * lcm, lcm) if fits(m)), None)
+    counts = ", ".join(f"{q}: {k}" for q, k in sizes.items())
+    hint = f"; e.g. {advice('bpo_rollout_n', n=fit)} (a multiple of {lcm}, the least common multiple)" if fit else ""
+    raise ConfigError(f"config key 'rollout.n' = {n} does not suit the views per sample of every question type in "
+                      f"view set '{viewset.name}' ({counts}): algorithm {spec.name!r} spreads rollout.n over a sample's "
+                      f"views{hint}")

@@ -3,14 +3,18 @@
 ``write_report(run)`` (end of every run) and ``mmrl report RUN`` draw, each axis with its own scale: rewards (total
 and each component), held-out accuracy per question type, optimisation (policy loss, KL, grad norm, SFT loss,
 learning rate, clip fraction), the policy (token entropy; zero-advantage, truncated and trained shares on a 0-1
-axis; response length), throughput and the step-time breakdown (rollout + scoring + update = step, stacked), and
-per-view accuracy. Steps where the run was resumed (``resumes.jsonl``, written by ``MetricsLogger``) are dashed
-vertical lines. ``mmrl report RUN_A RUN_B ... --out DIR`` overlays runs: one axis per quantity, one colour per run.
-Noisy per-step values are drawn faint under their bias-corrected exponential moving average.
+axis; response length), throughput, the step-time breakdown (rollout + scoring + update = step, stacked) and peak
+memory, and per-view accuracy. Step 0 is the held-out evaluation of the starting model (e.g. the SFT checkpoint)
+before the first update (``RLTrainer.run``). An axis whose values are all zero says why when the config explains it
+(``flat_zero_notes``: no KL term at ``kl_coef`` 0, nothing clipped at ``ppo_epochs`` 1). Steps where the run was
+resumed (``resumes.jsonl``, written by ``MetricsLogger``) are dashed vertical lines. ``mmrl report RUN_A RUN_B ...
+--out DIR`` overlays runs: one axis per quantity, one colour per run. Noisy per-step values are drawn faint under
+their bias-corrected exponential moving average.
 """
 from __future__ import annotations
 
 import fnmatch
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -18,7 +22,7 @@ from mmrl.advice import advice
 from mmrl.errors import ConfigError
 from mmrl.train.metrics import MetricsLogger, read_resumes
 
-Axis = Tuple[str, Tuple[str, ...], str]  # (title, key patterns, kind: line | frac | stack)
+Axis = Tuple[str, Tuple[str, ...], str]  # (title, key patterns, kind: line | frac | stack | raw: never smoothed)
 
 FIGURES: List[Tuple[str, str, List[Axis]]] = [
     ("rewards.png", "rewards", [("total reward", ("reward/total",), "line"),
@@ -34,11 +38,12 @@ FIGURES: List[Tuple[str, str, List[Axis]]] = [
     ("speed.png", "throughput and step time", [("generated tokens / s", ("tokens_per_s",), "line"),
                                                ("seconds per step", ("time/rollout", "time/scoring", "time/update"),
                                                 "stack"),
-                                               ("SFT seconds per step", ("time/step",), "sft")]),
+                                               ("SFT seconds per step", ("time/step",), "sft"),
+                                               ("peak memory (GB)", ("mem/*",), "raw")]),
     ("views.png", "views", [("per-view accuracy", ("view_acc/*",), "frac"),
                             ("view rates", ("stability_rate", "sensitivity_rate", "abstain_f1"), "frac")]),
 ]
-LABELS = {"eval/accuracy": "overall", "adv/zero_frac": "zero advantage", "truncated_frac": "truncated",
+LABELS = {"eval/accuracy": "overall", "mem/rss_peak_gb": "process RSS", "mem/cuda_max_allocated_gb": "CUDA allocated", "adv/zero_frac": "zero advantage", "truncated_frac": "truncated",
           "train_frac": "trained", "time/rollout": "rollout", "time/scoring": "scoring", "time/update": "update"}
 
 
@@ -70,10 +75,29 @@ def ema(ys: List[float], beta: float = 0.9) -> List[float]:
     return out
 
 
+def flat_zero_notes(rows: List[dict], algorithm: dict) -> Dict[str, str]:
+    """Why a curve is flat at zero, for the keys whose every value is 0 and whose config says why: ``kl`` at
+    ``algorithm.kl_coef`` 0 (no KL term, no reference pass); ``clip_frac`` at ``algorithm.ppo_epochs`` 1 (one
+    update per batch from the policy that scored it: the ratio pi/pi_old is exactly 1, so no token is clipped)."""
+    reasons = {"kl": ("kl_coef", lambda v: v == 0, "algorithm.kl_coef = 0: the loss has no KL term (no reference "
+                                                   "model is scored)"),
+               "clip_frac": ("ppo_epochs", lambda v: v == 1, "algorithm.ppo_epochs = 1: one update per batch, so "
+                                                             "the ratio to the old policy is 1 and nothing is clipped")}
+    notes = {}
+    for key, (param, holds, why) in reasons.items():
+        vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        if vals and all(v == 0 for v in vals) and param in algorithm and holds(algorithm[param]):
+            notes[key] = why
+    return notes
+
+
 class Run:
-    """One run's rows and resume steps, with a label for legends."""
+    """One run's rows and resume steps, with a label for legends, and its ``config.yaml``'s algorithm section
+    (for ``flat_zero_notes``; {} without the file)."""
 
     def __init__(self, path: str, label: Optional[str] = None):
+        import yaml
+
         self.dir = Path(path)
         metrics = self.dir / "metrics.jsonl"
         if not metrics.exists():
@@ -81,6 +105,9 @@ class Run:
         self.rows = MetricsLogger.read(metrics)
         self.resumes = read_resumes(self.dir)
         self.label = label or self.dir.name
+        config = self.dir / "config.yaml"
+        algorithm = (yaml.safe_load(config.read_text()) or {}).get("algorithm", {}) if config.exists() else {}
+        self.notes = flat_zero_notes(self.rows, algorithm or {})
 
     def keys(self) -> List[str]:
         return sorted({k for r in self.rows for k, v in r.items() if k != "step" and isinstance(v, (int, float))})
@@ -117,8 +144,8 @@ def _axes_for(spec: List[Axis], keys: Sequence[str], overlay: bool, sft: bool) -
     return axes
 
 
-def _draw(ax, xs, ys, label, color=None, marker=None):
-    if len(ys) >= 20:  # noisy per-step values: faint raw curve under its moving average
+def _draw(ax, xs, ys, label, color=None, marker=None, smooth=True):
+    if smooth and len(ys) >= 20:  # noisy per-step values: faint raw curve under its moving average
         line, = ax.plot(xs, ys, alpha=0.25, color=color, linewidth=0.8)
         ax.plot(xs, ema(ys), color=line.get_color(), label=f"{label} (EMA 0.9)")
     else:
@@ -156,9 +183,13 @@ def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) ->
                     xs, ys = run.series(k)
                     if xs:
                         label = run.label if len(runs) > 1 else _label(k)
-                        _draw(ax, xs, ys, label, color)
+                        _draw(ax, xs, ys, label, color, smooth=kind != "raw")
             for step in run.resumes:
                 ax.axvline(step, color=color or "gray", linestyle="--", linewidth=1, alpha=0.8)
+        notes = {run.notes.get(k) for run in runs for k in found}
+        if len(notes) == 1 and None not in notes:  # every line of the axis is flat zero for the same reason
+            ax.text(0.5, 0.72, textwrap.fill("flat at 0: " + notes.pop(), 64), transform=ax.transAxes, ha="center",
+                    va="center", fontsize=7, color="dimgray", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
         if kind == "frac":
             ax.set_ylim(-0.02, 1.02)
         ax.set_title(ax_title, fontsize=10)
@@ -181,12 +212,18 @@ def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) ->
 
 
 def _summary(run: Run) -> List[str]:
+    """Each metric's first and last value with the step each comes from (a held-out metric's first is its step-0
+    evaluation, or the first ``eval_every`` step, not the run's first step)."""
     rows, last = run.rows, run.rows[-1]
-    lines = [f"Steps: {last['step']}", "", "| metric | first step | last step |", "|---|---|---|"]
+    lines = [f"Steps: {last['step']}", ""]
+    if rows[0]["step"] == 0:
+        lines += ["Step 0 is the starting model (before the first update), evaluated on the held-out split.", ""]
+    lines += ["| metric | first | at step | last | at step |", "|---|---|---|---|---|"]
     for key in run.keys():
-        first = next((r[key] for r in rows if key in r), None)
-        final = next((r[key] for r in reversed(rows) if key in r), None)
-        lines.append(f"| {key} | {first if first is None else round(first, 4)} | {round(final, 4)} |")
+        steps, vals = run.series(key)
+        lines.append(f"| {key} | {round(vals[0], 4)} | {steps[0]} | {round(vals[-1], 4)} | {steps[-1]} |")
+    for key, why in run.notes.items():
+        lines += ["", f"`{key}` is 0 at every step: {why}."]
     return lines
 
 

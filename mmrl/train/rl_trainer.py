@@ -3,6 +3,7 @@ and reports. The same class runs one process (``train.backend: torch``) and N De
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -20,10 +21,11 @@ from mmrl.rollout.agent_loop_tools import agent_loop_from_config
 from mmrl.rollout.base import SamplingParams, build_engine
 from mmrl.train.data_stream import DataStream
 from mmrl.train.interrupt import graceful_stop
-from mmrl.train.metrics import MetricsLogger, progress
+from mmrl.train.metrics import MetricsLogger, system_metrics
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory, check_training_precision, keep_fp32_master
 from mmrl.train.preflight import preflight, preflight_log
+from mmrl.train.progress import StepProgress
 from mmrl.train.run_dir import Resume, open_run
 from mmrl.train.skips import check_loaded, skip_log_for
 
@@ -55,6 +57,15 @@ class RLTrainer:
         self.samples, self.load_skipped = checked if checked is not None else \
             preflight(cfg, "train", log=None if quiet else preflight_log())
         check_loaded(cfg.data, self.samples, self.load_skipped)
+        self.viewset = None
+        if cfg.algorithm.viewset:
+            from mmrl.views import ViewSet
+
+            self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
+            self.viewset.check_weights_used(cfg.algorithm.name, self.spec.uses_view_weights)
+            fallback, log = self.viewset.fallback_warning(self.samples), None if quiet else preflight_log()
+            if fallback and log is not None:  # before the weights load: seconds into the run, not minutes
+                log(f"mmrl: warning: {fallback}")
         deepspeed = cfg.train.backend == "deepspeed"
         ds_config = hf_ds = None
         if deepspeed:
@@ -89,16 +100,11 @@ class RLTrainer:
         del hf_ds  # generation must not run in lockstep (HF's synced_gpus): rollouts gather full weights instead
         self.quiet = quiet or not self.backend.is_main()
         self.seed_per_group = deepspeed if cfg.rollout.seed_per_group is None else cfg.rollout.seed_per_group
-        self.viewset = None
-        if cfg.algorithm.viewset:
-            from mmrl.views import ViewSet
-
-            self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
-            self.viewset.check_weights_used(cfg.algorithm.name, self.spec.uses_view_weights)
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
         self.agent_loop = agent_loop_from_config(cfg.rollout, self.processor)
         self.test_samples = None
         self.skips = None  # the run's SkipLog (mmrl.train.skips), opened by run()
+        self.details = None  # run(): a dict the step fills for TensorBoard/W&B (mmrl.train.step_details)
         self.step = 0
 
     def _build_ref(self):
@@ -157,7 +163,14 @@ class RLTrainer:
         return StepContext(cfg=self.cfg, backend=self.backend, spec=self.spec, stream=self.stream,
                            processor=self.processor, engine=self.engine, rollout=self.rollout, rewards=self.rewards,
                            loop=self.agent_loop.capabilities, step=self.step, skips=self.skips,
-                           abstain_text=self.cfg.data.prompt.abstain_text if self.viewset is not None else None)
+                           abstain_text=self.cfg.data.prompt.abstain_text if self.viewset is not None else None,
+                           details=self.details, detail_samples=self._detail_samples())
+
+    def _detail_samples(self) -> bool:
+        """Whether the coming step logs its completions table and contact sheet (step 1, then every
+        ``train.log_samples_every``)."""
+        every = self.cfg.train.log_samples_every
+        return bool(every) and (self.step == 0 or (self.step + 1) % every == 0)
 
     def train_step(self) -> Dict[str, float]:
         from mmrl.train.step import train_step
@@ -237,17 +250,24 @@ class RLTrainer:
         history = []
         if eval_fn is None and cfg.train.eval_every and cfg.data.test:
             eval_fn = type(self).evaluate
-        with progress(cfg.train.steps, "train", disable=self.quiet) as bar, graceful_stop() as stop:
-            task = bar.add_task("train", total=cfg.train.steps, completed=self.step, info="")
+        start = time.time() - (logger.elapsed_before if logger is not None else 0.0)
+        if eval_fn is not None and cfg.train.eval_every and self.step == 0:  # the starting model (SFT) as step 0
+            m0 = eval_fn(self)
+            if logger is not None:
+                logger.log(0, {**m0, **system_metrics(start)})
+        with StepProgress(cfg.train.steps, "train", start=self.step, every_s=cfg.train.log_every_s,
+                          disable=self.quiet) as bar, graceful_stop() as stop:
             while self.step < cfg.train.steps:
+                self.details = {} if logger is not None else None
                 m = self._guarded_step()
                 if eval_fn is not None and cfg.train.eval_every and self.step % cfg.train.eval_every == 0:
                     m.update(eval_fn(self))
+                m.update(system_metrics(start))
                 if logger is not None:
                     logger.log(self.step, m)
+                    logger.log_details(self.step, self.details)
                 history.append({"step": self.step, **m})
-                bar.update(task, completed=self.step,
-                           info=f"reward {m.get('reward/total', float('nan')):.3f} acc {m.get('reward/accuracy', float('nan')):.3f}")
+                bar.update(self.step, m)
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                     self.save()
                 stop.check(self.save, self.step, cfg.train.out_dir, agree=lambda f: be.all_reduce([f], "max")[0] > 0)

@@ -29,7 +29,8 @@ from mmrl.train.interrupt import graceful_stop
 from mmrl.train.preflight import preflight, preflight_log
 from mmrl.train.run_dir import Resume, open_run
 from mmrl.train.skips import check_loaded, skip_log_for
-from mmrl.train.metrics import MetricsLogger, progress
+from mmrl.train.metrics import MetricsLogger, system_metrics
+from mmrl.train.progress import StepProgress
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory, check_training_precision, keep_fp32_master
 from mmrl.train.rl_trainer import set_seed
@@ -139,8 +140,9 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
                                keep=cfg.train.keep_checkpoints)
 
     model.train()
-    with progress(cfg.sft.steps, "sft", disable=quiet) as bar, graceful_stop() as stop:
-        task = bar.add_task("sft", total=cfg.sft.steps, completed=start, info="")
+    run_start = time.time() - logger.elapsed_before
+    with StepProgress(cfg.sft.steps, "sft", start=start, every_s=cfg.train.log_every_s, disable=quiet) as bar, \
+            graceful_stop() as stop:
         for step in range(start + 1, cfg.sft.steps + 1):
             t0 = time.perf_counter()
             items, failed = [], []
@@ -169,10 +171,10 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
                 sched.step()
             m = {"sft/loss": loss_sum} if items else {}  # no loss when every sample of the batch was skipped
             m.update({"skipped_samples": float(len(failed)), "skipped_total": float(len(skips.excluded)),
-                      "time/step": time.perf_counter() - t0})
+                      "time/step": time.perf_counter() - t0, **system_metrics(run_start)})
             logger.log(step, m)
             history.append({"step": step, **m})
-            bar.update(task, completed=step, info=f"loss {loss_sum:.3f}")
+            bar.update(step, m)
             if cfg.train.save_every and step % cfg.train.save_every == 0:
                 save(step)
             stop.check(lambda: save(step), step, str(out_dir))

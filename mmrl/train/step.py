@@ -23,6 +23,7 @@ from mmrl.rollout.step_inputs import intervened_inputs
 from mmrl.rollout.view_metrics import view_metrics
 from mmrl.train.metrics import entropy_sums
 from mmrl.train.skips import record_step_skips
+from mmrl.train.step_details import step_details
 from mmrl.train.update import policy_update
 from mmrl.tools.trajectory_log import log_trajectories
 
@@ -43,6 +44,8 @@ class StepContext:
     step: int  # steps done before this one
     abstain_text: Optional[str] = None  # the view set's abstention answer (view metrics), None without a view set
     skips: Any = None  # the run's SkipLog (mmrl.train.skips); None outside RLTrainer.run
+    details: Optional[Dict[str, Any]] = None  # filled with mmrl.train.step_details.step_details when a dict
+    detail_samples: bool = False  # ... with the completions table and the views' contact sheet too
 
 
 def merge_step_inputs(si, trajs, si2, trajs2):
@@ -198,6 +201,8 @@ def train_step(tr: StepContext) -> Dict[str, float]:
         **upd, **{f"algo/{k}": float(v) for k, v in {**out.metrics, **sel.metrics, **after}.items()
                   if isinstance(v, (int, float))},
     })
+    if tr.details is not None:
+        tr.details.update(step_details(si, trajs, batch, adv, lo, tr.detail_samples))
     return metrics
 
 

@@ -31,7 +31,8 @@ def _pick(n: int, max_frames: int) -> List[int]:
 
 def make_contact_sheet(views: List[View], sample: Sample, out_png, cell: int = 96, max_frames: int = 16,
                        candidates: Optional[List[str]] = None) -> Image.Image:
-    """Write a PNG of every view's frames labelled with view name, role and expected answer; return the image.
+    """Write a PNG of every view's frames labelled with view name, role and expected answer (not written when
+    ``out_png`` is None: TensorBoard's and W&B's contact sheets); return the image.
 
     ``candidates`` (e.g. ``viewset.candidates_for(sample)``) are listed in the header; the sample's by default.
     Frames beyond ``max_frames`` are subsampled evenly; each frame shows its timestamp.
@@ -40,7 +41,7 @@ def make_contact_sheet(views: List[View], sample: Sample, out_png, cell: int = 9
     cands = candidates if candidates is not None else sample.candidates
     header = [f"{sample.id} [{sample.qtype}]: {sample.question}"[:160],
               "  ".join(f"({LETTERS[i]}) {c}" for i, c in enumerate(cands))[:160],
-              f"gold: {sample.answer_letter} ({sample.answer})"]
+              f"gold: {sample.answer_letter} ({sample.answer})" if sample.is_choice else f"gold: {sample.answer}"[:160]]
     rows = []
     for v in views:
         x = pixels(v.media)
@@ -69,7 +70,7 @@ def make_contact_sheet(views: List[View], sample: Sample, out_png, cell: int = 9
             if t is not None:
                 draw.text((x0 + 2, y + cell + 1), f"t={t:.2f}", fill=DIM, font=font)
             x0 += tile.width + PAD
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(out)
+    if out_png is not None:
+        Path(out_png).parent.mkdir(parents=True, exist_ok=True)
+        sheet.save(out_png)
     return sheet

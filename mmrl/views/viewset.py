@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
@@ -41,6 +42,7 @@ import torch
 
 from mmrl.data.schema import ANSWER_ABSTAIN, LETTERS, Media, Sample, View
 from mmrl.errors import ConfigError, DataError
+from mmrl.registry import signature_params
 from mmrl.views.transforms import (DESTROYED, EFFECTS, MAPPED, UNCHANGED, TransformInfo, transform_info)
 
 ROLES = {"anchor", "stable", "sensitive", "abstain", "shuffled"}
@@ -208,7 +210,8 @@ class ViewSet:
         try:
             inspect.signature(info.fn).bind(None, None, None, **params)
         except TypeError as e:
-            fail(f"{at}: bad params {params} for transform '{tname}': {e}")
+            fail(f"{at}: bad params {params} for transform '{tname}': {e}; its parameters: "
+                 f"{', '.join(signature_params(info.fn, 3)) or 'none'}")
         effect = v.get("effect", info.effect)
         if effect not in EFFECTS:
             fail(f"{at}: unknown effect {effect!r}; known: {list(EFFECTS)}")
@@ -289,6 +292,22 @@ class ViewSet:
                     raise ConfigError(f"view set '{self.name}' ({self.source or 'in memory'}): qtype '{q}', view "
                                       f"'{s.name}' has weight {s.weight:g}, but algorithm '{algorithm}' does not use "
                                       "view weights (only bpo scales a view's advantage by it); remove the weight")
+
+    def fallback_warning(self, samples: Iterable[Sample]) -> str:
+        """A warning naming each question type of ``samples`` that has no entry of its own and so gets the
+        ``default`` views, with its sample count ('' when every qtype has its own entry or none falls back):
+        a set keyed to other question types (the synthetic world's) would otherwise train them on the default
+        views alone, silently."""
+        default = self.qtypes.get("default")
+        counts = Counter(s.qtype for s in samples if s.qtype not in self.qtypes)
+        if default is None or not counts:
+            return ""
+        total = sum(counts.values())
+        which = ", ".join(f"'{q}' ({k})" for q, k in counts.most_common())
+        views = ", ".join(f"{v.name} ({v.role})" for v in default)
+        return (f"view set '{self.name}' ({self.source or 'in memory'}) has no entry for qtype {which}: these "
+                f"{total} samples get its 'default' views only: {views}; give each qtype its own entry under "
+                f"'qtypes:' (docs/own_videos.md), or keep the default on purpose")
 
     def check(self, samples: Iterable[Sample]) -> None:
         """Check a whole dataset up front (raises on the first sample a view cannot be built for)."""

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from support import small_overrides, varying_reward_cfg as _varying_reward_cfg
+from support import small_overrides, varying_reward_cfg as _varying_reward_cfg, without_measurements
 from mmrl.config import load_config
 from mmrl.train.rl_trainer import RLTrainer
 from mmrl.train.sft import run_sft
@@ -51,7 +51,7 @@ def test_grpo_steps_change_parameters_and_loss_falls_on_fixed_batch(video_world,
 
 
 def _strip(rows):
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and k not in ("tokens_per_s", "view_time_share")} for r in rows]
+    return without_measurements(rows)
 
 
 def test_resume_matches_straight_run(video_world, tiny_model_path, tmp_path):

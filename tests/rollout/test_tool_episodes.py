@@ -15,7 +15,7 @@ from mmrl.models.scoring import response_logprobs
 from mmrl.rollout.agent_loop_tools import tool_loop
 from mmrl.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.tools import load_suite
-from support import REPO, small_overrides
+from support import REPO, small_overrides, without_measurements
 
 SUITE = str(REPO / "tools" / "video_seek.yaml")
 
@@ -199,8 +199,7 @@ def test_resume_in_a_multi_turn_run_matches_a_straight_run(video_world, tiny_mod
     assert saved == (tmp_path / "a" / "trajectories.jsonl").read_text() and '"lost"' not in saved
     assert sorted({json.loads(x)["step"] for x in saved.splitlines()}) == [1, 2, 3, 4]
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
-    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/") and k not in ("tokens_per_s", "view_time_share")}
-                        for r in rs]  # noqa: E731
+    strip = without_measurements
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and strip(rows) == strip(straight)
     assert any(r.get("adv/std", 0) > 0 for r in straight) and all("tools/invalid_frac" in r for r in straight)
     a = torch.load(tmp_path / "a" / "checkpoints" / "step_000004" / "model.pt")

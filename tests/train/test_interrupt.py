@@ -8,7 +8,7 @@ import signal
 import pytest
 import torch
 
-from support import small_overrides
+from support import small_overrides, without_measurements
 from mmrl.cli import main
 from mmrl.train.metrics import MetricsLogger
 
@@ -33,8 +33,7 @@ def _argv(kind, world, out, model):
 
 
 def _rows(out):
-    skip = ("time/", "tokens_per_s", "view_time_share")
-    return [{k: v for k, v in r.items() if not k.startswith(skip)} for r in MetricsLogger.read(out / "metrics.jsonl")]
+    return without_measurements(MetricsLogger.read(out / "metrics.jsonl"))
 
 
 def _weights(out):

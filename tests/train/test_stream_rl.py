@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mmrl.config import RewardConfig, load_config
+from support import without_measurements
 
 pytestmark = pytest.mark.slow
 
@@ -42,8 +43,7 @@ def _cfg(train, model, out, steps):
 
 
 def _strip(rows):
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and k not in ("tokens_per_s", "view_time_share")}
-            for r in rows]
+    return without_measurements(rows)
 
 
 def test_resumed_streaming_run_equals_a_straight_run(blocks_file, tiny_model_path, tmp_path):

@@ -35,3 +35,15 @@ def test_contact_sheet_images_and_subsampling(tmp_path):
     sheet = make_contact_sheet(tv.expand(make_sample(), long), make_sample(), tmp_path / "long.png", cell=20,
                                max_frames=10)
     assert sheet.width <= LABEL_W + 10 * (20 + PAD) + PAD + 1 or sheet.width == 420
+
+
+def test_contact_sheet_of_an_open_answer_in_memory(tmp_path):
+    """A text-answer sample (streaming, open questions) has no gold letter; ``out_png=None`` writes no file (the
+    TensorBoard/W&B sheet of a step's views)."""
+    from mmrl.data.schema import View
+
+    s = make_sample(candidates=(), answer="a red ball")
+    s.answer_type = "text"
+    clip = make_clip(t=2)
+    img = make_contact_sheet([View("original", "anchor", clip, None)], s, None, cell=16)
+    assert img.width >= LABEL_W + 2 * 16 and not list(tmp_path.iterdir())

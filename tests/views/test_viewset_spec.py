@@ -150,7 +150,7 @@ AT = f"{WHERE}: qtype 'color', view 'v'"
      f"{AT}: unknown keys ['alpha', 'colour']; allowed: {VIEW_KEYS}"),
     ({"name": "v", "role": "stable", "transform": "gray", "params": [128]}, f"{AT}: 'params' must be a mapping"),
     ({"name": "v", "role": "stable", "transform": "gray", "params": {"colour": 3}},
-     f"{AT}: bad params {{'colour': 3}} for transform 'gray': got an unexpected keyword argument 'colour'"),
+     f"{AT}: bad params {{'colour': 3}} for transform 'gray': got an unexpected keyword argument 'colour'; its parameters: value=128"),
     ({"name": "v", "role": "stable", "transform": "gray", "effect": "sideways"},
      f"{AT}: unknown effect 'sideways'; known: ['unchanged', 'mapped', 'destroyed', 'unknown']"),
     ({"name": "v", "role": "stable", "transform": "gray", "answer_meta": 3},

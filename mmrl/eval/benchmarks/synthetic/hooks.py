@@ -46,12 +46,17 @@ def evaluate(items: List[Any], bdef: BenchmarkDef, inputs: EvalInputs, processor
         from mmrl.views import ViewSet
 
         viewset = ViewSet.load(inputs.viewset)
+        fallback = viewset.fallback_warning(items)
+        if fallback:
+            print(f"mmrl: warning: {fallback}")
     preds = Path(out_dir) / "predictions.jsonl"
     # items rejected when the file was read count in n, are scored wrong and listed with their reason, exactly as
     # those that fail to decode (never left out: that would inflate the accuracy)
     res = evaluate_samples(None, processor, items, data_config(bdef), bdef.generation.max_new_tokens,
                            viewset=viewset, engine=engine, predictions_path=str(preds),
                            load_errors=notes["skipped_at_load"])
+    if viewset is not None and viewset.has_abstain:
+        res["abstain_option"] = viewset.abstain_text
     notes["_result"] = res
     return read_jsonl(preds), {"samples": len(items), "errors": res["errors"]}
 
@@ -67,11 +72,25 @@ def table(scores: Dict[str, Any]) -> str:
               f"| macro accuracy | {100 * scores['macro_accuracy']:.2f} |"]
     for k, v in (scores.get("view_metrics") or {}).items():
         lines.append(f"| view: {k} | {v if not isinstance(v, float) else round(v, 4)} |")
-    return "\n".join(lines) + "\n"
+    note = abstain_note(scores)
+    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
+
+
+def abstain_note(scores: Dict[str, Any]) -> str:
+    """Why accuracy under a view set with an abstain role differs from accuracy without it ('' otherwise)."""
+    option = scores.get("abstain_option")
+    if not option:
+        return ""
+    return (f"Every prompt, the original view's too, carries the view set's abstention option {option!r} as one more "
+            "candidate (the same prompt on every view, so that the option does not tell the views apart): the "
+            "accuracy counts a chosen abstention as wrong on the original clip and is not comparable with a run "
+            "without --viewset.")
 
 
 def line(scores: Dict[str, Any]) -> str:
-    return f"accuracy {100 * scores['accuracy']:.2f} (n={scores['n']}, errors {scores['errors']})"
+    note = abstain_note(scores)
+    return (f"accuracy {100 * scores['accuracy']:.2f} (n={scores['n']}, errors {scores['errors']})"
+            + (f"; with the abstention option {scores['abstain_option']!r} on every prompt (see the table)" if note else ""))
 
 
 def describe(bdef: BenchmarkDef) -> Dict[str, str]:
