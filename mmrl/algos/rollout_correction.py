@@ -22,11 +22,10 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
+from mmrl.loss_params import ROLLOUT_CORRECTION_MODES as MODES
+
 SAFETY_BOUND = 20.0  # |log ratio| clamp before exp (verl)
 LEVELS = ("token", "sequence")
-# algorithm.rollout_correction.mode -> (level, kind): TRL's names; "off" = no correction
-MODES = {"off": None, "token_truncate": ("token", "truncate"), "token_mask": ("token", "mask"),
-         "sequence_truncate": ("sequence", "truncate"), "sequence_mask": ("sequence", "mask")}
 Threshold = Union[float, Tuple[float, float], Sequence[float]]
 _EPS = 1e-8  # verl's masked_mean denominator guard
 

@@ -91,7 +91,7 @@ def test_trl_mask_modes_zero_above_the_cap_only():
     torch.testing.assert_close(w[:, 0], torch.tensor([math.exp(0.8), math.exp(-0.5)]))
     level, thr = mode_threshold("sequence_mask", 2.0)  # e^0.8 > 2: row 0 dropped whole
     assert correction_weights(LR, MASK, level, thr)[0][0].abs().sum() == 0.0
-    assert {MODES[k] for k in MODES if k != "off"} == {(lv, kd) for lv in ("token", "sequence") for kd in ("truncate", "mask")}
+    assert {MODES[k] for k in MODES if k != "none"} == {(lv, kd) for lv in ("token", "sequence") for kd in ("truncate", "mask")}
 
 
 @pytest.mark.parametrize("bad,match", [((2.0, 1.0), "low <= high"), (0.0, "> 0"), (True, "boolean"), ("2", "pair")])
