@@ -3,10 +3,11 @@
 ``write_report(run)`` (end of every run) and ``mmrl report RUN`` draw, each axis with its own scale: rewards (total
 and each component), held-out accuracy per question type, optimisation (policy loss, KL, grad norm, SFT loss,
 learning rate, clip fraction), the policy (token entropy; zero-advantage, truncated and trained shares on a 0-1
-axis; response length), throughput and the step-time breakdown (rollout + scoring + update = step, stacked), and
-per-view accuracy. Steps where the run was resumed (``resumes.jsonl``, written by ``MetricsLogger``) are dashed
-vertical lines. ``mmrl report RUN_A RUN_B ... --out DIR`` overlays runs: one axis per quantity, one colour per run.
-Noisy per-step values are drawn faint under their bias-corrected exponential moving average.
+axis; response length), throughput and the step-time breakdown (rollout + scoring + update = step, stacked),
+per-view accuracy, and the sampler/trainer mismatch (k3 KL, max |Δ log p|, effective sample size). Steps where the
+run was resumed (``resumes.jsonl``, written by ``MetricsLogger``) are dashed vertical lines. ``mmrl report RUN_A
+RUN_B ... --out DIR`` overlays runs: one axis per quantity, one colour per run. Noisy per-step values are drawn
+faint under their bias-corrected exponential moving average.
 """
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ FIGURES: List[Tuple[str, str, List[Axis]]] = [
                                                ("SFT seconds per step", ("time/step",), "sft")]),
     ("views.png", "views", [("per-view accuracy", ("view_acc/*",), "frac"),
                             ("view rates", ("stability_rate", "sensitivity_rate", "abstain_f1"), "frac")]),
+    # the sampler vs the trainer (docs/rollout_correction.md)
+    ("mismatch.png", "sampler vs trainer", [("k3 KL, sampler to trainer", ("mismatch/k3_kl",), "line"),
+                                            ("max |log-prob difference|", ("mismatch/max_abs_diff",), "line"),
+                                            ("effective sample size", ("mismatch/ess", "rollout_corr/ess"), "frac")]),
 ]
 LABELS = {"eval/accuracy": "overall", "adv/zero_frac": "zero advantage", "truncated_frac": "truncated",
           "train_frac": "trained", "time/rollout": "rollout", "time/scoring": "scoring", "time/update": "update"}
@@ -180,13 +185,18 @@ def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) ->
     return True
 
 
+def _num(v: float) -> float:
+    """4 decimals; 3 significant digits below 1e-3 (a 1e-6 sampler/trainer mismatch is not 0)."""
+    return round(v, 4) if v == 0 or abs(v) >= 1e-3 else float(f"{v:.3g}")
+
+
 def _summary(run: Run) -> List[str]:
     rows, last = run.rows, run.rows[-1]
     lines = [f"Steps: {last['step']}", "", "| metric | first step | last step |", "|---|---|---|"]
     for key in run.keys():
         first = next((r[key] for r in rows if key in r), None)
         final = next((r[key] for r in reversed(rows) if key in r), None)
-        lines.append(f"| {key} | {first if first is None else round(first, 4)} | {round(final, 4)} |")
+        lines.append(f"| {key} | {first if first is None else _num(first)} | {_num(final)} |")
     return lines
 
 

@@ -112,3 +112,62 @@ def test_mismatch_metrics_by_hand():
     assert m["seq_ratio_max"] == pytest.approx(math.exp(0.1)) and m["seq_ratio_min"] == pytest.approx(math.exp(-0.5))
     assert mismatch_metrics(trainer, trainer, mask)["k3_kl"] == 0.0
     assert mismatch_metrics(trainer, sampler, torch.zeros(2, 3)) == {"tokens": 0.0}
+
+
+# ---- algorithm.rollout_correction: validated like every key, named in the dry-run plan ----------------------------
+
+@pytest.mark.parametrize("override,match", [
+    ("algorithm.rollout_correction.mode=seq_mask", "algorithm.rollout_correction.mode"),
+    ("algorithm.rollout_correction.mode=off", "write mode: none"),  # YAML reads a bare off as false
+    ("algorithm.rollout_correction.threshold=0", "algorithm.rollout_correction.threshold' must be > 0"),
+    ("algorithm.rollout_correction.threshold_low=0.5", "does not use it"),  # a band on a truncation mode
+    ("algorithm.rollout_correction.thresh=2", "Did you mean"),
+])
+def test_config_errors_name_the_key(override, match):
+    from mmrl.config import load_config
+    from mmrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [override], registries=False)
+
+
+def test_config_mask_band_and_default():
+    from mmrl.config import load_config
+    from mmrl.errors import ConfigError
+
+    rc = load_config(None, [], registries=False).algorithm.rollout_correction
+    assert (rc.mode, rc.threshold, rc.threshold_low, rc.batch_normalize) == ("token_truncate", 2.0, 0.0, False)
+    rc = load_config(None, ["algorithm.rollout_correction.mode=token_mask", "algorithm.rollout_correction.threshold=5",
+                            "algorithm.rollout_correction.threshold_low=0.5"], registries=False).algorithm.rollout_correction
+    assert mode_threshold(rc.mode, rc.threshold, rc.threshold_low) == ("token", (0.5, 5.0))
+    with pytest.raises(ConfigError, match="threshold_low' must be in"):
+        load_config(None, ["algorithm.rollout_correction.mode=token_mask", "algorithm.rollout_correction.threshold_low=3"],
+                    registries=False)
+
+
+def test_a_loss_without_is_weights_needs_the_correction_off():
+    from mmrl.algos.base import POLICY_LOSSES
+    from mmrl.config import load_config
+    from mmrl.errors import ConfigError
+    from mmrl.validate import validate_registries
+
+    name = "t_rc_plain"
+    if name not in POLICY_LOSSES:
+        POLICY_LOSSES.register(name)(lambda logp, old, adv, mask, cfg: (-(adv[:, None] * logp * mask).sum(), {}))
+    with pytest.raises(ConfigError, match="algorithm.loss' = 't_rc_plain' takes no is_weights"):
+        validate_registries(load_config(None, [f"algorithm.loss={name}"]))
+    validate_registries(load_config(None, [f"algorithm.loss={name}", "algorithm.rollout_correction.mode=none"]))
+
+
+def test_dry_run_plan_says_whether_the_correction_is_on():
+    from mmrl.config import load_config
+    from mmrl.train.plan import describe_plan
+
+    on = describe_plan(load_config(None, []))
+    assert "rollout correction: on, token_truncate (weights truncated at 2.0)" in "\n".join(on)
+    off = describe_plan(load_config(None, ["algorithm.rollout_correction.mode=none"]))
+    assert "rollout correction: off" in "\n".join(off)
+    bn = describe_plan(load_config(None, ["algorithm.rollout_correction.mode=sequence_mask",
+                                          "algorithm.rollout_correction.batch_normalize=true"]))
+    text = "\n".join(bn)
+    assert "old log-probs" in text and "sequence_mask (weights outside [0.0, 2.0] set to 0, batch-normalised)" in text

@@ -151,3 +151,17 @@ def test_step_metrics_are_global_over_ranks_and_skip_masked_tokens():
     assert "rollout_corr/batch_norm_factor" not in out
     off = step_metrics(_TwoRanks(other), Correction(RolloutCorrection(mode="none"), b, prox=t), m)
     assert "mismatch/k3_kl" in off and not any(k.startswith("rollout_corr/") for k in off)
+
+
+def test_mismatch_reaches_metrics_jsonl_and_the_report(tmp_path):
+    from mmrl.train.metrics import MetricsLogger
+    from mmrl.train.report import write_report
+
+    log = MetricsLogger(str(tmp_path), tensorboard=False)
+    for step, d in ((1, 9.5367e-07), (2, 2.5e-3)):
+        log.log(step, {"loss": 0.1, "mismatch/k3_kl": d * d / 2, "mismatch/max_abs_diff": d, "mismatch/ess": 0.99,
+                       "rollout_corr/ess": 0.98})
+    log.close()
+    text = write_report(str(tmp_path)).read_text()
+    assert "| mismatch/max_abs_diff | 9.54e-07 | 0.0025 |" in text  # a 1e-6 mismatch is not rounded to 0
+    assert "![sampler vs trainer](mismatch.png)" in text and (tmp_path / "mismatch.png").stat().st_size > 1000
