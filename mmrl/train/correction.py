@@ -91,8 +91,8 @@ def step_metrics(backend, corr: Correction, masks: List[torch.Tensor]) -> Dict[s
     local = {"t": corr.trainer_logps(), "b": [b.float().cpu() for b in corr.behav], "m": [m.float().cpu() for m in masks]}
     parts = backend.gather(local)
     rows = {k: [x for p in parts for x in p[k]] for k in local}
-    if not rows["m"]:
-        return {}
+    if not rows["m"]:  # no row trained this step (e.g. dynamic sampling kept none): nothing was scored
+        return {"mismatch/tokens": 0.0}
     t, b, m = (pad_right(rows[k], 0.0) for k in ("t", "b", "m"))
     out = {f"mismatch/{k}": v for k, v in mismatch_metrics(t, b, m).items()}
     if corr.on and bool(m.bool().any()):
