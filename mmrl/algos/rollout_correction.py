@@ -57,10 +57,8 @@ def mode_threshold(mode: str, threshold: float, threshold_low: float = 0.0) -> T
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
-    s = torch.where(mask.bool(), values, torch.zeros_like(values)).sum(dim=dim) if dim is not None else \
-        torch.where(mask.bool(), values, torch.zeros_like(values)).sum()
-    n = mask.sum(dim=dim) if dim is not None else mask.sum()
-    return s / (n + _EPS)
+    v = torch.where(mask.bool(), values, torch.zeros_like(values))
+    return v.sum() / (mask.sum() + _EPS) if dim is None else v.sum(dim) / (mask.sum(dim) + _EPS)
 
 
 def correction_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str = "token", threshold: Threshold = 2.0,
