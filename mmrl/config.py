@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mmrl.errors import ConfigError
-from mmrl.loss_params import LossParams  # noqa: F401  (the config's algorithm: keys)
+from mmrl.loss_params import ROLLOUT_CORRECTION_MODES, LossParams  # noqa: F401  (the config's algorithm: keys)
 
 
 @dataclass
@@ -192,6 +192,25 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"config key 'algorithm.dual_clip_c' must be > 1 (or null), got {cfg.algorithm.dual_clip_c}")
     if cfg.algorithm.gspo_log_ratio_clamp <= 0:
         raise ConfigError(f"config key 'algorithm.gspo_log_ratio_clamp' must be > 0, got {cfg.algorithm.gspo_log_ratio_clamp}")
+    _check_rollout_correction(cfg.algorithm.rollout_correction)
+
+
+def _check_rollout_correction(rc) -> None:
+    """``algorithm.rollout_correction``: a known mode, C > 0, and a band 0 <= low <= C only where it is used."""
+    key = "algorithm.rollout_correction"
+    if rc.mode in ("False", "True"):  # YAML reads a bare off / no / false (on / yes / true) as a boolean
+        raise ConfigError(f"config key '{key}.mode' = {rc.mode}: YAML read a boolean; write mode: none to turn the "
+                          f"correction off, or one of {', '.join(m for m in ROLLOUT_CORRECTION_MODES if m != 'none')}")
+    if rc.mode not in ROLLOUT_CORRECTION_MODES:
+        raise ConfigError(f"config key '{key}.mode' = {rc.mode!r}; expected one of {', '.join(ROLLOUT_CORRECTION_MODES)}")
+    if not rc.threshold > 0:
+        raise ConfigError(f"config key '{key}.threshold' must be > 0, got {rc.threshold}")
+    if not 0.0 <= rc.threshold_low <= rc.threshold:
+        raise ConfigError(f"config key '{key}.threshold_low' must be in [0, threshold = {rc.threshold}], "
+                          f"got {rc.threshold_low}")
+    if rc.threshold_low > 0 and not rc.mode.endswith("_mask"):
+        raise ConfigError(f"config key '{key}.threshold_low' = {rc.threshold_low} is the lower end of a mask mode's "
+                          f"band; mode {rc.mode!r} does not use it (use token_mask or sequence_mask, or drop the key)")
 
 
 def complete_config(cfg: Config) -> Config:

@@ -3,8 +3,25 @@
 config loads without torch (``mmrl train``'s pre-flight)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
+
+
+# algorithm.rollout_correction.mode -> (level, kind) (TRL's names; mmrl.algos.rollout_correction)
+ROLLOUT_CORRECTION_MODES = {"none": None, "token_truncate": ("token", "truncate"), "token_mask": ("token", "mask"),
+                            "sequence_truncate": ("sequence", "truncate"), "sequence_mask": ("sequence", "mask")}
+
+
+@dataclass
+class RolloutCorrection:
+    """``algorithm.rollout_correction``: importance weights w(π_train / π_rollout) on the policy loss, for the gap
+    between the sampler and the trainer (docs/rollout_correction.md). Default: verl's recommended token-level
+    truncation at 2 (TRL defaults to sequence_mask at 3, verl to off; the docs say why)."""
+
+    mode: str = "token_truncate"  # none | token_truncate | token_mask | sequence_truncate | sequence_mask
+    threshold: float = 2.0  # truncate: C in w = min(rho, C); mask: the kept band's upper end
+    threshold_low: float = 0.0  # mask modes: the kept band's lower end (0: above the cap only, TRL; IcePop 0.5)
+    batch_normalize: bool = False  # divide the weights by their batch mean (one extra scoring pass per step)
 
 
 @dataclass
@@ -24,3 +41,4 @@ class LossParams:
     loss_agg: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
     max_response_len: Optional[int] = None  # normaliser for seq-mean-token-sum-norm / Dr.GRPO
     kl_coef: float = 0.0
+    rollout_correction: RolloutCorrection = field(default_factory=RolloutCorrection)

@@ -163,6 +163,7 @@ def validate_registries(cfg, kind: str = "train") -> None:
 
     check_name(ALGORITHMS, cfg.algorithm.name, "algorithm.name")
     check_name(POLICY_LOSSES, cfg.algorithm.loss, "algorithm.loss")
+    _check_loss_takes_weights(POLICY_LOSSES.get(cfg.algorithm.loss), cfg.algorithm)
     if not cfg.rewards:
         raise ConfigError("config key 'rewards' is empty; give at least one reward (e.g. {name: accuracy})")
     for i, rw in enumerate(cfg.rewards):
@@ -177,3 +178,19 @@ def validate_registries(cfg, kind: str = "train") -> None:
     from mmrl.train.plan import describe_plan
 
     describe_plan(cfg)  # the spec's own params, the view set file and the responses per view (ConfigError)
+
+
+def _check_loss_takes_weights(loss_fn, cfg_algo) -> None:
+    """With ``algorithm.rollout_correction.mode`` on, the policy loss must take ``is_weights`` (mmrl.algos.base)."""
+    import inspect
+
+    if cfg_algo.rollout_correction.mode == "none":
+        return
+    try:
+        params = inspect.signature(loss_fn).parameters
+    except (TypeError, ValueError):
+        return
+    if "is_weights" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        raise ConfigError(f"config key 'algorithm.loss' = {cfg_algo.loss!r} takes no is_weights argument, which "
+                          f"algorithm.rollout_correction.mode = {cfg_algo.rollout_correction.mode!r} needs; add "
+                          f"is_weights=None to it (mmrl.algos.base) or set algorithm.rollout_correction.mode: none")

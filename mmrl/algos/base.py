@@ -6,10 +6,12 @@ Advantage estimator (a pure function; an algorithm spec in ``mmrl.algos.spec`` c
 
 Policy loss (registered in ``POLICY_LOSSES``)::
 
-    fn(logp, old_logp, advantages, mask, cfg: LossParams) -> (loss: scalar tensor, metrics: dict[str, float])
+    fn(logp, old_logp, advantages, mask, cfg: LossParams, is_weights=None) -> (loss: scalar tensor, metrics: dict[str, float])
 
 where ``logp``/``old_logp``/``mask`` are ``[N, T]`` (response tokens, padded, mask 1 on trained tokens) and
-``advantages`` is ``[N]`` (broadcast over tokens) or ``[N, T]``.
+``advantages`` is ``[N]`` (broadcast over tokens) or ``[N, T]``. ``is_weights`` (``[N, T]``, detached, or None) are
+the rollout-correction weights (``algorithm.rollout_correction``), which multiply the per-token loss before it is
+aggregated; a loss without that parameter runs only with ``algorithm.rollout_correction.mode: none``.
 """
 from __future__ import annotations
 

@@ -16,6 +16,8 @@ ratio over trained tokens) and ``ppo_kl`` (mean of log πold − log πθ). Log-
 - Aggregations (verl ``agg_loss`` names): token-mean = Σ tokens / Σ|o_i| (DAPO); seq-mean-token-mean = mean
   over sequences of the token mean (GRPO); seq-mean-token-sum = mean over sequences of the token sum;
   seq-mean-token-sum-norm = Σ tokens / (N·L_max) (Dr.GRPO's constant normaliser, L_max = ``max_len``).
+- Rollout correction (``mmrl.algos.rollout_correction``): ``is_weights [N, T]`` (detached) multiply the per-token
+  loss before aggregation, ℓ_t ← w_t·ℓ_t (verl ``pg_losses * rollout_is_weights``); None = 1.
 """
 from __future__ import annotations
 
@@ -93,6 +95,15 @@ def _check(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> No
         raise ValueError(f"logp, old_logp and mask must share one [N, T] shape, got {tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}")
 
 
+def _weighted(per_token: torch.Tensor, is_weights: Optional[torch.Tensor]) -> torch.Tensor:
+    """``per_token · is_weights`` (the rollout-correction weights, detached), or ``per_token`` without them."""
+    if is_weights is None:
+        return per_token
+    if is_weights.shape != per_token.shape:
+        raise ValueError(f"is_weights must be [N, T] like the loss {tuple(per_token.shape)}, got {tuple(is_weights.shape)}")
+    return per_token * is_weights.detach().to(per_token.dtype)
+
+
 def _metrics(ratio: torch.Tensor, l1: torch.Tensor, l2: torch.Tensor, adv: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Tensor) -> Dict[str, float]:
     with torch.no_grad():
         m = mask.to(torch.bool)
@@ -119,6 +130,7 @@ def ppo_clip(
     agg: str = "token-mean",
     max_len: Optional[int] = None,
     dual_clip_c: Optional[float] = None,
+    is_weights: Optional[torch.Tensor] = None,
 ) -> LossOut:
     """PPO clipped surrogate with clip-higher: ``agg(−min(ρA, clip(ρ, 1−clip_low, 1+clip_high)A))``; with
     ``dual_clip_c = c`` tokens with A < 0 take ``min(that, −c·A)`` (dual-clip, verl ``clip_ratio_c``).
@@ -142,7 +154,7 @@ def ppo_clip(
         per_token = torch.where(adv < 0, torch.minimum(per_token, l3), per_token)
         m = mask.to(torch.bool)
         metrics_extra["dual_clip_frac"] = float((capped & m).sum() / m.sum().clamp(min=1))
-    loss = aggregate(per_token, mask, agg, max_len)
+    loss = aggregate(_weighted(per_token, is_weights), mask, agg, max_len)
     return loss, {**_metrics(ratio, l1, l2, adv, log_ratio, mask), **metrics_extra}
 
 
@@ -165,6 +177,7 @@ def gspo_loss(
     agg: str = "seq-mean-token-mean",
     max_len: Optional[int] = None,
     log_ratio_clamp: float = LOG_RATIO_CLAMP,
+    is_weights: Optional[torch.Tensor] = None,
 ) -> LossOut:
     """GSPO with the sequence-level ratio s_i = exp(mean_t logρ_{i,t}); the gradient flows through s_i.
 
@@ -183,7 +196,7 @@ def gspo_loss(
     l1 = -adv * s
     l2 = -adv * s.clamp(1.0 - clip_low, 1.0 + clip_high)
     seq_loss = torch.maximum(l1, l2)
-    loss = aggregate(seq_loss[:, None].expand_as(logp), mask, agg, max_len)
+    loss = aggregate(_weighted(seq_loss[:, None].expand_as(logp), is_weights), mask, agg, max_len)
     ex = lambda x: x[:, None].expand_as(logp)  # noqa: E731
     return loss, _metrics(ex(s), ex(l1), ex(l2), ex(adv), lr, mask)
 
@@ -198,6 +211,7 @@ def gspo_token_loss(
     agg: str = "seq-mean-token-mean",
     max_len: Optional[int] = None,
     log_ratio_clamp: float = LOG_RATIO_CLAMP,
+    is_weights: Optional[torch.Tensor] = None,
 ) -> LossOut:
     """GSPO-token: s_{i,t} = sg[s_i]·exp(logπθ(y_t) − sg[logπθ(y_t)]), allowing token-level advantages.
 
@@ -209,27 +223,28 @@ def gspo_token_loss(
     adv = _broadcast_adv(advantages, logp)
     l1 = -adv * s_t
     l2 = -adv * s_t.clamp(1.0 - clip_low, 1.0 + clip_high)
-    loss = aggregate(torch.maximum(l1, l2), mask, agg, max_len)
+    loss = aggregate(_weighted(torch.maximum(l1, l2), is_weights), mask, agg, max_len)
     return loss, _metrics(s_t, l1, l2, adv, lr, mask)
 
 
 @POLICY_LOSSES.register("ppo")
-def ppo(logp, old_logp, advantages, mask, cfg: LossParams) -> LossOut:
+def ppo(logp, old_logp, advantages, mask, cfg: LossParams, is_weights=None) -> LossOut:
     """Registered PPO/clip-higher loss: ``cfg.clip_low``, ``cfg.clip_high``, ``cfg.loss_agg``, ``cfg.max_response_len``,
-    ``cfg.dual_clip_c``."""
+    ``cfg.dual_clip_c``; ``is_weights``: the rollout-correction weights."""
     return ppo_clip(logp, old_logp, advantages, mask, cfg.clip_low, cfg.clip_high, cfg.loss_agg, cfg.max_response_len,
-                    cfg.dual_clip_c)
+                    cfg.dual_clip_c, is_weights)
 
 
 @POLICY_LOSSES.register("gspo")
-def gspo(logp, old_logp, advantages, mask, cfg: LossParams) -> LossOut:
-    """Registered GSPO: ``cfg.gspo_clip_low``, ``cfg.gspo_clip_high``, ``cfg.gspo_loss_agg``, ``cfg.gspo_log_ratio_clamp``."""
+def gspo(logp, old_logp, advantages, mask, cfg: LossParams, is_weights=None) -> LossOut:
+    """Registered GSPO: ``cfg.gspo_clip_low``, ``cfg.gspo_clip_high``, ``cfg.gspo_loss_agg``, ``cfg.gspo_log_ratio_clamp``;
+    ``is_weights`` as ``ppo``."""
     return gspo_loss(logp, old_logp, advantages, mask, cfg.gspo_clip_low, cfg.gspo_clip_high, cfg.gspo_loss_agg, cfg.max_response_len,
-                     cfg.gspo_log_ratio_clamp)
+                     cfg.gspo_log_ratio_clamp, is_weights)
 
 
 @POLICY_LOSSES.register("gspo_token")
-def gspo_token(logp, old_logp, advantages, mask, cfg: LossParams) -> LossOut:
+def gspo_token(logp, old_logp, advantages, mask, cfg: LossParams, is_weights=None) -> LossOut:
     """Registered GSPO-token: as ``gspo``."""
     return gspo_token_loss(logp, old_logp, advantages, mask, cfg.gspo_clip_low, cfg.gspo_clip_high, cfg.gspo_loss_agg, cfg.max_response_len,
-                     cfg.gspo_log_ratio_clamp)
+                     cfg.gspo_log_ratio_clamp, is_weights)

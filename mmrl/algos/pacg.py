@@ -9,7 +9,9 @@ the base asks for the same one (VPPO). Then:
 2. claims are the visual-claim sentences of each response's ``<think>`` span (``pacg_claims``: perception lexicon
    and/or a ``claim_extractor`` given as ``module:function``); no labels are read;
 3. per claim (of the rows the base's ``select`` keeps) ``P_c = mean_{t∈c} min(1, e^{d_t})`` and ``EFS_c`` with ``d = clamp(logp_int − logp_orig, ±20)``, where
-   ``logp_orig`` are the step's sampling log-probs (the old policy's). ``persistence: claim`` (default, the
+   ``logp_orig`` is the trainer's re-scoring of the unchanged view (``orig_source: rescore``, default: both sides
+   from one scorer, as the actor's recomputation in verl; the sampler's bf16 numerics never enter the gate) or the
+   step's sampling log-probs (``orig_source: sampling``, one pass fewer). ``persistence: claim`` (default, the
    paper's) averages over every token of the claim sentence; ``persistence: content`` over the claim's
    content-word tokens ``C(c)`` only, ``P_c = mean_{t∈C(c)} min(1, e^{d_t})`` (the spans the ``claim_extractor``
    returns, ``pacg_claims``; a claim without one is not gated). Why (issue 29): a claim of ~11.5 tokens has ~10.5
@@ -18,8 +20,8 @@ the base asks for the same one (VPPO). Then:
 4. the gate (``pacg_gate.persistence_gate``; batch-wide or ``per_group`` statistics, ``mode: zscore | quantile``)
    scales the positive per-token advantages of flagged claims by ``g_c = max(γ, 1 − η(z_c − κ))``, before the loss.
 
-The result is a per-token advantage ``[N, T]``. Our reading of the abstract: using the sampling log-probs as
-``logp_orig``; a sentence split on ``. ! ?`` and line breaks; the unbiased std over claims; the quantile variant's
+The result is a per-token advantage ``[N, T]``. Our reading of the abstract: the policy's own log-probs of the
+unchanged view as ``logp_orig``; a sentence split on ``. ! ?`` and line breaks; the unbiased std over claims; the quantile variant's
 gain measured from the quantile's z instead of κ.
 """
 from __future__ import annotations
@@ -33,7 +35,8 @@ from mmrl.algos.base import AdvantageOutput
 from mmrl.algos.pacg_claims import PERCEPTION_LEXICON, extract_claims
 from mmrl.algos.pacg_gate import claim_scores, efs_tokens, gate_advantages, log_ratio, persistence_gate, segments_of
 from mmrl.algos.spec import Intervention, Needs, StepBatch, WrapperParams, WrapperSpec, register_algorithm
-from mmrl.algos.vppo import default_intervention_params, intervention_key
+from mmrl.algos.vppo import (check_orig_source, default_intervention_params, intervention_key, original_logprobs,
+                             with_original)
 from mmrl.errors import ConfigError
 from mmrl.registry import import_object
 
@@ -54,9 +57,11 @@ class PACGParams(WrapperParams):
     intervention: str = "patch_mask"
     intervention_params: Optional[Dict[str, Any]] = None  # None: vppo.default_intervention_params(intervention)
     persistence: str = "claim"  # claim (the paper's: every token of the sentence) | content (its content words)
+    orig_source: str = "rescore"  # logp_orig: the trainer's re-scoring of the unchanged view (rescore) or the sampler's (sampling)
 
     def __post_init__(self):
         self.intervention_params = default_intervention_params(self.intervention, self.intervention_params)
+        check_orig_source(self.orig_source)
         if self.mode not in ("zscore", "quantile"):
             raise ValueError(f"pacg mode must be zscore or quantile, got {self.mode!r}")
         if not 0.0 < self.q < 1.0 or not 0.0 <= self.gamma <= 1.0 or self.eta < 0:
@@ -101,7 +106,7 @@ class PACG(WrapperSpec):
         base = self.base.needs()
         rescore = dict(base.rescore)
         rescore.setdefault(self.rescore_key, self.intervention)
-        return Needs(old=base.old, ref=base.ref, rescore=rescore)
+        return Needs(old=base.old, ref=base.ref, rescore=with_original(rescore, self.params.orig_source))
 
     def advantages(self, batch: StepBatch) -> AdvantageOutput:
         out = self.base.advantages(batch)
@@ -113,6 +118,7 @@ class PACG(WrapperSpec):
             raise ValueError(f"PACG needs the re-scored log-probs '{self.rescore_key}' of every response "
                              f"(got {0 if inter is None else len(inter)} for {len(batch)})")
         p = self.params
+        orig = original_logprobs(batch, p.orig_source, "PACG")
         # the gate's statistics run over the claims of the rows the base will train (its select: e.g. DAPO's
         # dynamic sampling drops uniform groups, whose advantages are 0 anyway)
         trained = self.base.select(batch, out).train_mask
@@ -126,14 +132,14 @@ class PACG(WrapperSpec):
         ends = torch.tensor([c.tok_end for c in claims], dtype=torch.long)
         if p.persistence == "content":
             owner, seg_s, seg_e = segments_of([c.content for c in claims])
-            pers, cefs = claim_scores(list(inter), list(batch.logprobs), rows[owner] if rows.numel() else rows,
+            pers, cefs = claim_scores(list(inter), orig, rows[owner] if rows.numel() else rows,
                                       seg_s, seg_e, owner, len(claims))
         else:
-            pers, cefs = claim_scores(list(inter), list(batch.logprobs), rows, starts, ends)
+            pers, cefs = claim_scores(list(inter), orig, rows, starts, ends)
         groups = batch.groups["prompt"][rows] if (p.per_group and rows.numel()) else None
         gate = persistence_gate(pers, groups, p.kappa, p.gamma, p.eta, p.mode, p.q)
         adv = gate_advantages(out.advantages, batch.lengths.tolist(), rows, starts, ends, gate.gain)
-        tok_efs = torch.cat([efs_tokens(log_ratio(a, o)) for a, o in zip(inter, batch.logprobs)]) if len(batch) else torch.zeros(0)
+        tok_efs = torch.cat([efs_tokens(log_ratio(a, o)) for a, o in zip(inter, orig)]) if len(batch) else torch.zeros(0)
         n_c = int(rows.numel())
         metrics = {**out.metrics, "pacg/claims": float(n_c), "pacg/claims_not_measured": float(n_found - n_c),
                    "pacg/responses_with_claims": float(rows.unique().numel()) / max(len(batch), 1),

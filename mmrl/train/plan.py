@@ -39,10 +39,12 @@ def describe_plan(cfg) -> List[str]:
     passes = ["generate"] + [f"re-score under '{k}' ({v.describe()})" for k, v in needs.rescore.items()]
     if cfg.algorithm.kl_coef > 0 or needs.ref:
         passes.append("reference log-probs")
-    if cfg.algorithm.ppo_epochs > 1 or needs.old:
+    rc = cfg.algorithm.rollout_correction
+    if cfg.algorithm.ppo_epochs > 1 or needs.old or (rc.mode != "none" and rc.batch_normalize):
         passes.append("old log-probs")
     passes.append(f"actor forward+backward x {cfg.algorithm.ppo_epochs}")
     lines.append("passes per step: " + ", ".join(passes))
+    lines.append(correction_line(rc))
     lines.append(check_rollout_config(cfg.rollout))  # a bad loop name or tool suite is a ConfigError here
     if cfg.rollout.engine == "hf":
         from mmrl.models.scoring import strategy_note
@@ -81,3 +83,14 @@ def check_views_fit(spec, n: int, viewset) -> None:
     raise ConfigError(f"config key 'rollout.n' = {n} does not suit the views per sample of every question type in "
                       f"view set '{viewset.name}' ({counts}): algorithm {spec.name!r} spreads rollout.n over a sample's "
                       f"views{hint}")
+
+
+def correction_line(rc) -> str:
+    """Whether the rollout correction is on and how (docs/rollout_correction.md); the mismatch is logged either way."""
+    if rc.mode == "none":
+        return ("rollout correction: off (algorithm.rollout_correction.mode: none); the sampler/trainer mismatch is "
+                "still logged (mismatch/*)")
+    band = (f"weights outside [{rc.threshold_low}, {rc.threshold}] set to 0" if rc.mode.endswith("_mask")
+            else f"weights truncated at {rc.threshold}")
+    return (f"rollout correction: on, {rc.mode} ({band}{', batch-normalised' if rc.batch_normalize else ''}); "
+            f"mismatch/* and rollout_corr/* logged every step")

@@ -4,7 +4,7 @@
 and each component), held-out accuracy per question type, optimisation (policy loss, KL, grad norm, SFT loss,
 learning rate, clip fraction), the policy (token entropy; zero-advantage, truncated and trained shares on a 0-1
 axis; response length), throughput, the step-time breakdown (rollout + scoring + update = step, stacked) and peak
-memory, and per-view accuracy. Step 0 is the held-out evaluation of the starting model (e.g. the SFT checkpoint)
+memory, per-view accuracy, and the sampler/trainer mismatch (k3 KL, max |Δ log p|, effective sample size). Step 0 is the held-out evaluation of the starting model (e.g. the SFT checkpoint)
 before the first update (``RLTrainer.run``). An axis whose values are all zero says why when the config explains it
 (``flat_zero_notes``: no KL term at ``kl_coef`` 0, nothing clipped at ``ppo_epochs`` 1). Steps where the run was
 resumed (``resumes.jsonl``, written by ``MetricsLogger``) are dashed vertical lines. ``mmrl report RUN_A RUN_B ...
@@ -42,6 +42,10 @@ FIGURES: List[Tuple[str, str, List[Axis]]] = [
                                                ("peak memory (GB)", ("mem/*",), "raw")]),
     ("views.png", "views", [("per-view accuracy", ("view_acc/*",), "frac"),
                             ("view rates", ("stability_rate", "sensitivity_rate", "abstain_f1"), "frac")]),
+    # the sampler vs the trainer (docs/rollout_correction.md)
+    ("mismatch.png", "sampler vs trainer", [("k3 KL, sampler to trainer", ("mismatch/k3_kl",), "line"),
+                                            ("max |log-prob difference|", ("mismatch/max_abs_diff",), "line"),
+                                            ("effective sample size", ("mismatch/ess", "rollout_corr/ess"), "frac")]),
 ]
 LABELS = {"eval/accuracy": "overall", "mem/rss_peak_gb": "process RSS", "mem/cuda_max_allocated_gb": "CUDA allocated", "adv/zero_frac": "zero advantage", "truncated_frac": "truncated",
           "train_frac": "trained", "time/rollout": "rollout", "time/scoring": "scoring", "time/update": "update"}
@@ -211,6 +215,11 @@ def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) ->
     return True
 
 
+def _num(v: float) -> float:
+    """4 decimals; 3 significant digits below 1e-3 (a 1e-6 sampler/trainer mismatch is not 0)."""
+    return round(v, 4) if v == 0 or abs(v) >= 1e-3 else float(f"{v:.3g}")
+
+
 def _summary(run: Run) -> List[str]:
     """Each metric's first and last value with the step each comes from (a held-out metric's first is its step-0
     evaluation, or the first ``eval_every`` step, not the run's first step)."""
@@ -221,7 +230,7 @@ def _summary(run: Run) -> List[str]:
     lines += ["| metric | first | at step | last | at step |", "|---|---|---|---|---|"]
     for key in run.keys():
         steps, vals = run.series(key)
-        lines.append(f"| {key} | {round(vals[0], 4)} | {steps[0]} | {round(vals[-1], 4)} | {steps[-1]} |")
+        lines.append(f"| {key} | {_num(vals[0])} | {steps[0]} | {_num(vals[-1])} | {steps[-1]} |")
     for key, why in run.notes.items():
         lines += ["", f"`{key}` is 0 at every step: {why}."]
     return lines

@@ -21,6 +21,7 @@ from mmrl.algos.spec import StepBatch
 from mmrl.models.feature_mask import score_with_masked_boxes
 from mmrl.rollout.step_inputs import intervened_inputs
 from mmrl.rollout.view_metrics import view_metrics
+from mmrl.train.correction import Correction, batch_norm_factor, step_metrics
 from mmrl.train.metrics import entropy_sums
 from mmrl.train.skips import record_step_skips
 from mmrl.train.step_details import step_details
@@ -166,13 +167,23 @@ def train_step(tr: StepContext) -> Dict[str, float]:
     fallback = trajs[0].scoring_item(inputs)
     needs = spec.needs()
     ref_lps = be.score(items, reference=True, fallback=fallback) if (cfg.algorithm.kl_coef > 0 or needs.ref) else None
-    old_lps = be.score(items, fallback=fallback) if (cfg.algorithm.ppo_epochs > 1 or needs.old) else None
+    # π_old: the trainer's log-probs before the update (decoupled PPO; the rollout correction compares them with the
+    # sampler's, mmrl.train.correction); ppo_epochs = 1 without batch normalisation takes them from the update itself
+    rc = cfg.algorithm.rollout_correction
+    use_old = cfg.algorithm.ppo_epochs > 1 or needs.old
+    prox_lps = be.score(items, fallback=fallback) if (use_old or (rc.mode != "none" and rc.batch_normalize)) else None
+    old_lps = prox_lps if use_old else None
+    masks = [t.loss_mask for t in t_trajs]
+    corr = Correction(rc, [t.logprobs for t in t_trajs], prox_lps)
+    if rc.mode != "none" and rc.batch_normalize:
+        corr.norm = batch_norm_factor(be, rc, prox_lps, corr.behav, masks)
     t2 = time.perf_counter()
     upd: Dict[str, float] = {}
     local_adv = adv[lo:hi][train_idx]
     for _ in range(cfg.algorithm.ppo_epochs):
         upd = policy_update(be, t_trajs, inputs, local_adv, cfg.algorithm, cfg.train.micro_batch, old_lps, ref_lps,
-                            fallback=trajs[0])
+                            fallback=trajs[0], correction=corr)
+    upd = {**upd, **step_metrics(be, corr, masks)}
     be.scheduler_step()
     be.sync_rollout_weights(tr.engine)
     t3 = time.perf_counter()

@@ -4,7 +4,8 @@ One function for every backend (``mmrl.train.backend``). Micro-batch losses are 
 GLOBAL batch (tokens for token-mean, sequences for the seq-mean modes; counts all-reduced over ranks), and by the
 world size because data-parallel backends average gradients over ranks: the summed gradient then equals one big
 batch's on one process. Every rank runs the same number of backward passes (ZeRO reduces or gathers in each): a rank
-with fewer micro-batches runs zero-weight passes on ``fallback``.
+with fewer micro-batches runs zero-weight passes on ``fallback``. With a ``Correction`` (``mmrl.train.correction``)
+the rollout-correction weights multiply each micro-batch's per-token loss.
 """
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ def is_seq_mode(cfg_algo) -> bool:
     return loss_agg(cfg_algo) != "token-mean"
 
 
-def micro_batch_loss(loss_fn, logp, mask, adv, old=None, ref=None, cfg_algo=None):
+def micro_batch_loss(loss_fn, logp, mask, adv, old=None, ref=None, cfg_algo=None, is_weights=None):
     """Policy loss of one micro-batch plus ``kl_coef`` x k3 KL to ``ref``; ``old=None`` means ratio = 1.
 
-    ``adv`` is ``[n]`` or per token ``[n, T']`` (cut or zero-padded to the micro-batch's width)."""
+    ``adv`` is ``[n]`` or per token ``[n, T']`` (cut or zero-padded to the micro-batch's width); ``is_weights``: the
+    rollout-correction weights ``[n, T]`` handed to the loss (None: none, and the loss is called without them)."""
     device = logp.device
     mask = mask.to(device)
     old = logp.detach() if old is None else old.to(device)
@@ -39,7 +41,7 @@ def micro_batch_loss(loss_fn, logp, mask, adv, old=None, ref=None, cfg_algo=None
     if adv.dim() == 2 and adv.shape[1] != logp.shape[1]:
         width = logp.shape[1]
         adv = adv[:, :width] if adv.shape[1] > width else torch.nn.functional.pad(adv, (0, width - adv.shape[1]))
-    loss, m = loss_fn(logp, old, adv, mask, cfg_algo)
+    loss, m = loss_fn(logp, old, adv, mask, cfg_algo, **({} if is_weights is None else {"is_weights": is_weights}))
     kl_val = torch.zeros((), device=device)
     if ref is not None and cfg_algo.kl_coef > 0:
         kl_val = aggregate(k3_kl(logp, ref.to(device)), mask, cfg_algo.loss_agg, cfg_algo.max_response_len)
@@ -76,10 +78,12 @@ def accumulate(stats: Dict[str, float], loss, kl_val, m: Dict[str, float], share
 
 def policy_update(backend, trajs: List[Trajectory], inputs: List[PromptInputs], advantages: torch.Tensor,
                   cfg_algo, micro_batch: int, old_logps: Optional[List[torch.Tensor]] = None,
-                  ref_logps: Optional[List[torch.Tensor]] = None, fallback: Optional[Trajectory] = None) -> Dict[str, float]:
+                  ref_logps: Optional[List[torch.Tensor]] = None, fallback: Optional[Trajectory] = None,
+                  correction=None) -> Dict[str, float]:
     """One optimizer step over this rank's ``trajs``; returns global stats (the same on every rank).
 
-    ``old_logps=None`` means one update per rollout: ratio = 1 exactly."""
+    ``old_logps=None`` means one update per rollout: ratio = 1 exactly. ``correction``: a
+    ``mmrl.train.correction.Correction`` over ``trajs`` (None: no weights)."""
     loss_fn = POLICY_LOSSES.get(cfg_algo.loss)
     n = len(trajs)
     seq_mode = is_seq_mode(cfg_algo)
@@ -100,7 +104,8 @@ def policy_update(backend, trajs: List[Trajectory], inputs: List[PromptInputs], 
         old = _pad([old_logps[i] for i in idx]) if (old_logps is not None and not dummy) else None
         ref = _pad([ref_logps[i] for i in idx]) if (ref_logps is not None and not dummy) else None
         adv = advantages[idx] if not dummy else torch.zeros(1)
-        loss, kl_val, m = micro_batch_loss(loss_fn, logp, mask, adv, old, ref, cfg_algo)
+        w = correction.micro_batch(idx, logp, mask) if (correction is not None and not dummy) else None
+        loss, kl_val, m = micro_batch_loss(loss_fn, logp, mask, adv, old, ref, cfg_algo, w)
         share = 0.0 if dummy else batch_share(mask, seq_mode, total_rows, total_tokens, by_all_rows)
         backend.backward(loss * (share * W), last=(k == n_mb - 1))
         accumulate(stats, loss, kl_val, m, share)

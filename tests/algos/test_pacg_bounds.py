@@ -77,7 +77,7 @@ def test_the_rescoring_pass_is_shared_only_for_the_same_intervention(base_iv, pa
     spec = build_spec("pacg", {"base": {"name": "vppo", "params": base_iv}, **pacg_iv}, LossParams())
     base_keys = list(build_spec("vppo", base_iv, LossParams()).needs().rescore)
     keys = list(spec.needs().rescore)
-    assert (keys == base_keys) == shared and len(keys) == (1 if shared else 2)
+    assert (keys == base_keys) == shared and len(keys) == (2 if shared else 3)  # + the unchanged view's (identity)
     assert (spec.rescore_key in base_keys) == shared
     assert spec.needs().rescore[spec.rescore_key] == spec.intervention
 

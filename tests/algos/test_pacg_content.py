@@ -8,6 +8,7 @@ from mmrl.algos.base import LossParams
 from mmrl.algos.pacg_claims import claims_in_text, content_token_spans, extract_claims, lexicon_pattern
 from mmrl.algos.pacg_gate import claim_scores, segments_of, span_means
 from mmrl.algos.spec import StepBatch, build_spec
+from mmrl.algos.vppo import ORIGINAL_KEY
 from mmrl.data.synth_claims import claim_content
 from mmrl.errors import ConfigError
 
@@ -67,7 +68,7 @@ def _batch(word_p, texts=TEXTS, rewards=(1.0, 0.0, 1.0, 0.0)):
                   groups={"prompt": torch.tensor([0, 0, 1, 1][:n]), "pack": torch.zeros(n, dtype=torch.long)},
                   roles=["anchor"] * n, views=["original"] * n, lengths=torch.tensor([len(t) for t in texts]),
                   response_ids=ids, texts=list(texts), logprobs=[torch.zeros(len(t)) for t in texts],
-                  rescored={PATCH: inter})
+                  rescored={PATCH: inter, ORIGINAL_KEY: [torch.zeros(len(t)) for t in texts]})  # trainer = sampler
     b.decode = decode
     return b
 

@@ -6,6 +6,7 @@ import torch
 
 from mmrl.algos.base import LossParams
 from mmrl.algos.spec import StepBatch, build_spec
+from mmrl.algos.vppo import ORIGINAL_KEY
 from mmrl.algos.vppo_core import vppo_token_advantages
 from mmrl.errors import ConfigError
 
@@ -37,7 +38,7 @@ def make_batch(texts, rewards, groups, claim_p=None, accuracy=None):
                   groups={"prompt": torch.tensor(groups), "pack": torch.zeros(n, dtype=torch.long)},
                   roles=["anchor"] * n, views=["original"] * n, lengths=torch.tensor([len(t) for t in texts]),
                   response_ids=ids, texts=list(texts), logprobs=[torch.zeros(len(t)) for t in texts],
-                  rescored={PATCH: inter})
+                  rescored={PATCH: inter, ORIGINAL_KEY: [torch.zeros(len(t)) for t in texts]})  # trainer = sampler
     b.decode = decode
     return b
 
@@ -48,7 +49,7 @@ TEXTS = ["<think>I see red [0]. I see blue [1].</think>A", "<think>I see red [2]
 
 def test_pacg_over_grpo_gates_the_flagged_claim_of_a_positive_response():
     spec = build_spec("pacg", {"base": "grpo"}, LossParams())
-    assert list(spec.needs().rescore) == [PATCH]
+    assert list(spec.needs().rescore) == [PATCH, ORIGINAL_KEY]
     batch = make_batch(TEXTS, [1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], claim_p=[0.2, 0.95, 0.3, 0.25])
     base = build_spec("grpo", {}, LossParams()).advantages(batch).advantages
     out = spec.advantages(batch)
@@ -76,7 +77,7 @@ def test_negative_response_with_the_flagged_claim_is_unchanged():
 
 def test_pacg_over_vppo_shares_the_pass_and_gates_after_vppo_shaping():
     spec = build_spec("pacg", {"base": {"name": "vppo", "params": {"dynamic_sampling": False}}}, LossParams())
-    assert list(spec.needs().rescore) == [PATCH]  # one re-scoring pass for both
+    assert list(spec.needs().rescore) == [PATCH, ORIGINAL_KEY]  # one re-scoring pass for both
     batch = make_batch(TEXTS, [1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], claim_p=[0.2, 0.95, 0.3, 0.25])
     vppo = spec.base.advantages(batch).advantages
     grpo = build_spec("grpo", {}, LossParams()).advantages(batch).advantages
@@ -156,15 +157,16 @@ def test_another_intervention_takes_its_own_params_not_the_patch_defaults():
     # a config dict for full_mask must not be merged into patch_mask's defaults (patch=14, p=0.5)
     for params in ({"intervention": "full_mask"}, {"intervention": "full_mask", "intervention_params": {"value": 0}}):
         pacg = build_spec("pacg", {"base": "dapo", **params}, LossParams())
-        (iv,) = pacg.needs().rescore.values()
+        (iv,) = [v for k, v in pacg.needs().rescore.items() if k != ORIGINAL_KEY]
         assert iv.transform == "full_mask" and set(iv.params) <= {"value"}
         vppo = build_spec("vppo", params, LossParams())
-        assert [(v.transform, dict(v.params)) for v in vppo.needs().rescore.values()] == [(iv.transform, dict(iv.params))]
+        assert [(v.transform, dict(v.params)) for v in vppo.needs().rescore.values()] == [(iv.transform, dict(iv.params)),
+                                                                                          ("identity", {})]
     # over VPPO with the same full mask: still one shared pass
     both = build_spec("pacg", {"base": {"name": "vppo", "params": {"intervention": "full_mask"}}, "intervention": "full_mask"},
                       LossParams())
-    assert len(both.needs().rescore) == 1
-    assert list(build_spec("pacg", {"base": "dapo"}, LossParams()).needs().rescore) == [PATCH]  # default unchanged
+    assert len(both.needs().rescore) == 2  # the mask and the unchanged view
+    assert list(build_spec("pacg", {"base": "dapo"}, LossParams()).needs().rescore) == [PATCH, ORIGINAL_KEY]  # default unchanged
 
 
 # P = [0.2, 0.95, 0.3, 0.25] over the batch: mean 0.425, unbiased std 0.352373, z of claim [1] = 1.489901.
@@ -232,6 +234,6 @@ def test_pacg_keeps_the_bases_old_and_ref_needs():
                 return Needs(old=True, ref=True)
 
     n = build_spec("pacg", {"base": "test_needy"}, LossParams()).needs()
-    assert n.old is True and n.ref is True and list(n.rescore) == [PATCH]
+    assert n.old is True and n.ref is True and list(n.rescore) == [PATCH, ORIGINAL_KEY]
     g = build_spec("pacg", {"base": "grpo"}, LossParams()).needs()
     assert g.old is False and g.ref is False

@@ -12,7 +12,7 @@ import torch
 
 from mmrl.algos.base import LossParams
 from mmrl.algos.spec import build_spec
-from mmrl.algos.vppo import VPPOParams
+from mmrl.algos.vppo import ORIGINAL_KEY, VPPOParams
 from mmrl.algos.vppo_core import padded, tas_scales, tgf_mask, vppo_token_advantages
 from tests.algos.test_pacg_spec import PATCH, TEXTS, make_batch
 
@@ -106,9 +106,9 @@ def _batch():
 def test_vppo_spec_needs_and_missing_inputs():
     spec = build_spec("vppo", {}, LossParams())
     n = spec.needs()
-    assert n.old is False and n.ref is False and list(n.rescore) == [PATCH]
+    assert n.old is False and n.ref is False and list(n.rescore) == [PATCH, ORIGINAL_KEY]
     b = _batch()
-    b.rescored = {PATCH: b.rescored[PATCH][:1]}
+    b.rescored = {PATCH: b.rescored[PATCH][:1], ORIGINAL_KEY: b.rescored[ORIGINAL_KEY]}
     with pytest.raises(ValueError, match=rf"^VPPO needs the re-scored log-probs '{re.escape(PATCH)}' of every response "
                                          r"\(got 1 for 4\)$"):
         spec.advantages(b)
@@ -117,7 +117,7 @@ def test_vppo_spec_needs_and_missing_inputs():
         spec.advantages(b)
     b = _batch()
     b.rescored[PATCH][2] = torch.zeros(3)
-    with pytest.raises(ValueError, match=rf"^response 2: re-scored log-probs \(3,\) vs sampling \({len(TEXTS[2])},\)$"):
+    with pytest.raises(ValueError, match=rf"^response 2: re-scored log-probs \(3,\) vs original \({len(TEXTS[2])},\)$"):
         spec.advantages(b)
 
 

@@ -80,6 +80,8 @@ def test_view_algorithms_train_end_to_end(video_world, tiny_model_path, tmp_path
     hist = RLTrainer(cfg, quiet=True).run()
     assert len(hist) == 2
     assert "view_acc/original" in hist[-1]
+    # the HF engine samples with the trainer's weights: every view's sampler log-probs agree with the trainer's
+    assert hist[-1]["mismatch/max_abs_diff"] < 1e-4 and hist[-1]["rollout_corr/weight_mean"] == pytest.approx(1.0, abs=1e-4)
     if arm == "bpo":
         assert {"stability_rate", "sensitivity_rate", "abstain_f1", "answer_without_looking"} <= set(hist[-1])
     else:
@@ -117,6 +119,10 @@ def test_algorithm_variants_run_through_the_trainer(video_world, tiny_model_path
     cfg.rewards = [RewardConfig("accuracy", 1.0), RewardConfig("test_even_tokens", 1.0)]
     m = RLTrainer(cfg, quiet=True).run()[-1]
     assert m["step"] == 1
+    # π_old (the update's own log-probs, or the old pass with ppo_epochs 2) against the HF sampler: agree to round-off
+    assert (m["mismatch/tokens"] > 0) == (m["train_frac"] > 0)  # measured on the rows the update trains
+    if m["train_frac"] > 0:
+        assert m["mismatch/max_abs_diff"] < 1e-4 and m["rollout_corr/clipped_frac"] == 0.0
     if cfg.algorithm.kl_coef > 0:
         assert 0.0 < m["kl"] < 1.0  # second PPO epoch: the policy has moved away from the reference
     if cfg.algorithm.params.get("dynamic_sampling"):

@@ -140,6 +140,8 @@ def test_rl_step_with_tools_from_config(video_world, tiny_model_path, tmp_path):
     tr = RLTrainer(cfg, quiet=True)
     m = tr.train_step()
     assert "tools/invalid_frac" in m and "tools/invalid/over_budget" in m and m["tools/turns_per_episode"] >= 1
+    # tool and observation tokens (sampler log-prob 0) are masked out of the mismatch and the correction weights
+    assert m["mismatch/tokens"] > 0 and m["mismatch/max_abs_diff"] < 1e-4 and m["rollout_corr/weight_min"] > 0.99
     # the trainer's own rollout gives tool episodes; an update on them with non-zero advantages moves the weights
     si, trajs = tr.rollout(tr.stream.next(3))
     assert trajs and all(t.sequence is not None and t.segments for t in trajs)

@@ -92,6 +92,9 @@ def assert_same_run(ref: Path, got: Path) -> None:
         for key in ("loss", "kl"):
             assert abs(x[key] - y[key]) < 1e-5, (x["step"], key, x[key], y[key])
         assert abs(x["grad_norm"] - y["grad_norm"]) <= 1e-4 * x["grad_norm"], (x["step"], x["grad_norm"], y["grad_norm"])
+        # the rollout correction (decoupled PPO, 2 epochs) sees every rank's rows: the same tokens and weights
+        assert y["mismatch/tokens"] == x["mismatch/tokens"] and y["mismatch/max_abs_diff"] < 1e-4
+        assert abs(x["rollout_corr/weight_mean"] - y["rollout_corr/weight_mean"]) < 1e-5
     assert any(abs(x["kl"]) > 1e-3 for x in a), "the reference KL never moved: the test would prove nothing"
     from transformers import Qwen2_5_VLForConditionalGeneration
 
