@@ -1,0 +1,179 @@
+"""Generating a step's rollouts, in the trainer (``RolloutSide``) or in a rollout worker process (``worker_main``).
+
+``RolloutSide.generate(samples, step, group_offset)`` is the one code path from drawn samples to ``(StepInputs,
+trajectories)``: the step's views and prompts (``build_step_inputs``), then the engine through the agent loop under
+the run's seeding. ``seeding``:
+
+- ``group``: each prompt group under the seed of (seed, step, group id) (``mmrl.rollout.seeded``), the
+  rank-count-invariant sampling of ``rollout.seed_per_group``;
+- ``batch``: the whole call under one seed of (seed, step, group offset), for loops that draw per episode
+  (``multi_turn``, ``stream``: ``LoopCapabilities.seed_per_group`` off);
+- ``none``: the process's own torch RNG stream (today's default single-process run).
+
+With asynchronous rollouts (``mmrl.train.async_rollout``) the seeding is ``group`` or ``batch``: a batch is then a
+function of (weights, step, samples) alone, the same whichever process draws it, so a batch lost in flight (Ctrl-C,
+a worker crash) is regenerated bit for bit on resume from the weights it was due to use.
+
+``worker_main`` is the worker process (``torch.multiprocessing`` spawn): it builds the model, processor and the
+``rollout.engine`` engine from the run's config, then serves jobs ``(step, samples, group offset, version)`` in
+order: before each it receives weight messages (``mmrl.rollout.weight_channel``) until it holds ``version``, then
+sends back the batch with the version it really used.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional
+
+import torch
+
+# test hook: "die:STEP" / "hang:STEP" makes the worker exit / stop answering when it reaches STEP's job
+FAULT_ENV = "MMRL_TEST_ROLLOUT_WORKER_FAULT"
+
+
+@dataclass
+class RolloutJob:
+    step: int  # the step whose rollouts these are
+    samples: List[Any]  # the step's drawn samples (mmrl.data.schema.Sample)
+    group_offset: int
+    version: int  # the weights they are generated from: updates done (mmrl.train.async_rollout.due_version)
+    plan_state: dict  # the trainer's algorithm state at submission (a plan may adapt, e.g. FastRL's ARS)
+
+
+@dataclass
+class RolloutSide:
+    """What generating a step's rollouts reads: the run's config, the processor, the engine, the agent loop, the
+    algorithm's plan and view set, the seeding and the context generation runs under."""
+
+    cfg: Any
+    processor: Any
+    engine: Any
+    agent_loop: Any
+    plan: Callable[[str, int], int]
+    viewset: Any
+    seeding: str  # group | batch | none
+    context: Callable[[], Any] = contextlib.nullcontext
+
+    def generate(self, samples, step: int, group_offset: int = 0):
+        from mmrl.rollout.base import SamplingParams
+        from mmrl.rollout.seeded import generate_seeded, group_seed
+        from mmrl.rollout.step_inputs import build_step_inputs
+
+        seed = self.cfg.train.seed
+        si = build_step_inputs(samples, self.processor, self.cfg.data, self.plan, self.viewset,
+                               seed=seed * 1000003 + step, group_offset=group_offset)
+        r = self.cfg.rollout
+        params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
+        with self.context():
+            if self.seeding == "group":
+                trajs = generate_seeded(self.engine, si.requests, params, lambda gid: group_seed(seed, step, gid))
+            elif self.seeding == "batch":
+                devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(group_seed(seed, step, -1 - group_offset))
+                    trajs = self.agent_loop.run(self.engine, si.requests, params)
+            else:
+                trajs = self.agent_loop.run(self.engine, si.requests, params)
+        return si, trajs
+
+
+def async_seeding(loop_caps) -> str:
+    """The seeding of asynchronous rollouts: per group where the loop allows it, else per batch."""
+    return "group" if loop_caps.seed_per_group else "batch"
+
+
+def build_rollout_engine(cfg, model, processor):
+    """The engine ``rollout.engine`` names, over ``model``."""
+    from mmrl.rollout.base import build_engine
+
+    extra = {}
+    if cfg.rollout.engine == "vllm":
+        from mmrl.rollout.vllm_engine import engine_options
+
+        extra = engine_options(cfg)
+    return build_engine(cfg.rollout.engine, model=model, processor=processor,
+                        max_batch_sequences=cfg.rollout.max_batch_sequences, **extra)
+
+
+def load_viewset(cfg):
+    """The run's view set (``algorithm.viewset``), or None."""
+    if not cfg.algorithm.viewset:
+        return None
+    from mmrl.views import ViewSet
+
+    return ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
+
+
+def build_side(cfg, model, processor, spec, context=contextlib.nullcontext) -> RolloutSide:
+    """The worker's ``RolloutSide``: over ``model``, with the engine of ``rollout.engine``, the run's agent loop and
+    ``spec``'s plan, seeded (``async_seeding``)."""
+    from mmrl.rollout.agent_loop_tools import agent_loop_from_config
+
+    loop = agent_loop_from_config(cfg.rollout, processor)
+    return RolloutSide(cfg, processor, build_rollout_engine(cfg, model, processor), loop,
+                       lambda role, n_views=1: spec.plan(role, cfg.rollout.n, n_views), load_viewset(cfg),
+                       async_seeding(loop.capabilities), context)
+
+
+def dumps(obj) -> bytes:
+    """``obj`` as bytes (``torch.save``): plain copies through the queue, no shared-memory handles to leak."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def loads(data: bytes):
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def _fault(step: int) -> None:
+    kind, _, at = os.environ.get(FAULT_ENV, "").partition(":")
+    if at and int(at) == step:
+        if kind == "die":
+            os._exit(3)
+        if kind == "hang":
+            time.sleep(10 ** 6)
+
+
+def worker_main(cfg, port: int, jobs, results, num_threads: int, timeout_s: float, bucket_bytes: int) -> None:
+    """The rollout worker process: serve ``jobs`` (pickled ``RolloutJob`` bytes; ``None`` ends) into ``results``
+    (``("ok", step, version, bytes of (si, trajs))`` or ``("error", step, one line)``). Ctrl-C is the trainer's to
+    handle: the worker ignores SIGINT (the terminal sends it to the whole process group)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    step = -1
+    try:
+        from mmrl.algos.spec import build_algorithm
+        from mmrl.models.loading import load_model_and_processor
+        from mmrl.rollout.weight_channel import WeightChannel
+        from mmrl.train.precision import autocast_factory, keep_fp32_master
+
+        if num_threads > 0:
+            torch.set_num_threads(num_threads)
+        channel = WeightChannel(WeightChannel.join_store(port, timeout_s), 1, timeout_s, bucket_bytes)
+        model, processor = load_model_and_processor(cfg.model)
+        keep_fp32_master(model)  # the trainer's dtypes (torch backend), so its weights copy in bit for bit
+        model.eval()
+        spec = build_algorithm(cfg.algorithm, cfg)
+        side = build_side(cfg, model, processor, spec,
+                          autocast_factory(cfg.train.precision, next(model.parameters()).device))
+        version: Optional[int] = None
+        while True:
+            data = jobs.get()
+            if data is None:
+                return
+            job: RolloutJob = loads(data)
+            step = job.step
+            while version is None or version < job.version:
+                version = channel.receive(model)
+                side.engine.sync_weights(model)  # the HF engine shares the module; vLLM gets the new weights
+            if version != job.version:
+                raise RuntimeError(f"holds weights {version}, the job needs {job.version}")
+            _fault(job.step)
+            spec.load_state_dict(job.plan_state)
+            results.put(("ok", job.step, version, dumps(side.generate(job.samples, job.step, job.group_offset))))
+    except Exception as e:  # noqa: BLE001  (reported to the trainer as one line)
+        results.put(("error", step, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
