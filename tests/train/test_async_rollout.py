@@ -122,3 +122,32 @@ def test_dead_or_hung_worker_checkpoints_and_the_resume_ends_like_the_straight_r
     _, w_resumed = _run(_cfg(video_world, tiny_model_path, out, 4, extra), resume=True)
     assert _rows(out) == _rows(straight_out)
     assert all(torch.equal(w_resumed[k], w_straight[k]) for k in w_straight)
+
+
+# ---- every agent loop through the worker -------------------------------------------------------------------------
+from test_stream_rl import _cfg as _stream_cfg, blocks_file  # noqa: E402,F401  (the streaming world and its config)
+
+
+def _loop_cfg(loop, world, model, out, blocks):
+    if loop == "stream":
+        cfg = _stream_cfg(blocks, model, out, 2)
+        cfg.train.save_every = 0
+        return cfg
+    return _cfg(world, model, out, 2, ["rollout.seed_per_group=false", "rollout.agent_loop=multi_turn",
+                                       "rollout.tools=tools/video_seek.yaml"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["multi_turn", "stream"])
+def test_multi_turn_and_streaming_loops_run_in_the_worker_bit_for_bit(loop, video_world, tiny_model_path, blocks_file,
+                                                                       tmp_path):
+    """Loops that draw per episode are seeded per batch under asynchronous rollouts (``async_seeding``): the
+    worker's batches equal the ones the trainer draws itself under that seeding."""
+    from mmrl.train.rl_trainer import RLTrainer
+
+    here = RLTrainer(_loop_cfg(loop, video_world, tiny_model_path, tmp_path / "here", blocks_file), quiet=True)
+    assert here.agent_loop.capabilities.multi_turn
+    here.side.seeding = "batch"
+    ref = here.run()
+    worker, _ = _run(_loop_cfg(loop, video_world, tiny_model_path, tmp_path / "worker", blocks_file), worker_k=0)
+    assert _strip(worker) == _strip(ref) and len(ref) == 2
