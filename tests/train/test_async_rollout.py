@@ -151,3 +151,41 @@ def test_multi_turn_and_streaming_loops_run_in_the_worker_bit_for_bit(loop, vide
     ref = here.run()
     worker, _ = _run(_loop_cfg(loop, video_world, tiny_model_path, tmp_path / "worker", blocks_file), worker_k=0)
     assert _strip(worker) == _strip(ref) and len(ref) == 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_and_the_resume_ends_like_the_straight_run(async1, video_world, tiny_model_path, tmp_path,
+                                                                      monkeypatch, capsys):
+    """SIGINT to the trainer and the worker (a terminal sends it to both): the worker ignores it, the trainer
+    checkpoints after the step; the printed resume command ends where the uninterrupted run does."""
+    import multiprocessing
+    import os
+    import shlex
+    import signal
+
+    from mmrl.cli import main
+    from mmrl.train.metrics import MetricsLogger
+
+    _, w_straight, straight_out = async1
+    out = tmp_path / "run"
+    argv = ["train", "--quiet"] + small_overrides(video_world, out, tiny_model_path) + [
+        "train.steps=4", "rewards=[{name: test_even_tokens}]", "train.num_threads=1", "rollout.seed_per_group=true",
+        "rollout.asynchronous.max_staleness=1"]
+    log = MetricsLogger.log
+
+    def log_then_ctrl_c(self, step, metrics):
+        log(self, step, metrics)
+        if step == 1:
+            (worker,) = [p for p in multiprocessing.active_children() if p.name == "mmrl-rollout-worker"]
+            os.kill(worker.pid, signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(MetricsLogger, "log", log_then_ctrl_c)
+    assert main(argv) == 128 + signal.SIGINT
+    line = next(x for x in capsys.readouterr().err.splitlines() if "resume with:" in x)
+    assert "SIGINT received: stopped after step 1" in line and (out / "checkpoints" / "step_000001").is_dir()
+    monkeypatch.setattr(MetricsLogger, "log", log)
+    assert main(shlex.split(line.split("resume with: ", 1)[1])[1:]) == 0
+    assert _rows(out) == _rows(straight_out)
+    final = torch.load(sorted((out / "checkpoints").glob("step_*"))[-1] / "model.pt")
+    assert all(torch.equal(final[k], w_straight[k]) for k in w_straight)
