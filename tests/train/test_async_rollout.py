@@ -189,3 +189,12 @@ def test_ctrl_c_checkpoints_and_the_resume_ends_like_the_straight_run(async1, vi
     assert _rows(out) == _rows(straight_out)
     final = torch.load(sorted((out / "checkpoints").glob("step_*"))[-1] / "model.pt")
     assert all(torch.equal(final[k], w_straight[k]) for k in w_straight)
+
+
+def test_the_run_plan_says_how_rollouts_run():
+    from mmrl.train.plan import describe_plan
+
+    assert "rollouts: synchronous, in the trainer" in describe_plan(load_config(None, []))
+    lines = describe_plan(load_config(None, ["rollout.asynchronous.max_staleness=2"]))
+    assert "rollouts: asynchronous, a worker process draws step s's batch from the weights after max(0, s - 2) " \
+           "updates (rollout.asynchronous.max_staleness 2), seeded" in lines
