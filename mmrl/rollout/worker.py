@@ -6,11 +6,13 @@ the run's seeding. ``seeding``:
 
 - ``group``: each prompt group under the seed of (seed, step, group id) (``mmrl.rollout.seeded``), the
   rank-count-invariant sampling of ``rollout.seed_per_group``;
-- ``batch``: the whole call under one seed of (seed, step, group offset), for loops that draw per episode
-  (``multi_turn``, ``stream``: ``LoopCapabilities.seed_per_group`` off);
+- ``batch``: the whole call under one seed of (seed, step, group offset): one batched engine call (the HF engine
+  runs ``group`` as one call per group), and the only choice for loops that draw per episode (``multi_turn``,
+  ``stream``: ``LoopCapabilities.seed_per_group`` off);
 - ``none``: the process's own torch RNG stream (today's default single-process run).
 
-With asynchronous rollouts (``mmrl.train.async_rollout``) the seeding is ``group`` or ``batch``: a batch is then a
+With asynchronous rollouts (``mmrl.train.async_rollout``) the seeding is ``group`` where ``rollout.seed_per_group``
+is on, else ``batch`` (``async_seeding``): a batch is then a
 function of (weights, step, samples) alone, the same whichever process draws it, so a batch lost in flight (Ctrl-C,
 a worker crash) is regenerated bit for bit on resume from the weights it was due to use.
 
@@ -81,9 +83,10 @@ class RolloutSide:
         return si, trajs
 
 
-def async_seeding(loop_caps) -> str:
-    """The seeding of asynchronous rollouts: per group where the loop allows it, else per batch."""
-    return "group" if loop_caps.seed_per_group else "batch"
+def async_seeding(rollout_cfg) -> str:
+    """The seeding of asynchronous rollouts: per group where ``rollout.seed_per_group`` is on (a loop that draws
+    per episode refuses it, ``mmrl.config``), else per batch."""
+    return "group" if rollout_cfg.seed_per_group else "batch"
 
 
 def build_rollout_engine(cfg, model, processor):
@@ -116,7 +119,7 @@ def build_side(cfg, model, processor, spec, context=contextlib.nullcontext) -> R
     loop = agent_loop_from_config(cfg.rollout, processor)
     return RolloutSide(cfg, processor, build_rollout_engine(cfg, model, processor), loop,
                        lambda role, n_views=1: spec.plan(role, cfg.rollout.n, n_views), load_viewset(cfg),
-                       async_seeding(loop.capabilities), context)
+                       async_seeding(cfg.rollout), context)
 
 
 def dumps(obj) -> bytes:
@@ -141,7 +144,7 @@ def _fault(step: int) -> None:
 
 def worker_main(cfg, port: int, jobs, results, num_threads: int, timeout_s: float, bucket_bytes: int) -> None:
     """The rollout worker process: serve ``jobs`` (pickled ``RolloutJob`` bytes; ``None`` ends) into ``results``
-    (``("ok", step, version, bytes of (si, trajs))`` or ``("error", step, one line)``). Ctrl-C is the trainer's to
+    (``("ok", step, version, bytes of (si, trajs), seconds it took)`` or ``("error", step, one line)``). Ctrl-C is the trainer's to
     handle: the worker ignores SIGINT (the terminal sends it to the whole process group)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     step = -1
@@ -174,6 +177,8 @@ def worker_main(cfg, port: int, jobs, results, num_threads: int, timeout_s: floa
                 raise RuntimeError(f"holds weights {version}, the job needs {job.version}")
             _fault(job.step)
             spec.load_state_dict(job.plan_state)
-            results.put(("ok", job.step, version, dumps(side.generate(job.samples, job.step, job.group_offset))))
+            t0 = time.perf_counter()
+            batch = side.generate(job.samples, job.step, job.group_offset)
+            results.put(("ok", job.step, version, dumps(batch), time.perf_counter() - t0))
     except Exception as e:  # noqa: BLE001  (reported to the trainer as one line)
         results.put(("error", step, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))

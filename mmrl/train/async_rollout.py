@@ -56,7 +56,7 @@ class AsyncRollouts:
         self.tr, self.k, self.timeout_s, self.bucket_bytes = trainer, max_staleness, timeout_s, bucket_mb << 20
         self.pending: Deque[RolloutJob] = deque()  # submitted, not yet taken, in step order
         self.snapshots: Dict[int, List[torch.Tensor]] = {}  # version -> trainable weights, for jobs in flight
-        self.done: Dict[int, tuple] = {}  # step -> (version, bytes of (si, trajs)) received
+        self.done: Dict[int, tuple] = {}  # step -> (version, bytes of (si, trajs), generation seconds) received
         self.next_step: Optional[int] = None  # the next step to submit (None: the trainer's step at start)
         self.last: Dict[str, float] = {}  # metrics of the last batch taken
         self.proc = None
@@ -104,7 +104,8 @@ class AsyncRollouts:
 
     def _send_loop(self, store) -> None:
         try:
-            channel = WeightChannel(store, 0, self.timeout_s, self.bucket_bytes)
+            # twice the batch timeout: a hung worker is named by the missing batch, not by a blocked send
+            channel = WeightChannel(store, 0, 2 * self.timeout_s, self.bucket_bytes)
             while (item := self.outbox.get()) is not None:
                 channel.send(*item)
         except Exception as e:  # noqa: BLE001  (surfaces in take() as one line)
@@ -144,35 +145,43 @@ class AsyncRollouts:
             self.jobs.put(dumps(job))
             self.next_step += 1
         t0 = time.perf_counter()
-        version, data = self._wait(step)
+        version, data, generation = self._wait(step)
         job = self.pending[0]
         if job.step != step or version != job.version or step - version > self.k:
             raise RolloutWorkerError(f"step {step}'s batch came from weights {version} (due {job.version}, "
                                      f"{KEY} = {self.k})")
         self.pending.popleft()
         self.last = {"async/version": float(version), "async/staleness": float(step - version),
-                     "time/rollout_wait": time.perf_counter() - t0}
-        return loads(data)
+                     "time/rollout_wait": time.perf_counter() - t0, "time/worker_generation": generation}
+        t1 = time.perf_counter()
+        batch = loads(data)
+        self.last["time/rollout_unpack"] = time.perf_counter() - t1
+        return batch
 
     def _wait(self, step: int):
         deadline = time.monotonic() + self.timeout_s
         while step not in self.done:
             if self.send_error is not None:
+                self.proc.join(timeout=5)  # a send fails when the worker died: name the death, the cause, first
+                self._check_alive(step)
                 raise RolloutWorkerError(f"sending weights to the rollout worker failed: {self.send_error}")
             try:
                 msg = self.results.get(timeout=0.5)
             except queue.Empty:
-                if not self.proc.is_alive():
-                    raise RolloutWorkerError(f"the rollout worker (pid {self.proc.pid}) died with exit code "
-                                             f"{self.proc.exitcode} before step {step}'s batch") from None
+                self._check_alive(step)
                 if time.monotonic() > deadline:
                     raise RolloutWorkerError(f"the rollout worker sent no batch for step {step} in "
                                              f"rollout.asynchronous.timeout_s = {self.timeout_s:g} s (hung?)") from None
                 continue
             if msg[0] == "error":
                 raise RolloutWorkerError(f"the rollout worker failed at step {msg[1]}: {msg[2]}")
-            self.done[msg[1]] = (msg[2], msg[3])
+            self.done[msg[1]] = msg[2:]
         return self.done.pop(step)
+
+    def _check_alive(self, step: int) -> None:
+        if not self.proc.is_alive():
+            raise RolloutWorkerError(f"the rollout worker (pid {self.proc.pid}) died with exit code "
+                                     f"{self.proc.exitcode} before step {step}'s batch") from None
 
 
 def async_rollouts_for(trainer) -> Optional[AsyncRollouts]:

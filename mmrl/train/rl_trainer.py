@@ -93,7 +93,7 @@ class RLTrainer:
         self.async_rollouts = async_rollouts_for(self)
         seeding = "group" if self.seed_per_group else "none"
         if self.async_rollouts is not None:  # seeded, so a batch is the same whichever process draws it
-            seeding = async_seeding(self.agent_loop.capabilities)
+            seeding = async_seeding(cfg.rollout)
         self.side = RolloutSide(cfg, self.processor, self.engine, self.agent_loop, self.plan, self.viewset, seeding,
                                 self.backend.rollout_context)
         self.test_samples = None
