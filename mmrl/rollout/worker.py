@@ -1,4 +1,4 @@
-"""Generating a step's rollouts, in the trainer (``RolloutSide``) or in a rollout worker process (``worker_main``).
+"""Generating a step's rollouts, in the trainer or in the rollout worker process: ``RolloutSide``.
 
 ``RolloutSide.generate(samples, step, group_offset)`` is the one code path from drawn samples to ``(StepInputs,
 trajectories)``: the step's views and prompts (``build_step_inputs``), then the engine through the agent loop under
@@ -16,25 +16,16 @@ is on, else ``batch`` (``async_seeding``): a batch is then a
 function of (weights, step, samples) alone, the same whichever process draws it, so a batch lost in flight (Ctrl-C,
 a worker crash) is regenerated bit for bit on resume from the weights it was due to use.
 
-``worker_main`` is the worker process (``torch.multiprocessing`` spawn): it builds the model, processor and the
-``rollout.engine`` engine from the run's config, then serves jobs ``(step, samples, group offset, version)`` in
-order: before each it receives weight messages (``mmrl.rollout.weight_channel``) until it holds ``version``, then
-sends back the batch with the version it really used.
+The worker process that serves ``RolloutJob``s is ``mmrl.train.rollout_worker.worker_main``.
 """
 from __future__ import annotations
 
 import contextlib
 import io
-import os
-import signal
-import time
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List
 
 import torch
-
-# test hook: "die:STEP" / "hang:STEP" makes the worker exit / stop answering when it reaches STEP's job
-FAULT_ENV = "MMRL_TEST_ROLLOUT_WORKER_FAULT"
 
 
 @dataclass
@@ -131,54 +122,3 @@ def dumps(obj) -> bytes:
 
 def loads(data: bytes):
     return torch.load(io.BytesIO(data), weights_only=False)
-
-
-def _fault(step: int) -> None:
-    kind, _, at = os.environ.get(FAULT_ENV, "").partition(":")
-    if at and int(at) == step:
-        if kind == "die":
-            os._exit(3)
-        if kind == "hang":
-            time.sleep(10 ** 6)
-
-
-def worker_main(cfg, port: int, jobs, results, num_threads: int, timeout_s: float, bucket_bytes: int) -> None:
-    """The rollout worker process: serve ``jobs`` (pickled ``RolloutJob`` bytes; ``None`` ends) into ``results``
-    (``("ok", step, version, bytes of (si, trajs), seconds it took)`` or ``("error", step, one line)``). Ctrl-C is the trainer's to
-    handle: the worker ignores SIGINT (the terminal sends it to the whole process group)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    step = -1
-    try:
-        from mmrl.algos.spec import build_algorithm
-        from mmrl.models.loading import load_model_and_processor
-        from mmrl.rollout.weight_channel import WeightChannel
-        from mmrl.train.precision import autocast_factory, keep_fp32_master
-
-        if num_threads > 0:
-            torch.set_num_threads(num_threads)
-        channel = WeightChannel(WeightChannel.join_store(port, timeout_s), 1, timeout_s, bucket_bytes)
-        model, processor = load_model_and_processor(cfg.model)
-        keep_fp32_master(model)  # the trainer's dtypes (torch backend), so its weights copy in bit for bit
-        model.eval()
-        spec = build_algorithm(cfg.algorithm, cfg)
-        side = build_side(cfg, model, processor, spec,
-                          autocast_factory(cfg.train.precision, next(model.parameters()).device))
-        version: Optional[int] = None
-        while True:
-            data = jobs.get()
-            if data is None:
-                return
-            job: RolloutJob = loads(data)
-            step = job.step
-            while version is None or version < job.version:
-                version = channel.receive(model)
-                side.engine.sync_weights(model)  # the HF engine shares the module; vLLM gets the new weights
-            if version != job.version:
-                raise RuntimeError(f"holds weights {version}, the job needs {job.version}")
-            _fault(job.step)
-            spec.load_state_dict(job.plan_state)
-            t0 = time.perf_counter()
-            batch = side.generate(job.samples, job.step, job.group_offset)
-            results.put(("ok", job.step, version, dumps(batch), time.perf_counter() - t0))
-    except Exception as e:  # noqa: BLE001  (reported to the trainer as one line)
-        results.put(("error", step, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))

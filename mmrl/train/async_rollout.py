@@ -1,6 +1,6 @@
 """Asynchronous rollouts with bounded staleness (``rollout.asynchronous.max_staleness: k``; docs/async_rollouts.md).
 
-A rollout worker process (``mmrl.rollout.worker.worker_main``, ``torch.multiprocessing`` spawn) generates the
+A rollout worker process (``mmrl.train.rollout_worker.worker_main``, ``torch.multiprocessing`` spawn) generates the
 batches of the next steps while the trainer updates. The schedule is fixed, not timing-dependent:
 
     step s's batch is generated from the weights after ``due_version(s) = max(0, s - k)`` updates,
@@ -35,7 +35,8 @@ import torch
 
 from mmrl.errors import ConfigError, MMRLError
 from mmrl.rollout.weight_channel import FULL, TRAINABLE, WeightChannel, model_tensors
-from mmrl.rollout.worker import RolloutJob, dumps, loads, worker_main
+from mmrl.rollout.worker import RolloutJob, dumps, loads
+from mmrl.train.rollout_worker import worker_main
 
 KEY = "rollout.asynchronous.max_staleness"
 

@@ -9,7 +9,7 @@ from support import small_overrides, varying_reward_cfg
 from mmrl.config import load_config
 from mmrl.errors import ConfigError
 from mmrl.rollout.weight_channel import buckets
-from mmrl.rollout.worker import FAULT_ENV
+from mmrl.train.rollout_worker import FAULT_ENV
 from mmrl.train.async_rollout import AsyncRollouts, RolloutWorkerError, due_version, load_async_state
 
 SKIP = ("time/", "tokens_per_s", "view_time_share")
