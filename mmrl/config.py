@@ -60,6 +60,16 @@ class DataConfig:
 
 
 @dataclass
+class AsyncRolloutConfig:
+    """``rollout.asynchronous`` (``async`` is a Python keyword): batches generated ahead by a rollout worker process
+    while the trainer updates (``mmrl.train.async_rollout``, docs/async_rollouts.md)."""
+
+    max_staleness: int = 0  # 0 = synchronous, in the trainer (today's run); k >= 1: step s's batch from the weights after max(0, s - k) updates
+    timeout_s: float = 600.0  # a worker that sends no batch for this long (its model load included) ends the run with a checkpoint
+    bucket_mb: int = 64  # weight transfer bucket size (MiB)
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "hf"  # hf | vllm
     n: int = 8  # responses per prompt (G); how views share them is the algorithm's plan (mmrl train --dry-run)
@@ -72,6 +82,7 @@ class RolloutConfig:
     vllm_gpu_memory_utilization: float = 0.4
     agent_loop: str = "single_turn"  # a registered rollout loop (mmrl.rollout.agent_loop): single_turn | multi_turn | stream
     tools: Optional[str] = None  # multi_turn: a tool suite YAML (tools/video_seek.yaml); stream: tools/streaming.yaml
+    asynchronous: AsyncRolloutConfig = field(default_factory=AsyncRolloutConfig)
 
 
 @dataclass
@@ -188,6 +199,7 @@ def _check(cfg: Config) -> None:
     if not cfg.train.log_every_s >= 0:
         raise ConfigError(f"config key 'train.log_every_s' must be >= 0 (seconds; 0 = a line every step), got "
                           f"{cfg.train.log_every_s}")
+    _check_async(cfg)
     if cfg.algorithm.dual_clip_c is not None and cfg.algorithm.dual_clip_c <= 1.0:
         raise ConfigError(f"config key 'algorithm.dual_clip_c' must be > 1 (or null), got {cfg.algorithm.dual_clip_c}")
     if cfg.algorithm.gspo_log_ratio_clamp <= 0:
@@ -275,6 +287,18 @@ def _check_agent_loop(cfg: Config, caps) -> None:
     if r.engine not in caps.engines:
         raise ConfigError(f"config key 'rollout.engine' must be {' or '.join(map(repr, caps.engines))} with "
                           f"rollout.agent_loop={r.agent_loop} (so far)")
+
+
+def _check_async(cfg: Config) -> None:
+    """``rollout.asynchronous``: a staleness >= 0, a positive timeout and bucket; a worker of one trainer process."""
+    a = cfg.rollout.asynchronous
+    if a.max_staleness < 0 or a.timeout_s <= 0 or a.bucket_mb < 1:
+        bad = ("max_staleness", a.max_staleness, ">= 0") if a.max_staleness < 0 else \
+            ("timeout_s", a.timeout_s, "> 0") if a.timeout_s <= 0 else ("bucket_mb", a.bucket_mb, ">= 1")
+        raise ConfigError(f"config key 'rollout.asynchronous.{bad[0]}' must be {bad[2]}, got {bad[1]}")
+    if a.max_staleness > 0 and cfg.train.backend != "torch":
+        raise ConfigError(f"config key 'rollout.asynchronous.max_staleness' = {a.max_staleness} needs "
+                          f"train.backend=torch (one trainer process; got {cfg.train.backend!r}); use 0")
 
 
 def _check_attention(cfg: Config) -> None:
@@ -394,6 +418,8 @@ def _apply_override(cfg, override: str):
 def _explain(e: OmegaConfBaseException) -> str:
     key = getattr(e, "full_key", None)
     msg = str(e).splitlines()[0]
+    if key and (key == "async" or ".async" in str(key)):
+        msg += " (the asynchronous rollout keys are rollout.asynchronous.*: async is a Python keyword)"
     return f"config key '{key}': {msg}" if key else msg
 
 

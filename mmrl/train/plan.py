@@ -53,6 +53,11 @@ def describe_plan(cfg) -> List[str]:
     rounds = spec.max_resample_rounds()
     if rounds:
         lines.append(f"resampling: up to {rounds} extra rounds per step (the spec's select asks for more prompts)")
+    k = cfg.rollout.asynchronous.max_staleness
+    lines.append("rollouts: synchronous, in the trainer" if k == 0 else
+                 f"rollouts: asynchronous, a worker process draws step s's batch from the weights after max(0, s - {k}) "
+                 f"updates (rollout.asynchronous.max_staleness {k}), seeded"
+                 + (", resampling rounds drawn in the trainer" if rounds else ""))
     lines.append(f"{cfg.train.steps} steps x {p} prompts x <= {per_prompt} responses = "
                  f"<= {cfg.train.steps * p * per_prompt} trajectories; backend {cfg.train.backend}, engine {cfg.rollout.engine}")
     return lines

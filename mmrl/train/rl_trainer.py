@@ -18,9 +18,10 @@ from mmrl.models.loading import load_model_and_processor
 from mmrl.rewards import RewardContext, compute_rewards
 from mmrl.rewards.base import RewardSpec
 from mmrl.rollout.agent_loop_tools import agent_loop_from_config
-from mmrl.rollout.base import SamplingParams, build_engine
+from mmrl.rollout.worker import RolloutSide, async_seeding, build_rollout_engine
 from mmrl.train.data_stream import DataStream
-from mmrl.train.interrupt import graceful_stop
+from mmrl.train.async_rollout import RolloutWorkerError, async_rollouts_for, load_async_state, running
+from mmrl.train.interrupt import graceful_stop, resume_command
 from mmrl.train.metrics import MetricsLogger, system_metrics
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory, check_training_precision, keep_fp32_master
@@ -76,13 +77,7 @@ class RLTrainer:
         set_seed(cfg.train.seed, cfg.train.num_threads)
         self.model, self.processor = load_model_and_processor(cfg.model)
         pad_id = self.processor.tokenizer.pad_token_id
-        extra = {}
-        if cfg.rollout.engine == "vllm":
-            from mmrl.rollout.vllm_engine import engine_options
-
-            extra = engine_options(cfg)
-        self.engine = build_engine(cfg.rollout.engine, model=self.model, processor=self.processor,
-                                   max_batch_sequences=cfg.rollout.max_batch_sequences, **extra)
+        self.engine = build_rollout_engine(cfg, self.model, self.processor)
         self.stream = DataStream(self.samples, cfg.train.seed, cfg.data.shuffle)
         if not deepspeed:  # DeepSpeed's bf16 mode keeps its own fp32 master copy of bf16 weights
             keep_fp32_master(self.model)
@@ -102,6 +97,13 @@ class RLTrainer:
         self.seed_per_group = deepspeed if cfg.rollout.seed_per_group is None else cfg.rollout.seed_per_group
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
         self.agent_loop = agent_loop_from_config(cfg.rollout, self.processor)
+        # rollout.asynchronous.max_staleness >= 1: a worker process generates ahead (None: rollouts here)
+        self.async_rollouts = async_rollouts_for(self)
+        seeding = "group" if self.seed_per_group else "none"
+        if self.async_rollouts is not None:  # seeded, so a batch is the same whichever process draws it
+            seeding = async_seeding(cfg.rollout)
+        self.side = RolloutSide(cfg, self.processor, self.engine, self.agent_loop, self.plan, self.viewset, seeding,
+                                self.backend.rollout_context)
         self.test_samples = None
         self.skips = None  # the run's SkipLog (mmrl.train.skips), opened by run()
         self.details = None  # run(): a dict the step fills for TensorBoard/W&B (mmrl.train.step_details)
@@ -123,22 +125,10 @@ class RLTrainer:
         return self.spec.plan(role, self.cfg.rollout.n, n_views)
 
     def rollout(self, samples, group_offset: int = 0):
-        """This rank's block of ``samples`` (``Backend.shard``), expanded into views and generated."""
-        from mmrl.rollout.seeded import generate_seeded, group_seed
-        from mmrl.rollout.step_inputs import build_step_inputs
-
+        """This rank's block of ``samples`` (``Backend.shard``), expanded into views and generated here
+        (``mmrl.rollout.worker.RolloutSide``)."""
         lo, hi = self.backend.shard(len(samples))
-        si = build_step_inputs(samples[lo:hi], self.processor, self.cfg.data, self.plan, self.viewset,
-                               seed=self.cfg.train.seed * 1000003 + self.step, group_offset=group_offset + lo)
-        r = self.cfg.rollout
-        params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-        with self.backend.rollout_context():
-            if self.seed_per_group:
-                trajs = generate_seeded(self.engine, si.requests, params,
-                                        lambda gid: group_seed(self.cfg.train.seed, self.step, gid))
-            else:
-                trajs = self.agent_loop.run(self.engine, si.requests, params)
-        return si, trajs
+        return self.side.generate(samples[lo:hi], self.step, group_offset + lo)
 
     def rewards(self, si, trajs):
         if not trajs:
@@ -164,7 +154,8 @@ class RLTrainer:
                            processor=self.processor, engine=self.engine, rollout=self.rollout, rewards=self.rewards,
                            loop=self.agent_loop.capabilities, step=self.step, skips=self.skips,
                            abstain_text=self.cfg.data.prompt.abstain_text if self.viewset is not None else None,
-                           details=self.details, detail_samples=self._detail_samples())
+                           details=self.details, detail_samples=self._detail_samples(),
+                           prefetched=self.async_rollouts.take if self.async_rollouts is not None else None)
 
     def _detail_samples(self) -> bool:
         """Whether the coming step logs its completions table and contact sheet (step 1, then every
@@ -177,11 +168,16 @@ class RLTrainer:
 
         metrics = train_step(self.step_context())
         self.step += 1
+        if self.async_rollouts is not None:  # the batch's weight version; the new weights go to the worker
+            metrics.update(self.async_rollouts.last)
+            self.async_rollouts.publish(self.step)
         return metrics
 
     # ---- state --------------------------------------------------------------------------------------------------
     def save(self) -> Path:
         extra = {"data": self.stream.state_dict(), "algorithm": self.spec.state_dict()}
+        if self.async_rollouts is not None:  # the batches in flight, regenerated on resume
+            extra["async_rollouts"] = self.async_rollouts.state_dict()
         return self.backend.save(self.cfg.train.out_dir, self.step, extra, keep=self.cfg.train.keep_checkpoints)
 
     def resume(self, path: Optional[str] = None) -> bool:
@@ -192,6 +188,7 @@ class RLTrainer:
         self.step = int(state["step"])
         self.stream.load_state_dict(state["data"])
         self.spec.load_state_dict(state.get("algorithm", {}))
+        load_async_state(self.async_rollouts, state.get("async_rollouts"))
         self.backend.sync_rollout_weights(self.engine)
         return True
 
@@ -256,7 +253,7 @@ class RLTrainer:
             if logger is not None:
                 logger.log(0, {**m0, **system_metrics(start)})
         with StepProgress(cfg.train.steps, "train", start=self.step, every_s=cfg.train.log_every_s,
-                          disable=self.quiet) as bar, graceful_stop() as stop:
+                          disable=self.quiet) as bar, graceful_stop() as stop, running(self.async_rollouts):
             while self.step < cfg.train.steps:
                 self.details = {} if logger is not None else None
                 m = self._guarded_step()
@@ -293,3 +290,6 @@ class RLTrainer:
             if self.step and not (Path(self.cfg.train.out_dir) / "checkpoints" / f"step_{self.step:06d}").exists():
                 self.save()
             raise
+        except RolloutWorkerError as e:  # a dead or hung worker: nothing of this step was done; checkpoint, stop
+            raise RolloutWorkerError(f"{e}: stopped after step {self.step}, checkpoint {self.save()}; resume with: "
+                                     f"{resume_command(self.cfg.train.out_dir)}") from None
