@@ -39,8 +39,8 @@ def requests(proc, kinds=("image", "video4", "video16"), n: int = 2):
     return reqs
 
 
-def vllm_engine(model, proc, dtype: str):
-    return build_engine("vllm", model=model, processor=proc, dtype=dtype, max_model_len=2048)
+def vllm_engine(model, proc, dtype: str, **kw):
+    return build_engine("vllm", model=model, processor=proc, dtype=dtype, max_model_len=2048, **kw)
 
 
 def parity(engine, model, proc, reqs, max_new_tokens: int = 8):

@@ -43,7 +43,7 @@ class SeekThenLook(Environment):
 @pytest.mark.parametrize("family", ("tiny", "tiny-qwen3-vl"))
 def test_a_video_returned_mid_trajectory_keeps_parity_over_the_whole_episode(family, mmrl_cache):
     proc, model = load_processor(family), load_model(family, "float32")
-    engine = vllm_engine(model, proc, "float32")
+    engine = vllm_engine(model, proc, "float32", max_media_per_prompt=3)  # vLLM refuses more media than declared
     reqs = requests(proc, ("video4",), n=2)
     loop = build_agent_loop("multi_turn", processor=proc, env_factory=SeekThenLook, max_turns=3)
     trajs = loop.run(engine, reqs, SamplingParams(temperature=1.0, max_new_tokens=4))
