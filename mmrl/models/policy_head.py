@@ -53,6 +53,11 @@ class PolicyHead:
         self.excluded = excluded
         self._index = {}
 
+    def __getattr__(self, name):  # the head's own attributes (weight, hooks, ...): it is still the model's module
+        if name == "head":
+            raise AttributeError(name)
+        return getattr(self.head, name)
+
     def _idx(self, device) -> torch.Tensor:
         if device not in self._index:
             self._index[device] = torch.tensor(self.excluded, dtype=torch.long, device=device)
@@ -64,8 +69,10 @@ class PolicyHead:
             logits.index_fill_(-1, self._idx(logits.device), float("-inf"))
         return logits
 
-    def check_targets(self, targets: torch.Tensor) -> None:
-        """A scored token in the excluded set has probability 0 under the policy: refuse it by name."""
-        if self.excluded and targets.numel() and bool(torch.isin(targets, self._idx(targets.device)).any()):
-            raise MMRLError("a scored response token is a vision placeholder (<|vision_start|> .. <|video_pad|>), "
-                            "which the policy never samples; responses must come from an mmrl engine")
+    def excluded_targets(self, targets: torch.Tensor):
+        """A bool mask of the targets outside the support, or None when there are none (the usual case: responses
+        are sampled from the support; an observation scored whole holds vision tokens)."""
+        if not self.excluded or not targets.numel():
+            return None
+        sel = torch.isin(targets, self._idx(targets.device))
+        return sel if bool(sel.any()) else None

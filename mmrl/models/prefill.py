@@ -124,9 +124,13 @@ CHUNK_TOKENS = 4096  # the default of ``train.logprob_chunk_tokens``: 2.5 GB per
 
 
 def _rows_logprobs(head, rows: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    if isinstance(head, PolicyHead):
-        head.check_targets(targets)
-    return torch.log_softmax(head(rows).float() / temperature, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    lp = torch.log_softmax(head(rows).float() / temperature, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if isinstance(head, PolicyHead):  # a vision token is never sampled; where one is scored (an observation's tokens
+        sel = head.excluded_targets(targets)  # scored whole), it gets the unrestricted head's log-prob, not -inf
+        if sel is not None:
+            raw = torch.log_softmax(head.head(rows[sel]).float() / temperature, dim=-1)
+            lp = lp.masked_scatter(sel, raw.gather(-1, targets[sel].unsqueeze(-1)).squeeze(-1))
+    return lp
 
 
 def token_logprobs(head, rows: torch.Tensor, targets: torch.Tensor, temperature: float,

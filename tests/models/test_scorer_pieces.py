@@ -164,9 +164,9 @@ def test_backbone_reads_through_a_peft_wrapper():
         assert core == "core" and head.head == "head" and head.excluded == [3, 4, 5, 6, 7]
 
 
-def test_the_policy_head_excludes_the_vision_tokens_and_refuses_them_as_targets():
-    """log pi over the support: the excluded logits at -inf, the rest renormalised (hand-computed on 4 words)."""
-    from mmrl.errors import MMRLError
+def test_the_policy_head_excludes_the_vision_tokens_and_scores_them_only_unrestricted():
+    """log pi over the support: the excluded logits at -inf, the rest renormalised (hand-computed on 4 words); an
+    excluded target (an observation's vision token, never sampled) gets the unrestricted head's log-prob."""
     from mmrl.models.policy_head import PolicyHead
     from mmrl.models.prefill import token_logprobs
 
@@ -177,8 +177,9 @@ def test_the_policy_head_excludes_the_vision_tokens_and_refuses_them_as_targets(
     lp = token_logprobs(head, torch.ones(1, 1), torch.tensor([2]), 1.0)
     expect = 2.0 - math.log(math.exp(0) + math.exp(1) + math.exp(2))  # word 3 (logit 3) is outside the support
     assert abs(float(lp[0]) - expect) < 1e-6
-    with pytest.raises(MMRLError, match="vision placeholder"):
-        token_logprobs(head, torch.ones(1, 1), torch.tensor([3]), 1.0)
+    both = token_logprobs(head, torch.ones(2, 1), torch.tensor([2, 3]), 1.0)
+    full = math.log(sum(math.exp(z) for z in (0, 1, 2, 3)))
+    assert abs(float(both[0]) - expect) < 1e-6 and abs(float(both[1]) - (3.0 - full)) < 1e-6
 
 
 # ---- the LM head ------------------------------------------------------------------------------------------------
