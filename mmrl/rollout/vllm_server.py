@@ -12,7 +12,8 @@ re-encoding them as media files would change the pixels and the frame sampling. 
 
 Endpoints (every POST needs ``Authorization: Bearer $MMRL_ROLLOUT_SECRET`` when a secret is set; 401 otherwise):
 
-- ``GET /health``: the served model (no secret: it changes nothing and tells nothing but the path);
+- ``GET /health``: the served model and how many prompts and weight syncs it has served (no secret: it changes
+  nothing);
 - ``POST /generate``: ``{"prompts", "sampling", "samples"}`` (numpy arrays base64-encoded, ``vllm_client.encode``);
   each prompt is its own ``AsyncLLM.generate`` request, so the requests of every trainer rank are batched together
   by vLLM's scheduler (continuous batching). A failing prompt answers 400 naming its sample;
@@ -62,10 +63,11 @@ def build_app(engine, model: str, secret: Optional[str]):
 
     app = FastAPI(title="mmrl rollout server")
     guarded = [Depends(authorized)]
+    served = {"prompts": 0, "syncs": 0}
 
     @app.get("/health")
     async def health() -> Dict[str, Any]:
-        return {"ok": True, "model": model}
+        return {"ok": True, "model": model, **served}
 
     async def one(prompt: Dict[str, Any], sampling: Dict[str, Any]) -> Dict[str, Any]:
         final = None
@@ -77,6 +79,7 @@ def build_app(engine, model: str, secret: Optional[str]):
     async def generate(request: Request):
         body = decode(await request.json())
         samples: List[str] = body.get("samples") or [str(i) for i in range(len(body["prompts"]))]
+        served["prompts"] += len(samples)
         results = await asyncio.gather(*(one(p, s) for p, s in zip(body["prompts"], body["sampling"])),
                                        return_exceptions=True)
         for sample, res in zip(samples, results):
@@ -95,11 +98,13 @@ def build_app(engine, model: str, secret: Optional[str]):
     async def weights_update(request: Request):
         body = await request.json()
         counts = await engine.collective_rpc("mmrl_receive", kwargs={"manifests": body["manifests"]})
+        served["syncs"] += 1
         return {"ok": True, "tensors": counts[0]}
 
     @app.post("/weights/load", dependencies=guarded)
     async def weights_load(request: Request):
         counts = await engine.collective_rpc("mmrl_load_blob", kwargs={"blob": await request.body()})
+        served["syncs"] += 1
         return {"ok": True, "tensors": counts[0]}
 
     @app.post("/reset_caches", dependencies=guarded)
