@@ -15,6 +15,7 @@ first server and a free port.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import socket
@@ -28,6 +29,18 @@ import numpy as np
 import torch
 
 from mmrl.errors import MMRLError
+
+
+SECRET_ENV = "MMRL_ROLLOUT_SECRET"  # the launcher's secret: servers require it, clients send it (never in a config)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def encode(obj: Any) -> Any:
@@ -72,8 +85,6 @@ class ServerClient:
                  bucket_bytes: int = 256 * 2**20, transfer_backend: Optional[str] = None):
         self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
         self.timeout, self.transfer, self.bucket_bytes = timeout, transfer, bucket_bytes
-        from mmrl.rollout.vllm_server import SECRET_ENV
-
         self.secret = secret if secret is not None else (os.environ.get(SECRET_ENV) or None)
         self.transfer_backend = transfer_backend or ("nccl" if torch.cuda.is_available() else "gloo")
         self.group = None

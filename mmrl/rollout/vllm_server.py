@@ -27,22 +27,12 @@ The server binds loopback unless told otherwise, and refuses a non-loopback addr
 
 import argparse
 import asyncio
-import ipaddress
 import os
 import secrets
 import uuid
 from typing import Any, Dict, List, Optional
 
-SECRET_ENV = "MMRL_ROLLOUT_SECRET"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+from mmrl.rollout.vllm_client import SECRET_ENV, is_loopback
 
 
 def build_app(engine, model: str, secret: Optional[str]):
