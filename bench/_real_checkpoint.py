@@ -10,6 +10,7 @@ heads, MLP 11008, vocabulary 151936, tied embeddings, rope theta 1e6, mrope [16,
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 
@@ -20,6 +21,10 @@ QWEN2_5_VL_3B = TinySpec(family="qwen2_5_vl", text_hidden=2048, text_layers=36, 
                          vision_layers=32, vision_heads=16, vision_intermediate=3420, mrope_section=[16, 24, 24],
                          fullatt_block_indexes=[7, 15, 23, 31], window_size=112, tokenizer="qwen",
                          max_positions=128000, rope_theta=1e6)
+# Qwen/Qwen2.5-VL-7B-Instruct's config.json: text hidden 3584, 28 layers, 28 heads, 4 KV heads, MLP 18944, vocabulary
+# 152064, untied embeddings; the same vision tower as the 3B (as tests/models/test_real_shapes.py; not re-read here)
+QWEN2_5_VL_7B = dataclasses.replace(QWEN2_5_VL_3B, text_hidden=3584, text_layers=28, text_heads=28, text_kv_heads=4,
+                                    text_intermediate=18944, vocab_size=152064, tie_embeddings=False)
 
 
 def write_real_checkpoint(out: str, spec: TinySpec = QWEN2_5_VL_3B) -> None:

@@ -27,6 +27,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SECRET = "bench-weight-transfer"
 
 
+def sync_sizes():
+    """Bytes one sync sends at the published shapes (meta-device models, nothing allocated), bf16: full fine-tuning
+    sends the language model (vision frozen); LoRA on q/k/v/o sends those layers' merged ``W + BA*alpha/r``."""
+    from _real_checkpoint import QWEN2_5_VL_3B, QWEN2_5_VL_7B
+
+    from mmrl.models.chat_template import chat_template_for
+    from mmrl.models.loading import model_class_for
+    from mmrl.models.qwen_tokenizer import build_qwen_tokenizer
+    from mmrl.models.tiny import build_config
+
+    rows = []
+    tok = build_qwen_tokenizer(chat_template_for("qwen2_5_vl"))
+    for name, spec in (("Qwen2.5-VL-3B", QWEN2_5_VL_3B), ("Qwen2.5-VL-7B", QWEN2_5_VL_7B)):
+        with torch.device("meta"):
+            model = model_class_for(spec.family)(build_config(tok, spec))
+        params = dict(model.named_parameters())  # tied weights once, as rollout_weights sends them
+        lm = sum(p.numel() for n, p in params.items() if "visual" not in n)
+        lora = sum(p.numel() for n, p in params.items()
+                   if "visual" not in n and any(f".{m}." in n for m in ("q_proj", "k_proj", "v_proj", "o_proj")))
+        for kind, count in (("full (vision frozen)", lm), ("LoRA q/k/v/o merged", lora)):
+            rows.append({"model": name, "update": kind, "params": count, "bf16_GB": count * 2 / 1e9})
+    return rows
+
+
 def checkpoints(root: Path):
     from _real_checkpoint import QWEN2_5_VL_3B, write_real_checkpoint
 
@@ -89,7 +113,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tiny-only", action="store_true")
     p.add_argument("--out", default=None)
+    p.add_argument("--sizes", action="store_true", help="only the bytes per sync at the published 3B/7B shapes")
     a = p.parse_args(argv)
+    if a.sizes:
+        for r in sync_sizes():
+            print(f"| {r['model']} | {r['update']} | {r['params'] / 1e9:.3f} B | {r['bf16_GB']:.2f} GB |")
+        return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for k, (name, path, dtype) in enumerate(checkpoints(Path(tmp))):
