@@ -87,7 +87,7 @@ def test_parity_after_every_sync_a_killed_server_and_a_resumed_run(run, monkeypa
     monkeypatch.setenv("MMRL_ROLLOUT_SECRET", SECRET)
     monkeypatch.syspath_prepend(str(REWARDS))
     out = root / "one_trainer"
-    trainer = RLTrainer(load_config([str(cfg)], [f"train.out_dir={out}", "train.steps=3"]), quiet=True)
+    trainer = RLTrainer(load_config([str(cfg)], [f"train.out_dir={out}", "train.steps=3", "train.save_every=0"]), quiet=True)
     samples, _ = load_samples(world["train"], None, on_error="skip")
     requests = build_step_inputs(samples[:2], trainer.processor, DataConfig(nframes=4, max_pixels=3136),
                                  lambda role, n_views: 2).requests
