@@ -46,16 +46,16 @@ class ServerProcess:
 
 def start_server(model: str, log_dir, secret: Optional[str], dtype: str = "float32", max_model_len: int = 2048,
                  extra: List[str] = ()) -> ServerProcess:
-    """One CPU-friendly server (eager, one OpenMP thread, 1 GiB of KV cache) on a free loopback port."""
+    """One CPU-friendly server (eager, one OpenMP thread, a quarter GiB of KV cache) on a free loopback port."""
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     env.pop(SECRET_ENV, None)
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # --kv-cache-gib sizes it
     if secret:
         env[SECRET_ENV] = secret
     log = Path(log_dir) / f"server_{port}.log"
     cmd = [sys.executable, "-m", "mmrl.rollout.vllm_server", "--model", model, "--port", str(port), "--dtype", dtype,
-           "--enforce-eager", "--max-model-len", str(max_model_len), *extra]
+           "--enforce-eager", "--max-model-len", str(max_model_len), "--kv-cache-gib", "0.25", *extra]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     return ServerProcess(proc, f"http://127.0.0.1:{port}", log)
 

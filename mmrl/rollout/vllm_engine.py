@@ -200,7 +200,7 @@ def output_dict(o) -> Dict[str, Any]:
     """A vLLM ``RequestOutput`` as the engine reads it: the expanded prompt, and per completion its token ids, the
     sampled tokens' processed log-probs and the finish reason."""
     comps = []
-    for c in o.outputs:
+    for c in sorted(o.outputs, key=lambda c: c.index):
         lps = [step[tok].logprob for step, tok in zip(c.logprobs or [], c.token_ids)]
         comps.append({"token_ids": list(c.token_ids), "logprobs": lps, "finish_reason": c.finish_reason})
     return {"prompt_token_ids": list(o.prompt_token_ids), "completions": comps}

@@ -40,6 +40,7 @@ def build_app(engine, model: str, secret: Optional[str]):
     from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.responses import JSONResponse
     from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
 
     from mmrl.rollout.vllm_client import _int_keys, decode
     from mmrl.rollout.vllm_engine import output_dict
@@ -60,8 +61,10 @@ def build_app(engine, model: str, secret: Optional[str]):
         return {"ok": True, "model": model, **served}
 
     async def one(prompt: Dict[str, Any], sampling: Dict[str, Any]) -> Dict[str, Any]:
+        # FINAL_ONLY: one output holding all n completions (streamed outputs of an n > 1 request carry one child each)
+        params = SamplingParams(**_int_keys(sampling), output_kind=RequestOutputKind.FINAL_ONLY)
         final = None
-        async for out in engine.generate(prompt, SamplingParams(**_int_keys(sampling)), request_id=uuid.uuid4().hex):
+        async for out in engine.generate(prompt, params, request_id=uuid.uuid4().hex):
             final = out
         return output_dict(final)
 

@@ -78,6 +78,7 @@ def test_two_servers_parity_before_and_after_a_sync(servers, setup, transfer):
     after = parity(engine, model, proc, requests)
     print(f"[{transfer}] parity max_abs before {before.max_abs:.2e}, stale {stale.max_abs:.2e}, "
           f"after sync {after.max_abs:.2e} ({after.tokens} tokens, {after.sequences} sequences)")
+    assert before.sequences == stale.sequences == after.sequences == sum(r.n for r in requests)  # every completion
     assert before.ok(TOL) and after.ok(TOL)
     assert stale.max_abs > 1e-2  # the servers did hold the old weights until the sync
 
@@ -90,6 +91,7 @@ def test_rollouts_do_not_depend_on_the_server_count(servers, setup):
     engine_for(model, proc, [s.url for s in servers]).sync_weights(model, everything=True)
     two = engine_for(model, proc, [s.url for s in servers]).generate(requests, params)
     one = engine_for(model, proc, [servers[1].url]).generate(requests, params)
+    assert len(two) == len(one) == sum(r.n for r in requests)
     assert [t.response_ids.tolist() for t in two] == [t.response_ids.tolist() for t in one]
     assert len({tuple(t.response_ids.tolist()) for t in two}) > 1
 
