@@ -136,7 +136,7 @@ def validate(cfg, kind: str = "train", data_paths: bool = True, registries: bool
 
 def _check_servers(r) -> None:
     """``rollout.vllm_mode``, ``rollout.weight_transfer`` and ``rollout.servers``: each an ``http(s)://host:port``
-    URL, none twice, at least one for the vLLM engine in server mode."""
+    URL, none twice (empty: one server at http://127.0.0.1:8000)."""
     from urllib.parse import urlsplit
 
     if r.vllm_mode not in ("colocate", "server"):
@@ -153,9 +153,6 @@ def _check_servers(r) -> None:
             raise ConfigError(f"config key 'rollout.servers[{i}]' = {url!r}; expected http://host:port")
     if len({str(u).rstrip("/") for u in r.servers}) != len(r.servers):
         raise ConfigError(f"config key 'rollout.servers' lists a server twice: {list(r.servers)}")
-    if r.engine == "vllm" and r.vllm_mode == "server" and not r.servers:
-        raise ConfigError("config key 'rollout.servers' is empty; rollout.vllm_mode=server needs the rollout "
-                          "servers' URLs (scripts/rollout_server.sh prints them)")
 
 
 def _check_lora(model_cfg) -> None:

@@ -9,7 +9,6 @@ from mmrl.errors import ConfigError
 
 
 @pytest.mark.parametrize("overrides, key", [
-    (["rollout.vllm_mode=server"], "rollout.servers"),
     (["rollout.vllm_mode=server", "rollout.servers=[127.0.0.1:8000]"], r"rollout.servers\[0\]"),
     (["rollout.servers=[http://a:8000,http://b]"], r"rollout.servers\[1\]"),
     (["rollout.servers=[http://a:8000/v1]"], r"rollout.servers\[0\]"),
