@@ -19,6 +19,10 @@ from mmrl.models.tiny import TinySpec
 from mmrl.train import device_check
 
 QWEN2_5_VL_3B = dataclasses.replace(device_check.QWEN2_5_VL_3B, tokenizer="qwen", max_pixels=None)
+# Qwen/Qwen2.5-VL-7B-Instruct's config.json: text hidden 3584, 28 layers, 28 heads, 4 KV heads, MLP 18944, vocabulary
+# 152064, untied embeddings; the same vision tower as the 3B (as tests/models/test_real_shapes.py; not re-read here)
+QWEN2_5_VL_7B = dataclasses.replace(QWEN2_5_VL_3B, text_hidden=3584, text_layers=28, text_heads=28, text_kv_heads=4,
+                                    text_intermediate=18944, vocab_size=152064, tie_embeddings=False)
 
 
 def write_real_checkpoint(out: str, spec: TinySpec = QWEN2_5_VL_3B) -> None:

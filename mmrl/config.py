@@ -80,6 +80,9 @@ class RolloutConfig:
     max_batch_sequences: int = 256
     vllm_mode: str = "colocate"  # colocate | server
     vllm_gpu_memory_utilization: float = 0.4
+    servers: List[str] = field(default_factory=list)  # vllm_mode=server: rollout server URLs; empty: http://127.0.0.1:8000
+    server_timeout_s: float = 600.0  # vllm_mode=server: longest wait on one server request or weight sync
+    weight_transfer: str = "collective"  # vllm_mode=server: collective (a gloo/NCCL group) | http (a safetensors blob)
     agent_loop: str = "single_turn"  # a registered rollout loop (mmrl.rollout.agent_loop): single_turn | multi_turn | stream
     tools: Optional[str] = None  # multi_turn: a tool suite YAML (tools/video_seek.yaml); stream: tools/streaming.yaml
     asynchronous: AsyncRolloutConfig = field(default_factory=AsyncRolloutConfig)

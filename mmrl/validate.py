@@ -90,6 +90,7 @@ def _ranges(cfg, kind: str) -> List[tuple]:
         ("rollout.max_batch_sequences", r.max_batch_sequences, r.max_batch_sequences >= 1, ">= 1"),
         ("rollout.vllm_gpu_memory_utilization", r.vllm_gpu_memory_utilization,
          0 < r.vllm_gpu_memory_utilization <= 1, "in (0, 1]"),
+        ("rollout.server_timeout_s", r.server_timeout_s, r.server_timeout_s > 0, "> 0 (seconds)"),
         ("data.nframes", d.nframes, d.nframes is None or d.nframes >= 2, ">= 2 (qwen-vl-utils samples frame pairs)"),
         ("data.fps", d.fps, d.fps is None or d.fps > 0, "> 0"),
         ("data.min_pixels", d.min_pixels, d.min_pixels >= 1, ">= 1"),
@@ -114,6 +115,7 @@ def validate(cfg, kind: str = "train", data_paths: bool = True, registries: bool
             ok = False
         if not ok:
             raise ConfigError(f"config key '{key}' must be {expect}, got {value}")
+    _check_servers(cfg.rollout)
     if data_paths:
         check_model_path(cfg.model.path)
         _file(cfg.data.train, "data.train", "annotation file")
@@ -132,6 +134,27 @@ def validate(cfg, kind: str = "train", data_paths: bool = True, registries: bool
         _file(cfg.algorithm.viewset, "algorithm.viewset", "view set file")
     if registries:
         validate_registries(cfg, kind)
+
+
+def _check_servers(r) -> None:
+    """``rollout.vllm_mode``, ``rollout.weight_transfer`` and ``rollout.servers``: each an ``http(s)://host:port``
+    URL, none twice (empty: one server at http://127.0.0.1:8000)."""
+    from urllib.parse import urlsplit
+
+    if r.vllm_mode not in ("colocate", "server"):
+        raise ConfigError(f"config key 'rollout.vllm_mode' = {r.vllm_mode!r}; expected colocate or server")
+    if r.weight_transfer not in ("collective", "http"):
+        raise ConfigError(f"config key 'rollout.weight_transfer' = {r.weight_transfer!r}; expected collective or http")
+    for i, url in enumerate(r.servers):
+        parts = urlsplit(str(url))
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme not in ("http", "https") or not parts.hostname or port is None or parts.path not in ("", "/"):
+            raise ConfigError(f"config key 'rollout.servers[{i}]' = {url!r}; expected http://host:port")
+    if len({str(u).rstrip("/") for u in r.servers}) != len(r.servers):
+        raise ConfigError(f"config key 'rollout.servers' lists a server twice: {list(r.servers)}")
 
 
 def _check_lora(model_cfg) -> None:

@@ -13,7 +13,8 @@ sample. Sampling log-probs come back with ``logprobs=0`` (the sampled token's lo
 
 Colocate: one ``vllm.LLM`` per trainer process (``external_launcher`` under torchrun/deepspeed), asleep
 (``sleep(level=1)``: weights to CPU, KV cache dropped) while the trainer trains, woken for rollouts.
-Server: ``python -m mmrl.rollout.vllm_server`` on other GPUs, spoken to over HTTP (``rollout.vllm_mode: server``).
+Server: ``python -m mmrl.rollout.vllm_server`` on other GPUs (``rollout.vllm_mode: server``, ``rollout.servers``),
+spoken to over HTTP, weights over a process group (``mmrl.rollout.vllm_client``).
 
 ``sync_weights(model)`` after every optimizer step: with LoRA each adapted weight travels as ``W + BA*alpha/r``
 computed in fp32 off the trainer's modules (``mmrl.rollout.weight_sync``: the base is never merged in place),
@@ -49,6 +50,9 @@ def engine_options(cfg) -> Dict[str, Any]:
     opts = {"mode": cfg.rollout.vllm_mode, "gpu_memory_utilization": cfg.rollout.vllm_gpu_memory_utilization,
             "dtype": cfg.model.dtype, "seed": cfg.train.seed,
             "max_model_len": cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens}
+    if cfg.rollout.vllm_mode == "server":
+        opts.update(servers=list(cfg.rollout.servers), server_timeout_s=cfg.rollout.server_timeout_s,
+                    weight_transfer=cfg.rollout.weight_transfer)
     if cfg.rollout.tools and loop_class(cfg.rollout.agent_loop).capabilities.tools == "suite":
         from mmrl.tools.suite import load_suite
 
@@ -66,7 +70,8 @@ class VLLMEngine(RolloutEngine):
     def __init__(self, model, processor, max_batch_sequences: int = 256, mode: str = "colocate",
                  gpu_memory_utilization: float = 0.4, dtype: Optional[str] = None, seed: int = 0,
                  model_path: Optional[str] = None, server_url: Optional[str] = None, max_model_len: Optional[int] = None,
-                 sleep_level: int = 1, backend=None, max_media_per_prompt: int = 1):
+                 sleep_level: int = 1, backend=None, max_media_per_prompt: int = 1, servers: Optional[List[str]] = None,
+                 server_timeout_s: float = 600.0, weight_transfer: str = "collective"):
         if mode not in ("colocate", "server"):
             raise ConfigError(f"config key 'rollout.vllm_mode' = {mode!r}; expected colocate or server")
         if backend is None and mode == "colocate":
@@ -88,8 +93,8 @@ class VLLMEngine(RolloutEngine):
         elif mode == "server":
             from mmrl.rollout.vllm_client import ServerClient
 
-            url = server_url or os.environ.get("MMRL_VLLM_SERVER", "http://127.0.0.1:8000")
-            self.backend = ServerClient(url)
+            urls = list(servers or []) or [server_url or "http://127.0.0.1:8000"]
+            self.backend = ServerClient(urls, timeout=server_timeout_s, transfer=weight_transfer)
         else:
             path = model_path or _model_path(model)
             dtype = dtype or str(next(model.parameters()).dtype).removeprefix("torch.")  # sample what is trained
@@ -111,7 +116,9 @@ class VLLMEngine(RolloutEngine):
             return []
         self._wake()
         prompts = [vllm_prompt(r.inputs, self.placeholder_ids, self.layout) for r in requests]
-        outs = self.backend.generate(prompts, [self.sampling(r, params) for r in requests])
+        spread = {"groups": [r.group_id for r in requests], "samples": [str(r.sample_id) for r in requests]} \
+            if self.mode == "server" else {}  # servers: whole groups per server, errors naming the sample
+        outs = self.backend.generate(prompts, [self.sampling(r, params) for r in requests], **spread)
         trajs: List[Trajectory] = []
         for key, (req, out) in enumerate(zip(requests, outs)):
             expanded = list(out["prompt_token_ids"])
@@ -189,6 +196,16 @@ def _model_path(model) -> str:
     return path
 
 
+def output_dict(o) -> Dict[str, Any]:
+    """A vLLM ``RequestOutput`` as the engine reads it: the expanded prompt, and per completion its token ids, the
+    sampled tokens' processed log-probs and the finish reason."""
+    comps = []
+    for c in sorted(o.outputs, key=lambda c: c.index):
+        lps = [step[tok].logprob for step, tok in zip(c.logprobs or [], c.token_ids)]
+        comps.append({"token_ids": list(c.token_ids), "logprobs": lps, "finish_reason": c.finish_reason})
+    return {"prompt_token_ids": list(o.prompt_token_ids), "completions": comps}
+
+
 class LocalBackend:
     """A ``vllm.LLM`` in this process (colocate mode). Prompts and sampling are plain dicts (see ``VLLMEngine``).
 
@@ -227,14 +244,7 @@ class LocalBackend:
         from vllm import SamplingParams as VSP
 
         outs = self.llm.generate(prompts, sampling_params=[VSP(**s) for s in sampling], use_tqdm=False)
-        res = []
-        for o in outs:
-            comps = []
-            for c in o.outputs:
-                lps = [step[tok].logprob for step, tok in zip(c.logprobs or [], c.token_ids)]
-                comps.append({"token_ids": list(c.token_ids), "logprobs": lps, "finish_reason": c.finish_reason})
-            res.append({"prompt_token_ids": list(o.prompt_token_ids), "completions": comps})
-        return res
+        return [output_dict(o) for o in outs]
 
     def load_weights(self, weights: List[Tuple[str, torch.Tensor]]) -> None:
         """vLLM's in-place reload (``reload_weights`` of the worker, vLLM >= 0.32, GPU and CPU workers alike): the

@@ -19,6 +19,7 @@ from mmrl.rewards import RewardContext, compute_rewards
 from mmrl.rewards.base import RewardSpec
 from mmrl.rollout.agent_loop_tools import agent_loop_from_config
 from mmrl.rollout.worker import RolloutSide, async_seeding, build_rollout_engine
+from mmrl.rollout.vllm_client import RolloutServerError
 from mmrl.train.data_stream import DataStream
 from mmrl.train.async_rollout import RolloutWorkerError, async_rollouts_for, load_async_state, running
 from mmrl.train.interrupt import graceful_stop, resume_command
@@ -282,11 +283,11 @@ class RLTrainer:
         return history
 
     def _guarded_step(self) -> Dict[str, float]:
-        """One step. When it fails on a reward, a checkpoint of the last completed step is kept (written if
+        """One step. When it fails on a reward or a rollout server, a checkpoint of the last completed step is kept (written if
         missing) before the error stops the run."""
         try:
             return self.train_step()
-        except RewardError:
+        except (RewardError, RolloutServerError):  # a reward that failed, a rollout server dead or hanging
             if self.step and not (Path(self.cfg.train.out_dir) / "checkpoints" / f"step_{self.step:06d}").exists():
                 self.save()
             raise

@@ -156,28 +156,6 @@ def test_weights_sent_full_and_lora(tiny_model_path, tiny):
                for k in fake.weights if k.endswith("q_proj.weight"))  # the merged copy, not the base
 
 
-def test_server_transport_round_trip(tiny):
-    from mmrl.rollout.vllm_engine import VLLMEngine
-    from mmrl.rollout.vllm_server import serve
-
-    proc, model = tiny
-    fake = FakeVLLM(proc)
-    server = serve(fake, port=0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        engine = VLLMEngine(model, proc, mode="server", server_url=f"http://127.0.0.1:{server.server_address[1]}")
-        trajs = engine.generate(requests_for(proc), SamplingParams(max_new_tokens=3))
-        assert len(trajs) == 7 and trajs[1].truncated and not trajs[0].truncated
-        engine.sync_weights(model)
-        sd = dict(model.named_parameters())
-        assert set(fake.weights) == set(sd) and all(torch.equal(fake.weights[k], sd[k]) for k in sd)
-        assert [c[0] for c in fake.calls] == ["generate", "load_weights", "reset_caches"]  # servers never sleep
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 class Looks(Environment):
     """Answers the first model turn with an image, the second with a 4-frame video (2 fps), then ends."""
 
@@ -274,25 +252,26 @@ def test_engine_options_size_vllm_for_the_tool_suite():
     assert "max_media_per_prompt" not in engine_options(load_config([], ["rollout.engine=vllm"]))
 
 
-def test_multi_turn_contexts_travel_to_a_server(tiny):
-    """Lists of images and (frames, metadata) videos survive the HTTP transport: the same trajectories as in-process."""
+def test_multi_turn_contexts_survive_the_wire_format(tiny):
+    """Lists of images and (frames, metadata) videos survive the client's JSON encoding (what the rollout server
+    decodes): the same prompts and trajectories as in-process."""
+    import json
+
+    from mmrl.rollout.vllm_client import _int_keys, decode, encode
     from mmrl.rollout.vllm_engine import VLLMEngine
-    from mmrl.rollout.vllm_server import serve
 
     proc, model = tiny
     local = FakeVLLM(proc)
     loop = build_agent_loop("multi_turn", processor=proc, env_factory=Looks, max_turns=3)
     direct = loop.run(VLLMEngine(model, proc, backend=local), requests_for(proc), SamplingParams(max_new_tokens=3))
-    remote = FakeVLLM(proc)
-    server = serve(remote, port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        engine = VLLMEngine(model, proc, mode="server", server_url=f"http://127.0.0.1:{server.server_address[1]}")
-        served = loop.run(engine, requests_for(proc), SamplingParams(max_new_tokens=3))
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert [c[0] for c in remote.calls] == ["generate"] * 3  # a server never sleeps
+
+    class Wire(FakeVLLM):
+        def generate(self, prompts, sampling):
+            body = decode(json.loads(json.dumps(encode({"prompts": prompts, "sampling": sampling}))))
+            return super().generate(body["prompts"], [_int_keys(s) for s in body["sampling"]])
+
+    remote = Wire(proc)
+    served = loop.run(VLLMEngine(model, proc, backend=remote), requests_for(proc), SamplingParams(max_new_tokens=3))
     assert [p["prompt_token_ids"] for p in remote.prompts[2]] == [p["prompt_token_ids"] for p in local.prompts[2]]
     for a, b in zip(direct, served):
         assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.sequence.input_ids, b.sequence.input_ids)
