@@ -35,13 +35,26 @@ class ServerProcess:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        """End the server and every process it started (vLLM's EngineCore and workers are its children, in its own
+        session): SIGTERM to the group, SIGKILL after 30 s; also when the server itself was killed or stopped."""
+        import signal
+
+        def group(sig) -> None:
             try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+        group(signal.SIGCONT)  # a server a test stopped (SIGSTOP) must run to take SIGTERM
+        group(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(0.5)
+        group(signal.SIGKILL)
+        if self.proc.poll() is None:
+            self.proc.wait(10)
 
 
 def start_server(model: str, log_dir, secret: Optional[str], dtype: str = "float32", max_model_len: int = 2048,
@@ -56,7 +69,8 @@ def start_server(model: str, log_dir, secret: Optional[str], dtype: str = "float
     log = Path(log_dir) / f"server_{port}.log"
     cmd = [sys.executable, "-m", "mmrl.rollout.vllm_server", "--model", model, "--port", str(port), "--dtype", dtype,
            "--enforce-eager", "--max-model-len", str(max_model_len), "--kv-cache-gib", "0.25", *extra]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)  # its own process group: stop() ends vLLM's children too
     return ServerProcess(proc, f"http://127.0.0.1:{port}", log)
 
 
