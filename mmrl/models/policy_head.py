@@ -17,6 +17,8 @@ family's tokenizer.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from typing import List
 
 import torch
@@ -26,8 +28,25 @@ from mmrl.errors import MMRLError
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
 
 
+_FULL_VOCABULARY = contextvars.ContextVar("mmrl_full_vocabulary", default=False)
+
+
+@contextlib.contextmanager
+def full_vocabulary():
+    """Score over the whole vocabulary inside this block (``excluded_tokens`` returns nothing): supervised
+    cross-entropy of given text (``mmrl.train.sft``), the standard objective, which no sampler's support bounds."""
+    token = _FULL_VOCABULARY.set(True)
+    try:
+        yield
+    finally:
+        _FULL_VOCABULARY.reset(token)
+
+
 def excluded_tokens(config) -> List[int]:
-    """The ids of ``VISION_TOKENS`` from a Qwen-VL config: ``vision_start_token_id .. video_token_id``."""
+    """The ids of ``VISION_TOKENS`` from a Qwen-VL config: ``vision_start_token_id .. video_token_id`` (none inside
+    ``full_vocabulary()``)."""
+    if _FULL_VOCABULARY.get():
+        return []
     start, video = getattr(config, "vision_start_token_id", None), getattr(config, "video_token_id", None)
     if start is None or video is None:
         return []

@@ -34,6 +34,7 @@ from mmrl.train.progress import StepProgress
 from mmrl.train.optim import build_optimizer
 from mmrl.train.precision import autocast_factory, check_training_precision, keep_fp32_master
 from mmrl.train.rl_trainer import set_seed
+from mmrl.models.policy_head import full_vocabulary
 from mmrl.models.scoring import response_logprobs
 from mmrl.rollout.step_inputs import budget_from, style_from
 
@@ -160,7 +161,7 @@ def run_sft(cfg: Config, quiet: bool = False, resume: Resume = False, overwrite:
                 n_tok = sum(int(target_mask(it).sum()) for it in items)
                 for i in range(0, len(items), cfg.train.micro_batch):
                     chunk = items[i : i + cfg.train.micro_batch]
-                    with autocast():
+                    with autocast(), full_vocabulary():  # SFT: cross-entropy over the whole vocabulary
                         lps = response_logprobs(model, [it[:2] for it in chunk], micro_batch=len(chunk), pad_id=pad_id,
                                                 chunk_tokens=cfg.train.logprob_chunk_tokens)
                     loss = -sum((lp * target_mask(it).to(lp.dtype)).sum() for lp, it in zip(lps, chunk)) / max(n_tok, 1)

@@ -75,7 +75,7 @@ def test_quick_demo_pins_threads_and_reports_held_out_curves(tmp_path, capsys):
     assert out.startswith("[demo] seed 0; python ") and "intra-op threads 1, inter-op threads 1" in out
     assert result["settings"]["OMP_NUM_THREADS"] == "1" and "| after GRPO |" in out
     rows = [json.loads(x) for x in (tmp_path / "demo" / "rl" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "eval/accuracy" in r] == [2]  # quick: 3 steps, held-out every 2
+    assert [r["step"] for r in rows if "eval/accuracy" in r] == [0, 2]  # quick: the start (step 0), then every 2 of 3
     assert any(k.startswith("eval/acc_") for k in rows[1])  # per question type
     assert (tmp_path / "demo" / "rl" / "heldout.png").exists()
     assert "![held-out accuracy](heldout.png)" in (tmp_path / "demo" / "rl" / "report.md").read_text()
