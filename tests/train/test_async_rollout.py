@@ -5,14 +5,13 @@ and a checkpoint, whose resume ends where the uninterrupted run does."""
 import pytest
 import torch
 
-from support import small_overrides, varying_reward_cfg
+from support import small_overrides, varying_reward_cfg, without_measurements
 from mmrl.config import load_config
 from mmrl.errors import ConfigError
 from mmrl.rollout.weight_channel import buckets
 from mmrl.train.rollout_worker import FAULT_ENV
 from mmrl.train.async_rollout import AsyncRollouts, RolloutWorkerError, due_version, load_async_state
 
-SKIP = ("time/", "tokens_per_s", "view_time_share")
 
 
 # ---- hand cases -------------------------------------------------------------------------------------------------
@@ -69,7 +68,7 @@ def _run(cfg, worker_k=None, resume=False):
 
 
 def _strip(rows):
-    return [{k: v for k, v in r.items() if not k.startswith(SKIP) and not k.startswith("async/")} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith("async/")} for r in without_measurements(rows)]
 
 
 def _rows(out):
