@@ -23,6 +23,8 @@ A worker that dies, reports an error or sends no batch for ``rollout.asynchronou
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import copy
 import queue
 import threading
@@ -67,7 +69,7 @@ class AsyncRollouts:
     def state_dict(self) -> dict:
         """The jobs in flight and the weights they are due to use (nothing of the worker is needed)."""
         need = {j.version for j in self.pending if j.version < self.tr.step}
-        return {"max_staleness": self.k, "pending": list(self.pending),
+        return {"max_staleness": self.k, "pending": [job_state(j) for j in self.pending],
                 "snapshots": {v: self.snapshots[v] for v in sorted(need)}}
 
     def load_state_dict(self, state: Optional[dict]) -> None:
@@ -75,7 +77,7 @@ class AsyncRollouts:
         if state["max_staleness"] != self.k:
             raise ConfigError(f"config key '{KEY}' = {self.k}, but the checkpoint was written with "
                               f"{state['max_staleness']}: resume with the same value")
-        self.pending = deque(state["pending"])
+        self.pending = deque(job_from_state(j) for j in state["pending"])
         self.snapshots = dict(state["snapshots"])
         self.next_step = self.pending[-1].step + 1 if self.pending else None
 
@@ -189,6 +191,28 @@ def async_rollouts_for(trainer) -> Optional[AsyncRollouts]:
     """The run's ``AsyncRollouts``, or None when rollouts run in the trainer (``max_staleness`` 0)."""
     a = trainer.cfg.rollout.asynchronous
     return AsyncRollouts(trainer, a.max_staleness, a.timeout_s, a.bucket_mb) if a.max_staleness > 0 else None
+
+
+def job_state(job: RolloutJob) -> dict:
+    """A job as plain containers (checkpoints load with ``torch.load(weights_only=True)``: no pickled classes)."""
+    return {"step": job.step, "samples": [asdict(s) for s in job.samples], "group_offset": job.group_offset,
+            "version": job.version, "plan_state": job.plan_state}
+
+
+def job_from_state(d: dict) -> RolloutJob:
+    from mmrl.data.schema import Evidence, ImageRef, Sample, VideoRef
+
+    def sample(s: dict) -> Sample:
+        s = dict(s)
+        s["video"] = VideoRef(**s["video"]) if s.get("video") else None
+        s["image"] = ImageRef(**s["image"]) if s.get("image") else None
+        ev = dict(s.get("evidence") or {})
+        ev["segments"] = [tuple(x) for x in ev.get("segments", [])]
+        ev["boxes"] = [(b[0], list(b[1])) for b in ev.get("boxes", [])]
+        s["evidence"] = Evidence(**ev)
+        return Sample(**s)
+
+    return RolloutJob(d["step"], [sample(s) for s in d["samples"]], d["group_offset"], d["version"], d["plan_state"])
 
 
 def load_async_state(rollouts: Optional[AsyncRollouts], state: Optional[dict]) -> None:
