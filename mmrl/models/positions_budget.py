@@ -31,11 +31,16 @@ def checkpoint_positions(path: str) -> Optional[int]:
     return None
 
 
+def context_tokens(cfg) -> int:
+    """A single-turn episode's tokens at most: ``data.max_prompt_tokens + rollout.max_new_tokens``."""
+    return cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
+
+
 def check_context_fits(cfg) -> None:
     """``data.max_prompt_tokens + rollout.max_new_tokens`` within the checkpoint's positions (a vLLM engine's
     ``max_model_len``); a ``ConfigError`` naming both keys and the budget that fits, before any weight loads."""
     positions = checkpoint_positions(str(cfg.model.path))
-    total = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
+    total = context_tokens(cfg)
     if positions is not None and total > positions:
         raise ConfigError(f"config keys 'data.max_prompt_tokens' ({cfg.data.max_prompt_tokens}) + "
                           f"'rollout.max_new_tokens' ({cfg.rollout.max_new_tokens}) = {total} exceed the "

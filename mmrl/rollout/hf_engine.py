@@ -46,11 +46,6 @@ from mmrl.models.scoring import backbone, prefill_prompts, scoring_strategy
 from mmrl.rollout.sampling import multinomial_rows
 
 
-def vision_token_ids(tokenizer) -> List[int]:
-    """Placeholder tokens a response must never contain (``mmrl.models.policy_head``: outside the policy's support)."""
-    return tokenizer_excluded_tokens(tokenizer)
-
-
 @ENGINES.register("hf")
 class HFEngine(RolloutEngine):
     drop_fraction = 0.25  # expand layout: drop finished rows from the forward once they are this share of live rows
@@ -67,7 +62,7 @@ class HFEngine(RolloutEngine):
         self.max_batch_sequences = max_batch_sequences
         self.eos_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
-        self.suppress = vision_token_ids(self.tokenizer)
+        self.suppress = tokenizer_excluded_tokens(self.tokenizer)  # outside the policy's support
 
     def _chunks(self, requests: List[RolloutRequest]):
         """Consecutive requests, at most max_batch_sequences sequences per chunk (and one n per chunk for

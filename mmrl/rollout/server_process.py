@@ -1,5 +1,5 @@
 """Start a rollout server (``python -m mmrl.rollout.vllm_server``) as a child process on loopback and wait until it
-answers ``/health``: for the real-engine tests (tests/vllm/server_support.py) and bench/weight_transfer.py. The
+answers ``/health``: for the real-engine tests (tests/real_vllm/server_support.py) and bench/weight_transfer.py. The
 launch scripts start servers on GPUs (scripts/rollout_server.sh)."""
 from __future__ import annotations
 

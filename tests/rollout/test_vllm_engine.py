@@ -87,7 +87,7 @@ def tiny(tiny_model_path):
     return load_processor(tiny_model_path), load_model(tiny_model_path)
 
 
-@pytest.mark.skipif(HAS_VLLM_ENGINE, reason="vLLM can start here (a GPU, or vLLM's CPU build): tests/vllm/ runs it")
+@pytest.mark.skipif(HAS_VLLM_ENGINE, reason="vLLM can start here (a GPU, or vLLM's CPU build): tests/real_vllm/ runs it")
 def test_build_engine_vllm_without_vllm_or_gpu_is_a_config_error(tiny):
     proc, model = tiny
     with pytest.raises(ConfigError, match="rollout.engine"):
@@ -275,3 +275,16 @@ def test_multi_turn_contexts_survive_the_wire_format(tiny):
     assert [p["prompt_token_ids"] for p in remote.prompts[2]] == [p["prompt_token_ids"] for p in local.prompts[2]]
     for a, b in zip(direct, served):
         assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.sequence.input_ids, b.sequence.input_ids)
+
+
+def test_a_folder_named_vllm_on_the_path_is_not_vllm(tmp_path, monkeypatch):
+    """A test folder called ``vllm`` (an implicit namespace package once ``tests/`` is on sys.path) once made the
+    pre-flight believe vLLM's CUDA build was installed."""
+    import importlib.util
+
+    (tmp_path / "vllm").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real = importlib.util.find_spec("vllm")
+    if real is not None and real.origin is not None:
+        pytest.skip("vLLM is installed here")
+    assert importlib.util.find_spec("vllm") is not None and installed_build() is None

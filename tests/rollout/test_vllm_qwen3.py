@@ -1,6 +1,6 @@
 """vLLM prompts for Qwen3-VL without vLLM: a stand-in that expands each video placeholder the way vLLM 0.32's Qwen3-VL
 processor does (the bare ``<|video_pad|>`` when the processor class overrides ``replace_video_token``, transformers
->= 5.10, else ``<|vision_start|><|video_pad|><|vision_end|>``; the real engine is checked in tests/vllm/) (per temporal grid row: ``tokenizer.encode(f"<{t:.1f} seconds>")``, then
+>= 5.10, else ``<|vision_start|><|video_pad|><|vision_end|>``; the real engine is checked in tests/real_vllm/) (per temporal grid row: ``tokenizer.encode(f"<{t:.1f} seconds>")``, then
 ``vision_start``, the frame's pads, ``vision_end``; ``t`` from the item's metadata ``frames_indices`` / ``fps``,
 padded to pairs and averaged per pair) and each ``<|image_pad|>`` to its count; the engine checks the expansion
 against the HF processor's tokens, single- and multi-turn, and a block that is not laid out so is refused."""

@@ -26,9 +26,9 @@ def engine(mmrl_cache):
     return proc, vllm_engine(model, proc, "float32")
 
 
-def _check(engine, proc, model, label: str):
+def _check(eng, proc, model):
+    """Re-base the shared engine on ``model`` (every weight sent) and check parity; the requests of the test."""
     reqs = requests(proc, ("image", "video4"))
-    eng = engine
     eng.sync_weights(model, everything=True)
     assert parity(eng, model, proc, reqs).max_abs <= FP32_TOL
     return reqs
@@ -37,7 +37,7 @@ def _check(engine, proc, model, label: str):
 def test_full_update_reaches_the_engine_only_after_sync(engine):
     proc, eng = engine
     model = load_model("tiny", "float32")
-    reqs = _check(eng, proc, model, "full")
+    reqs = _check(eng, proc, model)
     perturb(model)
     stale = parity(eng, model, proc, reqs)
     eng.sync_weights(model)
@@ -50,7 +50,7 @@ def test_full_update_reaches_the_engine_only_after_sync(engine):
 def test_lora_update_sends_merged_weights_and_leaves_the_base(engine):
     proc, eng = engine
     model = load_model("tiny", "float32", lora=LoraConfig(enabled=True, r=8, alpha=16))
-    reqs = _check(eng, proc, model, "lora")
+    reqs = _check(eng, proc, model)
     base = {n: p.detach().clone() for n, p in model.named_parameters() if ".base_layer." in n}
     perturb(model, scale=0.2, only=lambda n: "lora_B" in n)
     stale = parity(eng, model, proc, reqs)
@@ -67,7 +67,7 @@ def test_frozen_vision_tower_never_travels(engine):
     for name, p in model.named_parameters():
         if ".visual." in name or name.startswith("visual") or "model.visual" in name:
             p.requires_grad_(False)
-    reqs = _check(eng, proc, model, "frozen")
+    reqs = _check(eng, proc, model)
     sent = [n for n, _ in rollout_weights(model)]
     assert sent and not any("visual" in n for n in sent)
     perturb(model)  # the text stack only: the vision tower is frozen
@@ -84,7 +84,7 @@ def test_a_vision_change_is_seen_after_sync_and_the_caches_must_reset(engine):
     resets every cache on every sync (this test runs last: the failed engine is not used again)."""
     proc, eng = engine
     model = load_model("tiny", "float32")
-    reqs = _check(eng, proc, model, "cache")
+    reqs = _check(eng, proc, model)
     perturb(model, scale=0.5, only=lambda n: "visual" in n)
     stale = parity(eng, model, proc, reqs)
     eng.sync_weights(model)

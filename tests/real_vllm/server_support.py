@@ -1,4 +1,4 @@
-"""Real rollout servers (vLLM's CPU build) for the tests/vllm/test_server_*.py files: loopback, a free port, fp32,
+"""Real rollout servers (vLLM's CPU build) for the tests/real_vllm/test_server_*.py files: loopback, a free port, fp32,
 eager, one OpenMP thread, two media per prompt (``mmrl.rollout.server_process``)."""
 from __future__ import annotations
 
