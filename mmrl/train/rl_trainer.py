@@ -97,18 +97,27 @@ class RLTrainer:
         self.quiet = quiet or not self.backend.is_main()
         self.seed_per_group = deepspeed if cfg.rollout.seed_per_group is None else cfg.rollout.seed_per_group
         self.reward_specs = [RewardSpec(r.name, r.weight, dict(r.params)) for r in cfg.rewards]
-        self.agent_loop = agent_loop_from_config(cfg.rollout, self.processor)
+        agent_loop = agent_loop_from_config(cfg.rollout, self.processor)
         # rollout.asynchronous.max_staleness >= 1: a worker process generates ahead (None: rollouts here)
         self.async_rollouts = async_rollouts_for(self)
         seeding = "group" if self.seed_per_group else "none"
         if self.async_rollouts is not None:  # seeded, so a batch is the same whichever process draws it
             seeding = async_seeding(cfg.rollout)
-        self.side = RolloutSide(cfg, self.processor, self.engine, self.agent_loop, self.plan, self.viewset, seeding,
+        self.side = RolloutSide(cfg, self.processor, self.engine, agent_loop, self.plan, self.viewset, seeding,
                                 self.backend.rollout_context)
         self.test_samples = None
         self.skips = None  # the run's SkipLog (mmrl.train.skips), opened by run()
         self.details = None  # run(): a dict the step fills for TensorBoard/W&B (mmrl.train.step_details)
         self.step = 0
+
+    @property
+    def agent_loop(self):
+        """The loop this trainer's rollouts run through: held once, by ``self.side`` (a loop set here reaches it)."""
+        return self.side.agent_loop
+
+    @agent_loop.setter
+    def agent_loop(self, loop) -> None:
+        self.side.agent_loop = loop
 
     def _build_ref(self):
         from mmrl.models.loading import load_model, resolve_device

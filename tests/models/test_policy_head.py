@@ -37,6 +37,7 @@ def test_the_hf_engine_records_the_support_log_probs(tiny_model_path, monkeypatc
         model.lm_head.weight[ids] *= 40  # tied: the embedding rows too; only the head's output matters here
     engine = build_engine("hf", model=model, processor=proc)
     reqs = mixed_requests(proc, lambda i: 2, lambda i: "Q?", lambda i: {"seed": i})
+    torch.manual_seed(0)  # the HF engine draws from the global generator: the same tokens whatever ran before
     trajs = engine.generate(reqs, SamplingParams(max_new_tokens=4))
     from mmrl.models.scoring import response_logprobs
 

@@ -60,7 +60,9 @@ def test_sft_minimises_the_masked_teacher_loss(stream_train, tiny_model_path, tm
     model, proc = load_model_and_processor(cfg.model)
     build = teacher_item_builder(cfg, proc)
     items = [build(s) for s in load_samples(str(stream_train))[0]]
-    with torch.no_grad():
+    from mmrl.models.policy_head import full_vocabulary
+
+    with torch.no_grad(), full_vocabulary():  # SFT's objective: the NLL over the whole vocabulary
         lps = response_logprobs(model, [it[:2] for it in items], micro_batch=2, pad_id=proc.tokenizer.pad_token_id)
     expected = -sum(float(lp[m].sum()) for lp, (_, _, m) in zip(lps, items)) / sum(int(m.sum()) for _, _, m in items)
     hist = run_sft(cfg, quiet=True)

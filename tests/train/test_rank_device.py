@@ -90,7 +90,11 @@ def test_the_colocated_vllm_engine_starts_on_this_ranks_gpu(gpus, monkeypatch):
 
     fake = types.ModuleType("vllm")
     fake.LLM = lambda **kw: gpus.append(("LLM", kw["seed"]))
+    platforms = types.ModuleType("vllm.platforms")  # vLLM's CUDA platform: a GPU to bind, sleep mode available
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: False, is_sleep_mode_available=lambda: True)
+    fake.platforms = platforms
     monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("RANK", "5")
     LocalBackend("m", gpu_memory_utilization=0.3, dtype="bfloat16", seed=10, max_model_len=64)

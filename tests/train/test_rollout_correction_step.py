@@ -163,5 +163,5 @@ def test_mismatch_reaches_metrics_jsonl_and_the_report(tmp_path):
                        "rollout_corr/ess": 0.98})
     log.close()
     text = write_report(str(tmp_path)).read_text()
-    assert "| mismatch/max_abs_diff | 9.54e-07 | 0.0025 |" in text  # a 1e-6 mismatch is not rounded to 0
+    assert "| mismatch/max_abs_diff | 9.54e-07 | 1 | 0.0025 | 2 |" in text  # a 1e-6 mismatch is not rounded to 0
     assert "![sampler vs trainer](mismatch.png)" in text and (tmp_path / "mismatch.png").stat().st_size > 1000

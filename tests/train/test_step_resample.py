@@ -18,6 +18,7 @@ from mmrl.algos.spec import Intervention, Needs, Selection
 from mmrl.data.schema import Sample, Trajectory
 from mmrl.errors import MMRLError
 from mmrl.rollout.step_inputs import StepInputs
+from mmrl.loss_params import RolloutCorrection
 
 SHIFT = {"a": -1.0, "b": -2.0, "c": -3.0, "e": -4.0, "g": -5.0}
 # (sample, text, response ids) of each round's rows, in the order the rollout returns them; "b" rows have view
@@ -126,7 +127,8 @@ def _rewards(si, trajs):
     return {"acc": torch.tensor(acc)}, torch.tensor([a + 0.1 * t.response_ids.numel() for a, t in zip(acc, trajs)])
 
 
-def _context(monkeypatch, intervention, first=ROUND1, second=ROUND2, algorithm=(("kl_coef", 0.05), ("ppo_epochs", 1)),
+def _context(monkeypatch, intervention, first=ROUND1, second=ROUND2, algorithm=(("kl_coef", 0.05), ("ppo_epochs", 1),
+                                                                                 ("rollout_correction", RolloutCorrection())),
              n_global=None, tmp_path=None, clock=CLOCK, **spec):
     rec = {"rollouts": [], "asked": [], "built": [], "updates": [], "skips": [], "loop": []}
     draws = iter([["a", "b"], ["c", "e", "g"], ["h"], ["i"]])
@@ -148,7 +150,12 @@ def _context(monkeypatch, intervention, first=ROUND1, second=ROUND2, algorithm=(
         rec["built"].append((list(keys), processor, data_cfg, transform, params, seed))
         return {k: SimpleNamespace(sid=si.samples[k[0]].id, shift=SHIFT[k[0]]) for k in keys}
 
-    def update(be, trajs, inputs, adv, cfg_algo, micro_batch, old, ref, fallback=None):
+    def update(be, trajs, inputs, adv, cfg_algo, micro_batch, old, ref, fallback=None, correction=None):
+        if correction is not None:  # the trainer's log-probs of every row, as the real update records them
+            from mmrl.media.inputs import pad_right
+
+            correction.micro_batch(list(range(len(trajs))), pad_right([t.logprobs.float() for t in trajs], 0.0),
+                                   pad_right([t.loss_mask.float() for t in trajs], 0.0))
         rec["updates"].append(SimpleNamespace(be=be, trajs=trajs, inputs=inputs, adv=adv, cfg=cfg_algo,
                                               micro_batch=micro_batch, old=old, ref=ref, fallback=fallback))
         return {"loss": 0.5, "grad_norm": 2.0}
@@ -238,6 +245,14 @@ def test_the_merged_batch_and_the_step_metrics(monkeypatch, tmp_path):
         "time/step": 9.0, "time/decode": 0.75, "time/views": 0.375, "view_time_share": 0.375 / 9.0,
         "loss": 0.5, "grad_norm": 2.0, "algo/out": 1.0, "algo/kept": 6.0, "algo/calls": 1.0,
     }
+    # the sampler vs the trainer over the 6 trained rows (10 tokens: all but row 2's one): the stand-in update records
+    # each row's own sampling log-probs as the trainer's, so every ratio is 1 and every weight 1 (token_truncate at 2)
+    expected.update({"mismatch/tokens": float(tokens - 1), "mismatch/k3_kl": 0.0, "mismatch/max_abs_diff": 0.0,
+                     "mismatch/mean_abs_diff": 0.0, "mismatch/ess": 1.0, "mismatch/seq_ratio_min": 1.0,
+                     "mismatch/seq_ratio_max": 1.0, **{f"mismatch/ratio_p{q}": 1.0 for q in ("01", "05", "50", "95", "99")},
+                     "rollout_corr/weight_mean": 1.0, "rollout_corr/weight_min": 1.0, "rollout_corr/weight_max": 1.0,
+                     "rollout_corr/ess": 1.0, "rollout_corr/clipped_frac": 0.0, "rollout_corr/ratio_frac_high": 0.0,
+                     "rollout_corr/ratio_frac_low": 0.0})
     assert m == pytest.approx(expected)
 
 
@@ -271,7 +286,8 @@ def test_an_empty_resampling_round_leaves_the_batch_and_old_logprobs_come_withou
     """A rank may draw no prompt of a small resampling round; without a KL term there is no reference pass, and two
     PPO epochs score the old log-probs of the trained rows once."""
     ctx, rec = _context(monkeypatch, Intervention("gray", {}), second=[],
-                        algorithm=(("kl_coef", 0.0), ("ppo_epochs", 2)), per_token=True)
+                        algorithm=(("kl_coef", 0.0), ("ppo_epochs", 2),
+                                   ("rollout_correction", RolloutCorrection())), per_token=True)
     m = step_mod.train_step(ctx)
     batch = ctx.spec.seen[-1]
     assert batch.rewards.tolist() == pytest.approx(REWARDS[:4]) and batch.components["acc"].tolist() == [1.0, 1.0, 0.0, 0.0]
