@@ -81,10 +81,13 @@ def test_rollout_n_hint_is_a_common_multiple_of_the_view_counts(tmp_path):
 
 
 @pytest.fixture
-def examples_on_path():
-    """docs/examples on the module path, as `PYTHONPATH=.` from that folder puts it."""
+def examples_on_path(monkeypatch):
+    """docs/examples on the module path, as `PYTHONPATH=.` from that folder puts it (a `my_tools` / `my_views` an
+    earlier test imported from elsewhere, e.g. the README's blocks run in a temporary folder, is forgotten first)."""
     from support import REPO
 
+    for name in ("my_tools", "my_views"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
     folder = str(REPO / "docs" / "examples")
     sys.path.insert(0, folder)
     yield REPO / "docs" / "examples"
