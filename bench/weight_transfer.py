@@ -1,19 +1,23 @@
 """Weight transfer to a rollout server per sync: the collective (gloo transfer group, ``rollout.weight_transfer:
 collective``) against the HTTP safetensors blob (``http``), on vLLM's CPU build (one real server on loopback).
 
-Per model: the bytes one sync sends (the language model's weights in the engine's dtype: the vision tower is frozen,
-as ``model.freeze_vision`` has it by default, and never travels) and the wall seconds of ``sync_weights`` to one
-server (the trainer sends, the server receives and reloads in place, the caches reset), median of ``--repeats``;
-the collective's one-off group set-up apart. Models: the tiny Qwen2.5-VL (fp32) and Qwen2.5-VL-3B's real width at
-text and vision depth 2 (``bench/_real_checkpoint.py``, bf16).
+Per model and update: the bytes one sync sends in the engine's dtype (full: the language model, the vision tower
+frozen as ``model.freeze_vision`` has it, never sent; LoRA r=8 on q/k/v/o: those layers' merged ``W + BA*alpha/r``)
+and the wall seconds of a sync to one server (the trainer sends, the server receives and reloads in place, the
+caches reset), median of ``--repeats``; the collective's one-off group set-up apart. Models: the tiny Qwen2.5-VL
+(fp32) and ``real3b`` of ``bench/vllm_rollout.py`` (Qwen2.5-VL-3B's widths, heads, KV heads, vocabulary 151,936 and
+vision shape at text and vision depth 2, random init), served and sent in bf16. One trainer copy at a time (freed
+before the next arm); the RSS of this process and of the server's process tree, sampled after each sync.
 
-    PYTHONPATH=. OMP_NUM_THREADS=1 /work/main/.venv-vllm/bin/python bench/weight_transfer.py --out bench/results/weight_transfer.json
+    flock /tmp/mmrl-heavy.lock env PYTHONPATH=. OMP_NUM_THREADS=1 /work/main/.venv-vllm/bin/python \
+        bench/weight_transfer.py --out bench/results/weight_transfer.json
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import gc
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -51,60 +55,82 @@ def sync_sizes():
     return rows
 
 
-def checkpoints(root: Path):
-    from _real_checkpoint import QWEN2_5_VL_3B, write_real_checkpoint
+def checkpoints(cache: Path):
+    from vllm_rollout import model_path  # the real-width, reduced-depth builder of the rollout bench
 
-    from mmrl.models.tiny import ensure_tiny_model
+    yield "tiny Qwen2.5-VL", model_path("tiny", cache), "float32"
+    yield "Qwen2.5-VL-3B width, depth 2", model_path("real3b", cache), "bfloat16"
 
-    yield "tiny Qwen2.5-VL", str(ensure_tiny_model()), "float32"
-    spec = dataclasses.replace(QWEN2_5_VL_3B, text_layers=2, vision_layers=2, fullatt_block_indexes=[1])
-    path = root / "real_width_d2"
-    write_real_checkpoint(str(path), spec)
-    yield "Qwen2.5-VL-3B width, depth 2", str(path), "bfloat16"
+
+def trainer_model(path: str, dtype: str, update: str):
+    """The trainer's copy: vision frozen (full) or LoRA on q/k/v/o (vision frozen with it)."""
+    from mmrl.config import LoraConfig
+    from mmrl.models.loading import load_model
+
+    lora = LoraConfig(enabled=True) if update == "lora" else None
+    return load_model(path, dtype, freeze_vision=True, lora=lora, device="cpu")
+
+
+def rss_mb(pid: int, tree: bool = False) -> float:
+    """Resident MB of process ``pid`` now, with all its descendants if ``tree`` (the server, vLLM's EngineCore and
+    worker; pages shared between them count once per process)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    return sum(p.memory_info().rss for p in [root, *(root.children(recursive=True) if tree else [])]) / 2**20
 
 
 def measure(name: str, path: str, dtype: str, repeats: int, log_dir: Path):
-    from mmrl.models.loading import load_model
     from mmrl.rollout.server_process import start_servers
     from mmrl.rollout.transfer_group import nbytes
     from mmrl.rollout.vllm_client import ServerClient
-    from mmrl.rollout.weight_sync import rollout_weights
+    from mmrl.rollout.weight_sync import SyncWeights
 
-    model = load_model(path, dtype, device="cpu")
-    for n, p in model.named_parameters():
-        p.requires_grad_("visual" not in n)
-    weights = rollout_weights(model, only_changed=True, dtype=getattr(torch, dtype))
-    size = nbytes([(n, str(t.dtype).removeprefix("torch."), list(t.shape)) for n, t in weights])
     (server,) = start_servers(path, log_dir, 1, SECRET, dtype=dtype, max_model_len=1024)
-    rows = []
+    rows, server_peak = [], rss_mb(server.proc.pid, tree=True)
     try:
-        for transfer in ("collective", "http"):
-            client = ServerClient([server.url], timeout=600, secret=SECRET, transfer=transfer)
-            setup = 0.0
-            if transfer == "collective":
-                t0 = time.perf_counter()
-                client.join()
-                setup = time.perf_counter() - t0
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                client.load_weights(weights)
-                client.reset_caches()
-                times.append(time.perf_counter() - t0)
-            rows.append({"model": name, "dtype": dtype, "transfer": transfer, "tensors": len(weights), "bytes": size,
-                         "seconds": statistics.median(times), "all_seconds": times, "setup_seconds": setup})
-            print(json.dumps(rows[-1]), flush=True)
+        clients = {t: ServerClient([server.url], timeout=600, secret=SECRET, transfer=t) for t in ("collective", "http")}
+        t0 = time.perf_counter()
+        clients["collective"].join()
+        setup = {"collective": time.perf_counter() - t0, "http": 0.0}
+        for update in ("full", "lora"):
+            model = trainer_model(path, dtype, update)
+            weights = SyncWeights(model, only_changed=True, dtype=getattr(torch, dtype))  # what VLLMEngine sends
+            size = sum(nbytes(m) for m in weights.manifests)
+            for transfer in ("collective", "http"):
+                client = clients[transfer]
+                times, trainer_peak = [], 0.0
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    client.load_weights(weights)
+                    client.reset_caches()
+                    times.append(time.perf_counter() - t0)
+                    server_peak = max(server_peak, rss_mb(server.proc.pid, tree=True))
+                    trainer_peak = max(trainer_peak, rss_mb(os.getpid()))
+                rows.append({"model": name, "dtype": dtype, "update": update, "transfer": transfer,
+                             "tensors": len(weights), "bytes": size, "seconds": statistics.median(times),
+                             "all_seconds": times, "setup_seconds": setup[transfer],
+                             "trainer_rss_mb": trainer_peak})
+                print(json.dumps(rows[-1]), flush=True)
+            del model, weights
+            gc.collect()
     finally:
         server.stop()
+    for r in rows:
+        r["server_peak_rss_mb"] = server_peak
     return rows
 
 
 def table(rows) -> str:
-    out = ["| model | dtype | transfer | MB per sync | s per sync (median) | MB/s | group set-up s |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| model | dtype | update | transfer | MB per sync | s per sync (median) | MB/s | group set-up s |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['model']} | {r['dtype']} | {r['transfer']} | {r['bytes'] / 1e6:.1f} | {r['seconds']:.2f} | "
-                   f"{r['bytes'] / 1e6 / r['seconds']:.0f} | {r['setup_seconds']:.2f} |")
+        out.append(f"| {r['model']} | {r['dtype']} | {r['update']} | {r['transfer']} | {r['bytes'] / 1e6:.1f} | "
+                   f"{r['seconds']:.3f} | {r['bytes'] / 1e6 / r['seconds']:.0f} | {r['setup_seconds']:.2f} |")
+    for m in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == m]
+        out.append(f"\nRSS sampled after each sync, {m}: trainer process up to {max(r['trainer_rss_mb'] for r in mine):.0f} "
+                   f"MB, server process tree up to {mine[0]['server_peak_rss_mb']:.0f} MB")
     return "\n".join(out)
 
 
@@ -113,6 +139,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tiny-only", action="store_true")
     p.add_argument("--out", default=None)
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "mmrl_bench_vllm"))
     p.add_argument("--sizes", action="store_true", help="only the bytes per sync at the published 3B/7B shapes")
     a = p.parse_args(argv)
     if a.sizes:
@@ -120,9 +147,11 @@ def main(argv=None) -> int:
             print(f"| {r['model']} | {r['update']} | {r['params'] / 1e9:.3f} B | {r['bf16_GB']:.2f} GB |")
         return 0
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for k, (name, path, dtype) in enumerate(checkpoints(Path(tmp))):
-            rows += measure(name, path, dtype, a.repeats, Path(tmp))
+    cache = Path(a.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as logs:
+        for name, path, dtype in checkpoints(cache):
+            rows += measure(name, path, dtype, a.repeats, Path(logs))
             if a.tiny_only:
                 break
     print(table(rows))

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from typing import List
 
-import torch
-
-from mmrl.rollout.transfer_group import broadcast, join_group, nbytes, unpack
+from mmrl.rollout.transfer_group import join_group, receive_buckets
 from mmrl.rollout.vllm_weights import _runner_model, reload_in_place
 
 
@@ -31,12 +29,7 @@ class WeightReceiver:
         if group is None:
             raise RuntimeError("no weight-transfer group: the trainer must call /weights/init first")
         device = next(_runner_model(self).parameters()).device
-        weights = []
-        for manifest in manifests:
-            buf = torch.empty(nbytes(manifest), dtype=torch.uint8, device=device)
-            broadcast(group, buf)
-            weights += unpack(manifest, buf)
-        return reload_in_place(self, weights)
+        return reload_in_place(self, receive_buckets(group, manifests, device))
 
     def mmrl_load_blob(self, blob: bytes) -> int:
         from safetensors.torch import load

@@ -5,15 +5,15 @@ Both sides build it the same way (torch's own ``TCPStore`` + ``ProcessGroupGloo`
 trainer's rank 0 is group rank 0 and hosts the store; server ``k`` (of ``N``) is group rank ``k + 1``. The trainer's
 own torchrun/DeepSpeed group is untouched, and the servers need no trainer process group.
 
-A sync is a list of buckets. Each bucket is one contiguous byte buffer of at most ``bucket_bytes`` that holds the
-tensors named in its ``manifest`` ([name, dtype, shape] in order), broadcast from rank 0: every server receives it
-into a buffer of the announced size and cuts it back into tensors (``unpack``). A tensor larger than a bucket gets a
-bucket of its own.
+A sync is a list of buckets (``mmrl.rollout.weight_sync.SyncWeights``: at most ``bucket_bytes`` each, a larger tensor
+alone). Each bucket is one contiguous byte buffer that holds the tensors named in its ``manifest`` ([name, dtype,
+shape] in order), broadcast from rank 0: every server receives it into a buffer of the announced size and cuts it
+back into tensors (``unpack``).
 """
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Tuple
 
 import torch
 
@@ -50,20 +50,6 @@ def broadcast(group, tensor: torch.Tensor) -> None:
     group.broadcast([tensor], opts).wait()
 
 
-def buckets(weights: Sequence[Tuple[str, torch.Tensor]], bucket_bytes: int) -> List[List[Tuple[str, torch.Tensor]]]:
-    """Consecutive ``weights`` grouped so that each group's bytes stay within ``bucket_bytes`` (a bigger tensor alone)."""
-    out: List[List[Tuple[str, torch.Tensor]]] = []
-    size = bucket_bytes + 1
-    for name, t in weights:
-        n = t.numel() * t.element_size()
-        if size + n > bucket_bytes:
-            out.append([])
-            size = 0
-        out[-1].append((name, t))
-        size += n
-    return out
-
-
 def pack(bucket: Iterable[Tuple[str, torch.Tensor]], device) -> Tuple[Manifest, torch.Tensor]:
     """The bucket's manifest and its tensors' bytes, concatenated into one uint8 buffer on ``device``."""
     manifest: Manifest = []
@@ -73,6 +59,27 @@ def pack(bucket: Iterable[Tuple[str, torch.Tensor]], device) -> Tuple[Manifest, 
         manifest.append((name, str(t.dtype).removeprefix("torch."), list(t.shape)))
         parts.append(t.reshape(-1).view(torch.uint8))
     return manifest, torch.cat(parts).to(device)
+
+
+def send_buckets(group, weights, device) -> int:
+    """Broadcast each bucket of ``weights`` (``SyncWeights``) from rank 0 as it comes: packed while its parameters
+    are gathered, sent before the next bucket is gathered. Returns the bytes sent."""
+    sent = 0
+    for bucket in weights.buckets():
+        buf = pack(bucket, device)[1]
+        broadcast(group, buf)
+        sent += buf.numel()
+    return sent
+
+
+def receive_buckets(group, manifests: List[Manifest], device) -> List[Tuple[str, torch.Tensor]]:
+    """A member's side of ``send_buckets``: every bucket of ``manifests``, received and cut back into tensors."""
+    weights = []
+    for manifest in manifests:
+        buf = torch.empty(nbytes(manifest), dtype=torch.uint8, device=device)
+        broadcast(group, buf)
+        weights += unpack(manifest, buf)
+    return weights
 
 
 def nbytes(manifest: Manifest) -> int:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from mmrl.errors import MMRLError
+from mmrl.rollout.weight_sync import BUCKET_BYTES, SyncWeights
 
 
 SECRET_ENV = "MMRL_ROLLOUT_SECRET"  # the launcher's secret: servers require it, clients send it (never in a config)
@@ -82,7 +83,7 @@ class ServerClient:
     """The engine side: the same methods as ``vllm_engine.LocalBackend``, over HTTP, to one or more servers."""
 
     def __init__(self, urls, timeout: float = 600.0, secret: Optional[str] = None, transfer: str = "collective",
-                 bucket_bytes: int = 256 * 2**20, transfer_backend: Optional[str] = None):
+                 bucket_bytes: int = BUCKET_BYTES, transfer_backend: Optional[str] = None):
         self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
         self.timeout, self.transfer, self.bucket_bytes = timeout, transfer, bucket_bytes
         self.secret = secret if secret is not None else (os.environ.get(SECRET_ENV) or None)
@@ -158,17 +159,21 @@ class ServerClient:
         return out
 
     # ---- weights ------------------------------------------------------------------------------------------------
-    def load_weights(self, weights: List[Tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, weights: SyncWeights) -> None:
+        """Rank 0 sends (every trainer rank holds the same weights); under ZeRO-3 every rank walks the buckets with
+        it, since each bucket's gather is collective."""
         from mmrl.dist import barrier, rank
 
-        if rank() == 0:  # every trainer rank holds the same weights: rank 0 sends them
+        if rank() == 0:
             if self.transfer == "http":
                 self.send_http(weights)
             else:
                 self.send_collective(weights)
+        elif weights.gathers:
+            weights.walk()
         barrier()
 
-    def send_http(self, weights: List[Tuple[str, torch.Tensor]]) -> None:
+    def send_http(self, weights: SyncWeights) -> None:
         from safetensors.torch import save
 
         blob = save({n: t.detach().cpu().contiguous() for n, t in weights})
@@ -205,19 +210,16 @@ class ServerClient:
         for f in joined:
             f.result()
 
-    def send_collective(self, weights: List[Tuple[str, torch.Tensor]]) -> None:
-        from mmrl.rollout.transfer_group import broadcast, buckets, pack
+    def send_collective(self, weights: SyncWeights) -> None:
+        from mmrl.rollout.transfer_group import send_buckets
 
         if self.group is None:
             self.join()
         device = torch.device("cuda", torch.cuda.current_device()) if self.transfer_backend == "nccl" else "cpu"
-        groups = buckets(weights, self.bucket_bytes)
-        manifests = [[(n, str(t.dtype).removeprefix("torch."), list(t.shape)) for n, t in b] for b in groups]
-        body = json.dumps({"manifests": manifests}).encode()
+        body = json.dumps({"manifests": weights.manifests}).encode()
         receiving = [self.pool.submit(self._call, url, "/weights/update", body) for url in self.urls]
         try:
-            for bucket in groups:
-                broadcast(self.group, pack(bucket, device)[1])
+            send_buckets(self.group, weights, device)
         except Exception as e:  # noqa: BLE001
             raise RolloutServerError(f"weight broadcast to the rollout servers failed: {e}") from e
         for f in receiving:

@@ -41,7 +41,7 @@ from mmrl.rollout.agent_loop import loop_class
 from mmrl.rollout.base import ENGINES, RolloutEngine, RolloutRequest, SamplingParams
 from mmrl.rollout.vllm_inputs import PLACEHOLDERS, VideoLayout, vllm_prompt
 from mmrl.rollout.vllm_platform import installed_build
-from mmrl.rollout.weight_sync import rollout_weights
+from mmrl.rollout.weight_sync import BUCKET_BYTES, SyncWeights
 
 
 def engine_options(cfg) -> Dict[str, Any]:
@@ -155,12 +155,14 @@ class VLLMEngine(RolloutEngine):
                 self._sleep()
 
     # ---- weights ------------------------------------------------------------------------------------------------
-    def sync_weights(self, model, everything: bool = False) -> None:
-        """Copy the trainer's weights into vLLM (call with ZeRO-3 params gathered), then drop stale caches."""
+    def sync_weights(self, model, everything: bool = False, gather=None) -> None:
+        """Copy the trainer's weights into vLLM, then drop stale caches. ``gather``: ZeRO-3's per-bucket gather
+        (``weight_sync.SyncWeights``; every rank calls this), so that one transfer bucket is whole at a time."""
         if self.mode == "colocate" and self.asleep:
             self.backend.wake(["weights"])
         only = not everything and self.sleep_level < 2
-        self.backend.load_weights(rollout_weights(model, only_changed=only, dtype=self.dtype))
+        bucket = getattr(self.backend, "bucket_bytes", BUCKET_BYTES)
+        self.backend.load_weights(SyncWeights(model, only, self.dtype, bucket, gather))
         self.backend.reset_caches()
 
     def _wake(self) -> None:
@@ -250,7 +252,8 @@ class LocalBackend:
         given HF-named weights are loaded in checkpoint format and each layer is re-processed for its kernels (the
         CPU build repacks linear weights, so writing ``param.data`` or calling ``model.load_weights`` on the
         processed model cannot work there); layers not given keep their weights. A tied LM head is then re-tied
-        to the reloaded embedding (``vllm_weights.retie_lm_head``)."""
+        to the reloaded embedding (``vllm_weights.retie_lm_head``). ``weights`` may stream (``SyncWeights``: ZeRO-3
+        gathers bucket by bucket as vLLM's reload iterates; every rank's engine iterates its own in step)."""
         from mmrl.rollout.vllm_weights import reload_in_place
 
         self.llm.collective_rpc(reload_in_place, kwargs={"weights": weights})

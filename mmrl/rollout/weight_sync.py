@@ -8,10 +8,20 @@ peft's ``merge_adapter`` / ``unmerge_adapter`` would add then subtract the delta
 round trip rounds, and the base drifts (``bench/lora_sync_drift.py`` measures it).
 
 Without LoRA: every trainable weight under its HF name (vLLM's ``load_weights`` maps HF names itself).
+
+ZeRO-3 (``SyncWeights`` with ``gather``): each rank holds a shard of every parameter. The weights are planned from
+the parameters' full shapes (``ds_shape``) without gathering, cut into buckets of at most ``bucket_bytes`` to send
+(in the engine's dtype; a larger tensor alone, a LoRA layer's factors gathered with its base weight), and each
+bucket's parameters are gathered (DeepSpeed's ``GatheredParameters``, on every rank), computed, copied out and
+released before the next bucket is gathered: one bucket of full parameters at a time, not the whole model. TRL
+gathers one parameter at a time (``_move_model_to_vllm``: ``gather_if_zero3([param])`` per parameter), and the whole
+model for a PEFT merge; a bucket is the transfer's own unit here, so a gather feeds exactly one broadcast.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -51,11 +61,33 @@ def merged_weight(layer) -> torch.Tensor:
     return out
 
 
-def rollout_weights(model, only_changed: bool = True, dtype: Optional[torch.dtype] = None) -> List[Tuple[str, torch.Tensor]]:
-    """(HF name, tensor) pairs to send, each cast to ``dtype`` (the engine's; ``None``: the parameter's own).
+BUCKET_BYTES = 256 * 2**20  # the transfer bucket (``transfer_group``), and so the most gathered at once
 
-    ``only_changed``: LoRA layers' merged weights plus trainable parameters (what an optimizer step can change);
-    otherwise every weight (an engine that dropped its weights, e.g. vLLM asleep at level 2)."""
+
+@dataclass
+class SyncUnit:
+    """One tensor to send: its HF name, the parameters to gather for it, how to compute it once they are whole."""
+
+    name: str
+    params: Tuple[torch.nn.Parameter, ...]
+    shape: Tuple[int, ...]
+    dtype: torch.dtype
+    compute: Callable[[], torch.Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        return torch.Size(self.shape).numel() * self.dtype.itemsize
+
+
+def full_shape(p: torch.Tensor) -> Tuple[int, ...]:
+    """A parameter's whole shape, also while ZeRO-3 holds only this rank's shard (``ds_shape``)."""
+    return tuple(p.ds_shape if hasattr(p, "ds_shape") else p.shape)
+
+
+def sync_units(model, only_changed: bool = True, dtype: Optional[torch.dtype] = None) -> List[SyncUnit]:
+    """What a sync sends, in ``named_parameters`` order. ``only_changed``: LoRA layers' merged weights plus trainable
+    parameters (what an optimizer step can change; a frozen vision tower never); otherwise every weight (an engine
+    that dropped its weights, e.g. vLLM asleep at level 2)."""
     layers = lora_layers(model)
     bases = {n + ".base_layer.weight": n for n in layers}
     out = []
@@ -63,10 +95,68 @@ def rollout_weights(model, only_changed: bool = True, dtype: Optional[torch.dtyp
         if ".lora_" in name or "original_module" in name:
             continue
         if name in bases:
-            t = merged_weight(layers[bases[name]])
+            layer = layers[bases[name]]
+            params = (p, *layer.lora_A.parameters(), *layer.lora_B.parameters())
+            compute = lambda layer=layer: merged_weight(layer)  # noqa: E731
         elif only_changed and not p.requires_grad:
             continue
         else:
-            t = p.detach()
-        out.append((hf_name(name), t.to(dtype or p.dtype)))
+            params, compute = (p,), (lambda p=p: p.detach())
+        out.append(SyncUnit(hf_name(name), params, full_shape(p), dtype or p.dtype, compute))
     return out
+
+
+def plan_buckets(units: Sequence[SyncUnit], bucket_bytes: int) -> List[List[SyncUnit]]:
+    """Consecutive units whose bytes to send stay within ``bucket_bytes`` per bucket (a bigger one alone)."""
+    from mmrl.rollout.weight_channel import buckets
+
+    return [list(units[lo:hi]) for lo, hi in buckets([u.nbytes for u in units], bucket_bytes)]
+
+
+class SyncWeights:
+    """One sync's weights, bucket by bucket: ``buckets()`` yields each bucket's (HF name, tensor) pairs while its
+    parameters are gathered (``gather(params)``: a context manager entered on every rank in the same order, e.g.
+    ``deepspeed.zero.GatheredParameters``; none: the tensors are the parameters' own, as ``rollout_weights``);
+    iterating yields the pairs one by one. ``manifests`` describe the buckets before anything is gathered."""
+
+    def __init__(self, model, only_changed: bool = True, dtype: Optional[torch.dtype] = None,
+                 bucket_bytes: int = BUCKET_BYTES, gather: Optional[Callable] = None):
+        self.plan = plan_buckets(sync_units(model, only_changed, dtype), bucket_bytes)
+        self.gather = gather
+
+    @property
+    def gathers(self) -> bool:
+        """True if every rank must walk the buckets (their gathers are collective)."""
+        return self.gather is not None
+
+    @property
+    def manifests(self) -> List[List[Tuple[str, str, List[int]]]]:
+        return [[(u.name, str(u.dtype).removeprefix("torch."), list(u.shape)) for u in b] for b in self.plan]
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.plan)
+
+    def _gathered(self, bucket: List[SyncUnit]):
+        return self.gather([p for u in bucket for p in u.params]) if self.gather else nullcontext()
+
+    def buckets(self) -> Iterator[List[Tuple[str, torch.Tensor]]]:
+        for bucket in self.plan:
+            with self._gathered(bucket):
+                # gathered storage is released after the bucket: copy out (the cast would alias a same-dtype param)
+                yield [(u.name, u.compute().to(u.dtype, copy=self.gathers)) for u in bucket]
+
+    def walk(self) -> None:
+        """Enter and leave every bucket's gather without computing anything: a rank that sends nothing."""
+        for bucket in self.plan:
+            with self._gathered(bucket):
+                pass
+
+    def __iter__(self) -> Iterator[Tuple[str, torch.Tensor]]:
+        for bucket in self.buckets():
+            yield from bucket
+
+
+def rollout_weights(model, only_changed: bool = True, dtype: Optional[torch.dtype] = None) -> List[Tuple[str, torch.Tensor]]:
+    """(HF name, tensor) pairs to send, each cast to ``dtype`` (the engine's; ``None``: the parameter's own); the
+    whole list at once (``SyncWeights`` streams them bucket by bucket). ``only_changed``: see ``sync_units``."""
+    return list(SyncWeights(model, only_changed, dtype, bucket_bytes=2**62))

@@ -12,6 +12,7 @@ How prompt groups are spread over ranks, and why the result equals the 1-process
   model (``kl_coef > 0``, no LoRA) is a ZeRO-3 inference engine (sharded, offloaded if the config offloads params);
   with LoRA the reference is the policy with its adapter disabled. Rollouts with the HF engine gather the full
   weights once per step (like TRL's ``ds3_gather_for_generation``); scoring and training forwards run in lockstep.
+  A vLLM weight sync gathers one transfer bucket at a time (``mmrl.rollout.weight_sync.SyncWeights``).
 - Precision: ``train.precision: bf16`` turns on DeepSpeed bf16 on GPUs; on the CPU accelerator training is fp32.
 - Checkpoints: ``engine.save_checkpoint`` (sharded model + optimizer, ``latest`` tag) plus the client state the
   trainer passes (data position, algorithm state), the LR schedule and each rank's RNG; ``--resume`` continues
@@ -53,6 +54,14 @@ def zero3_init_context(ds_config):
     from transformers.integrations import HfDeepSpeedConfig
 
     return HfDeepSpeedConfig(ds_config)
+
+
+def zero3_gather(params):
+    """Whole ZeRO-3 parameters for reading while the context lives (DeepSpeed's ``GatheredParameters``; no
+    ``modifier_rank``: nothing is written back)."""
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(params)
 
 
 def engine_logprobs(engine, items, temperature: float, micro_batch: int, pad_id: int,
@@ -202,14 +211,13 @@ class DeepSpeedBackend(Backend):
                 register(offload.module)
 
     def sync_rollout_weights(self, engine) -> None:
-        """Push the updated weights to the rollout engine (a no-op for the HF engine, which shares the module)."""
+        """Push the updated weights to the rollout engine (a no-op for the HF engine, which shares the module).
+        ZeRO-3: every rank gathers one transfer bucket of parameters at a time (``weight_sync.SyncWeights``), never
+        the whole model."""
         if self.cfg.rollout.engine == "hf":
             return
         if self.stage == 3:
-            import deepspeed
-
-            with deepspeed.zero.GatheredParameters(list(self.model.parameters())):
-                engine.sync_weights(self.model)
+            engine.sync_weights(self.model, gather=zero3_gather)
         else:
             engine.sync_weights(self.model)
 

@@ -45,13 +45,15 @@ def test_groups_go_whole_to_one_server():
 
 
 def test_buckets_pack_and_unpack():
-    from mmrl.rollout.transfer_group import buckets, nbytes, pack, unpack
+    from mmrl.rollout.transfer_group import nbytes, pack, unpack
+    from mmrl.rollout.weight_channel import buckets
 
     w = [("a", torch.arange(6, dtype=torch.float32).reshape(2, 3)), ("b", torch.ones(3, dtype=torch.bfloat16)),
          ("c", torch.arange(10, dtype=torch.float32)), ("d", torch.tensor([7], dtype=torch.int64))]
     # 24 + 6 bytes fit in 32; the 40-byte tensor gets a bucket of its own; then 8 bytes
-    assert [[n for n, _ in b] for b in buckets(w, 32)] == [["a", "b"], ["c"], ["d"]]
-    for b in buckets(w, 32):
+    ranges = buckets([t.numel() * t.element_size() for _, t in w], 32)
+    assert [[n for n, _ in w[lo:hi]] for lo, hi in ranges] == [["a", "b"], ["c"], ["d"]]
+    for b in (w[lo:hi] for lo, hi in ranges):
         manifest, buf = pack(b, "cpu")
         assert buf.dtype == torch.uint8 and buf.numel() == nbytes(manifest)
         got = unpack(manifest, buf.clone())

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import types
+from contextlib import nullcontext
 
 import pytest
 import torch
 
 from mmrl.errors import MMRLError
-from mmrl.rollout.weight_sync import merged_weight, rollout_weights
+from mmrl.rollout.weight_sync import SyncWeights, merged_weight, rollout_weights
 
 
 def lora_linear(n: int = 96, r: int = 8, alpha: int = 16, dtype=torch.bfloat16, seed: int = 0):
@@ -69,6 +70,42 @@ def test_full_weights_and_refusals():
     model.merge_adapter()
     with pytest.raises(MMRLError, match="merged in place"):
         rollout_weights(model)
+
+
+def test_sync_weights_gather_one_bucket_at_a_time_and_copy_out():
+    """fp32 bytes 64, 16 | 32, 8 in 80-byte buckets: two gathers of 20 and 10 elements, never all 30 at once."""
+    from contextlib import contextmanager
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    whole, per_gather = [], []
+
+    @contextmanager
+    def gather(params):
+        whole.extend(params)
+        per_gather.append(sum(p.numel() for p in whole))
+        yield
+        del whole[:]
+
+    weights = SyncWeights(net, bucket_bytes=80, gather=gather)
+    assert weights.manifests == [[("0.weight", "float32", [4, 4]), ("0.bias", "float32", [4])],
+                                 [("1.weight", "float32", [2, 4]), ("1.bias", "float32", [2])]]
+    assert per_gather == []  # planning gathers nothing
+    got = dict(weights)
+    assert per_gather == [20, 10] and len(weights) == 4
+    for name, p in net.named_parameters():
+        assert torch.equal(got[name], p) and got[name].data_ptr() != p.data_ptr()  # copied out of the gather
+    weights.walk()
+    assert per_gather == [20, 10, 20, 10]
+
+
+def test_a_lora_layer_is_gathered_with_its_factors():
+    model = lora_linear(n=8, r=2)
+    train_adapter(model, 0.5)
+    seen = []
+    weights = SyncWeights(model, dtype=torch.bfloat16, gather=lambda params: seen.append(len(params)) or nullcontext())
+    (name, sent), = list(weights)
+    assert seen == [3]  # base weight, A, B
+    assert torch.equal(sent, merged_weight(model.base_model.model.proj).to(torch.bfloat16))
 
 
 class FakeLLM:
