@@ -52,14 +52,16 @@ def health(url: str) -> dict:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed")
-def test_two_deepspeed_ranks_roll_out_on_two_servers(run):
+@pytest.mark.parametrize("zero", ["zero2", "zero3"])  # ZeRO-3: the weights reach the servers bucket by bucket
+def test_two_deepspeed_ranks_roll_out_on_two_servers(run, zero):
     root, cfg, servers, _ = run
     before = [health(s.url) for s in servers]
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", MMRL_ROLLOUT_SECRET=SECRET,
                PYTHONPATH=os.pathsep.join([str(REPO), str(REWARDS), os.environ.get("PYTHONPATH", "")]))
-    out = root / "two_ranks"
+    out = root / f"two_ranks_{zero}"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "-m", "mmrl", "train", "--config", str(cfg), "train.backend=deepspeed", f"train.out_dir={out}"]
+           "-m", "mmrl", "train", "--config", str(cfg), "train.backend=deepspeed", f"train.out_dir={out}",
+           f"train.deepspeed_config=configs/deepspeed/{zero}.json"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

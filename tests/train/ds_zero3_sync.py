@@ -17,12 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 
-def fill_lora_b(model) -> None:
-    """Non-zero ``B`` factors (peft starts them at 0, where ``W + BA*alpha/r`` = ``W``), the same on every rank."""
+def fill_lora(model) -> None:
+    """The same LoRA factors on every rank and in the 1-process model (peft draws ``A`` from the global RNG, and starts
+    ``B`` at 0, where ``W + BA*alpha/r`` = ``W``)."""
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
-            if ".lora_B." in name:
+            if ".lora_A." in name or ".lora_B." in name:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
 
 
@@ -64,10 +65,15 @@ def main(model_path: str, out: str, lora: str, bucket_bytes: int, ds_json: str) 
     cfg = load_config([], [f"model.path={model_path}", f"model.lora.enabled={lora}", "model.freeze_vision=true",
                            "train.backend=deepspeed", f"train.deepspeed_config={ds_json}", "train.prompts_per_step=2",
                            "rollout.engine=vllm", "rollout.vllm_mode=server", "algorithm.kl_coef=0"])
+    if cfg.model.lora.enabled:  # as the trainer's pre-flight: the targets checked on a meta model before zero.Init
+        from mmrl.models.loading import resolve_model_path
+        from mmrl.models.lora_targets import check_lora_targets
+
+        check_lora_targets(resolve_model_path(model_path), list(cfg.model.lora.target_modules))
     ds_config = init_deepspeed(cfg)
     hf_ds = zero3_init_context(ds_config)  # noqa: F841  (the model loads sharded while it lives)
     model, processor = load_model_and_processor(cfg.model)
-    fill_lora_b(model)
+    fill_lora(model)
     optimizer, scheduler = build_optimizer(model, cfg.train)
     backend = DeepSpeedBackend(model, optimizer, scheduler, None, cfg, processor.tokenizer.pad_token_id, ds_config)
     del hf_ds

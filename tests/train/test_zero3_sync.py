@@ -37,35 +37,37 @@ def run_ranks(tmp_path: Path, model: str, lora: bool, bucket_bytes: int) -> dict
 
 
 def one_process_weights(model_path: str, lora: bool):
-    """What the 1-process trainer sends: the same model, vision frozen, the same non-zero LoRA factors."""
-    from ds_zero3_sync import fill_lora_b
+    """What the 1-process trainer sends: the same model, vision frozen, the same LoRA factors (B non-zero)."""
+    from ds_zero3_sync import fill_lora
 
     from mmrl.config import LoraConfig
     from mmrl.models.loading import load_model
-    from mmrl.rollout.weight_sync import rollout_weights
+    from mmrl.rollout.weight_sync import hf_name, rollout_weights
 
     model = load_model(model_path, freeze_vision=True, lora=LoraConfig(enabled=True) if lora else None)
-    fill_lora_b(model)
+    fill_lora(model)
     factors = sum(p.numel() for n, p in model.named_parameters() if ".lora_" in n)
-    return rollout_weights(model), factors
+    bases = {hf_name(n): p.detach() for n, p in model.named_parameters() if n.endswith(".base_layer.weight")}
+    return rollout_weights(model), factors, bases
 
 
 @pytest.mark.slow
 @needs_deepspeed
-@pytest.mark.parametrize("lora,bucket_bytes", [(False, 400_000), (True, 32_768)], ids=["full", "lora"])
+@pytest.mark.parametrize("lora,bucket_bytes", [(False, 400_000), (True, 80_000)], ids=["full", "lora"])
 def test_zero3_sync_sends_the_whole_model_one_bucket_at_a_time(tmp_path, tiny_model_path, lora, bucket_bytes):
     got = run_ranks(tmp_path, str(tiny_model_path), lora, bucket_bytes)
-    want, factors = one_process_weights(str(tiny_model_path), lora)
+    want, factors, bases = one_process_weights(str(tiny_model_path), lora)
     assert [n for n, _ in got["received"]] == [n for n, _ in want]
     assert not any("visual" in n for n, _ in want)
     for (name, a), (_, b) in zip(got["received"], want):
         assert a.dtype == b.dtype and torch.equal(a, b), name
-    if lora:  # the B factors are non-zero: the merge is not W itself
-        assert any(".q_proj." in n for n, _ in want) and factors > 0
+    if lora:  # q/k/v/o of each layer, merged with non-zero factors: none is its base W
+        assert len(want) == len(bases) == 8 and all(not torch.equal(t, bases[n].float()) for n, t in want)
 
     per_bucket = [whole for whole, _ in got["gathered"]]
     bound = bucket_bytes // 4 + (factors if lora else 0)  # fp32 elements of a bucket, plus its layers' LoRA factors
     sent = sum(t.numel() for _, t in want)
-    assert len(per_bucket) >= sent * 4 // bucket_bytes >= 3  # several buckets, each gathered for its own send
+    # several buckets (no tensor is larger than one: 64 KiB LoRA q/o, 307 KiB embedding), each gathered for its send
+    assert len(per_bucket) >= sent * 4 // bucket_bytes >= 3
     assert 0 < max(per_bucket) <= bound < got["all_elements"] // 3
     assert all(vision == 0 for _, vision in got["gathered"])
