@@ -167,3 +167,25 @@ def test_completions_spread_over_prompts_and_views():
     trajs = [types.SimpleNamespace(sample_id=s, view="original") for s in "aaabbc"]
     assert spread(trajs, 4) == [0, 3, 5, 1]
     assert [trajs[i].sample_id for i in spread(trajs, 4)] == ["a", "b", "c", "a"]
+
+
+@pytest.mark.slow
+def test_held_out_evaluations_leave_training_bit_for_bit_unchanged(video_world, tiny_model_path, tmp_path):
+    """3 steps with held-out evaluations at steps 0 and 2 (``eval_every=2``) log the same training metrics, to the
+    last bit, as the same 3 steps without any: an evaluation draws no training randomness (global RNG, data stream)
+    and leaves the model as it found it."""
+    from support import small_overrides, varying_reward_cfg, without_measurements
+
+    from mmrl.train.rl_trainer import RLTrainer
+
+    def train_rows(name, eval_every):
+        cfg = varying_reward_cfg(small_overrides(video_world, tmp_path / name, tiny_model_path)  # rewards that vary
+                                 + ["train.steps=3", f"train.eval_every={eval_every}", "train.eval_limit=4",
+                                    "train.save_every=0"])
+        RLTrainer(cfg, quiet=True).run()
+        rows = without_measurements(MetricsLogger.read(tmp_path / name / "metrics.jsonl"))
+        return [{k: v for k, v in r.items() if not k.startswith("eval/")} for r in rows if r["step"] > 0]
+
+    plain, evaluated = train_rows("plain", 0), train_rows("evaluated", 2)
+    assert [r["step"] for r in plain] == [1, 2, 3] and all(r["grad_norm"] > 0 for r in plain)  # it trained
+    assert evaluated == plain
