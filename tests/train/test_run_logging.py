@@ -117,6 +117,18 @@ def test_flat_zero_notes_name_the_config_key():
     assert flat_zero_notes([{"step": 1, "kl": 0.01}], {"kl_coef": 0.0}) == {}  # not flat
 
 
+
+def test_a_policy_loss_of_float_rounding_says_why():
+    """The demo's GRPO loss (ppo_epochs 1, kl_coef 0, seq-mean-token-mean) is -mean(A) = 0 up to rounding: a note;
+    a loss of 2e-6, or the same loss with token-mean aggregation (-sum A_i L_i / sum L_i, not 0), gets none."""
+    grpo = {"ppo_epochs": 1, "kl_coef": 0.0, "loss_agg": "seq-mean-token-mean"}
+    rows = [{"step": 1, "loss": 1.5e-8}, {"step": 2, "loss": -3.7e-8}]
+    assert flat_zero_notes(rows, grpo)["loss"].startswith("algorithm.ppo_epochs = 1, kl_coef = 0, a seq-mean")
+    assert "loss" not in flat_zero_notes(rows + [{"step": 3, "loss": 2e-6}], grpo)
+    assert "loss" not in flat_zero_notes(rows, {**grpo, "loss_agg": "token-mean"})
+    assert "loss" not in flat_zero_notes(rows, {**grpo, "kl_coef": 0.04})
+    assert "kl" not in flat_zero_notes([{"step": 1, "kl": 1e-8}], grpo)  # kl has no tolerance: exactly 0 only
+
 def test_report_first_column_is_each_metrics_own_first_step(tmp_path):
     """Held-out metrics start at their step-0 evaluation (and a train metric at step 1); kl is explained."""
     rows = [{"step": 0, "eval/accuracy": 0.68}]
@@ -129,6 +141,13 @@ def test_report_first_column_is_each_metrics_own_first_step(tmp_path):
     assert "| reward/total | 0.1 | 1 | 0.3 | 3 |" in text
     assert "Step 0 is the starting model" in text
     assert "`kl` is 0 at every step: algorithm.kl_coef = 0: the loss has no KL term" in text
+
+
+def test_the_two_ess_lines_have_their_own_legend_names():
+    """mismatch/ess and rollout_corr/ess share an axis; both used to read "ess" in the legend."""
+    from mmrl.train.report import _label
+
+    assert (_label("mismatch/ess"), _label("rollout_corr/ess")) == ("raw ratios", "applied weights")
 
 
 @pytest.mark.slow
