@@ -285,6 +285,8 @@ def main() -> None:
         return _child(a._arm, a._spec)
     if a.warmup >= a.steps:
         ap.error("--warmup must be below --steps")
+    if min(a.thread_counts + [a.threads]) < 1:
+        ap.error("--threads and --thread-counts must be at least 1")
     if a.trl:
         try:
             import trl  # noqa: F401
