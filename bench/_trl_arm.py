@@ -24,6 +24,8 @@ import resource
 import time
 from typing import Dict, List
 
+from _tree_rss import children_hwm_kb
+
 
 def _dataset(world: str, media_root: str):
     from datasets import Dataset
@@ -96,6 +98,7 @@ def run_trl(spec: Dict) -> Dict:
     cpus: List[float] = []
     per_step: List[Dict[str, float]] = []
     rss_at_end = [0]
+    children: Dict[int, int] = {}
 
     def wrap(name, key, count_tokens=False):
         fn = getattr(trainer, name)
@@ -129,7 +132,9 @@ def run_trl(spec: Dict) -> Dict:
             cpus.append(cpu)
             acc.update(gen=0.0, gas=0.0, tokens=0, samples=0)
             rss_at_end[0] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            children_hwm_kb(children)  # TRL starts none that live: 0, measured like mmrl's
 
     trainer.add_callback(Clock())
     trainer.train()
-    return {"per_step": per_step, "peak_rss_kb": rss_at_end[0], "prompt_tokens": acc["prompt_tokens"]}
+    return {"per_step": per_step, "peak_rss_kb": rss_at_end[0], "prompt_tokens": acc["prompt_tokens"],
+            "children_peak_rss_kb": sum(children.values()), "children": len(children)}

@@ -31,15 +31,17 @@ def _run(cfg_files, overrides):
     return RLTrainer(load_config(cfg_files, overrides), quiet=True).run()
 
 
-def phases(history):
-    """Mean seconds of generation, the rest and the whole step over the steps after the first."""
-    rows = history[1:] or history
+def phases(history, skip: int = 1):
+    """Mean seconds of generation (``time/rollout``), the rest and the whole step (``time/step``) over the steps
+    after the first ``skip`` (the first holds the worker's start)."""
+    rows = history[skip:] or history
     gen = statistics.mean(r["time/rollout"] for r in rows)
     step = statistics.mean(r["time/step"] for r in rows)
     return gen, step - gen, step
 
 
 def overlap_efficiency(async_step: float, sync_gen: float, sync_update: float) -> float:
+    """async step time / max(generation, update) of the synchronous run: 1.0 = perfect overlap."""
     return async_step / max(sync_gen, sync_update)
 
 

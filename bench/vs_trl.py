@@ -2,22 +2,28 @@
 
     .venv/bin/python bench/vs_trl.py [--steps 6] [--warmup 1] [--reps 3] [--threads 1] [--out runs/vs_trl]
                                      [--lengths 4 64 256 512] [--no-algos] [--no-video] [--no-trl] [--no-floor]
-                                     [--algo-sft-steps 40] [--mmrl-baseline]
+                                     [--algo-sft-steps 40] [--mmrl-baseline] [--thread-counts 1 2] [--no-async]
 
-Every run is a fresh subprocess (fair peak RSS, no shared caches), in the order ``mmrl, TRL, floor, mmrl-video,
-floor-video, algorithms...`` for each length, repeated ``--reps`` times (A B A B ...). Both frameworks get the same
-tiny Qwen2.5-VL checkpoint, the same synthetic single-image task (``make_image_world``: 56x56 PNGs, 4 image tokens),
-``--prompts`` prompts x ``--n`` responses per step, ``--max-new-tokens`` (or each of ``--lengths``), temperature
-1.0, AdamW at ``--lr`` (constant), grad clip 1.0, micro-batch ``--micro-batch``, fp32, ``--threads`` torch/OpenMP
-threads, and ``--steps`` optimizer steps of which the first ``--warmup`` are not timed. Rewards: mmrl's
-``accuracy`` + 0.1 x ``format`` (TRL: the same rules). The floor (``bench/floor.py``) is the same step's bare
-computation in plain torch, on the image and on the video world.
+Every run is a fresh subprocess (fair peak RSS, no shared caches), in the order ``mmrl, TRL`` (at ``--threads``,
+then at each other of ``--thread-counts``), ``mmrl async, floor, mmrl-video, floor-video, algorithms...`` for each
+length, repeated ``--reps`` times (A B A B ...). Both frameworks get the same tiny Qwen2.5-VL checkpoint, the same
+synthetic single-image task (``make_image_world``: 56x56 PNGs, 4 image tokens), ``--prompts`` prompts x ``--n``
+responses per step, ``--max-new-tokens`` (or each of ``--lengths``), temperature 1.0, AdamW at ``--lr`` (constant),
+grad clip 1.0, micro-batch ``--micro-batch``, fp32, ``--threads`` torch/OpenMP threads (the image arms also at each
+of ``--thread-counts``), and ``--steps`` optimizer steps of which the first ``--warmup`` are not timed. Rewards:
+mmrl's ``accuracy`` + 0.1 x ``format`` (TRL: the same rules). The async arm is mmrl's image arm with
+``rollout.asynchronous.max_staleness=1``: trainer + rollout worker, 1 thread each. The floor (``bench/floor.py``)
+is the same step's bare computation in plain torch, on the image and on the video world.
 
-Printed per run kind: steps/s, samples/s (generated completions), generated tokens/s, peak RSS, and seconds per
-step in generation / scoring / update (definitions in ``bench/README.md``); then mmrl/TRL ratios with
-min/median/max over the repetitions (pairs of the same repetition). With several ``--lengths``, first one table
-with a row per length (mmrl vs TRL, vs the floor, video vs its floor), then the per-length tables; the tables are
-rewritten after every repetition. Then the algorithm table on the video world (at the first length only):
+First the headline table (``bench/_speed_headline.py``), a row per length: mmrl at its best setting (highest median
+steps/s among the sync arms and the async arm) against TRL at its best thread count, the steps/s and peak-RSS
+ratios, and the overlap efficiency (async step / max(generation, update) of the sync run at 1 thread). Then per run
+kind: processes x threads, steps/s, samples/s (generated completions), generated tokens/s, peak RSS (summed over
+the run's processes: its own ``ru_maxrss`` + its live children's ``VmHWM``, ``bench/_tree_rss.py``: the rollout
+worker's), and seconds per step in generation / scoring / update (definitions in ``bench/README.md``); then best-mmrl / best-TRL ratios with
+min/median/max over the repetitions (pairs of the same repetition). With several ``--lengths``, a table with a row
+per length at ``--threads`` (mmrl vs TRL, vs the floor, video vs its floor) comes before the per-length tables; the
+tables are rewritten after every repetition. Then the algorithm table on the video world (at the first length only):
 time per step of GRPO, DAPO, GSPO, BPO (configs/bpo_demo.yaml), T-GRPO (configs/tgrpo_demo.yaml) as ratios to
 GRPO, and BPO's ``view_time_share``. The algorithms start from a short SFT warm-up of the tiny model
 (``--algo-sft-steps``, made once and kept in ``--out``) so that rewards vary and DAPO's dynamic sampling is not degenerate.
@@ -31,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -39,79 +44,21 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _speed_headline import ASYNC_KIND, arm_name, headline, headline_table, overlap, setting, spread, thread_kind  # noqa: E402
+from async_overlap import phases  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's mmrl, not an installed one
 MARK = "@@VS_TRL_RESULT@@"
 
 
 # ---------------------------------------------------------------- arms (run inside a fresh subprocess) ----------
-def run_mmrl(spec: Dict) -> Dict:
-    import torch
-
-    from mmrl.config import load_config
-    from mmrl.train.rl_trainer import RLTrainer
-
-    cfg = load_config([str(REPO / c) for c in spec["configs"]], spec["overrides"])
-    tr = RLTrainer(cfg, quiet=True)
-    if spec.get("baseline"):
-        import mmrl.models.scoring as scoring
-
-        tr.engine.shared_prefill = False
-        scoring.can_share = lambda model: False
-    acc = {"gen": 0.0, "score": 0.0, "tokens": 0, "samples": 0}
-
-    def wrap(obj, name, key):
-        fn = getattr(obj, name)
-
-        def timed(*a, **k):
-            t = time.perf_counter()
-            out = fn(*a, **k)
-            acc[key] += time.perf_counter() - t
-            return out
-
-        setattr(obj, name, timed)
-
-    engine_generate = tr.engine.generate
-
-    def generate(requests, params):
-        trajs = engine_generate(requests, params)
-        acc["tokens"] += sum(int(t.response_ids.numel()) for t in trajs)
-        acc["samples"] += len(trajs)
-        return trajs
-
-    tr.engine.generate = generate
-    wrap(tr, "rollout", "gen")
-    wrap(tr, "rewards", "score")
-    wrap(tr.backend, "score", "score")
-    per_step: List[Dict] = []
-    last, last_cpu = [time.perf_counter()], [time.process_time()]
-    rss = [0]
-    step_fn = tr.train_step
-
-    def train_step():
-        m = step_fn()
-        now = time.perf_counter()
-        cpu = time.process_time()
-        per_step.append({"step": now - last[0], "cpu": cpu - last_cpu[0], "gen": acc["gen"], "score": acc["score"], "tokens": acc["tokens"],
-                         "samples": acc["samples"], "view_time_share": m.get("view_time_share", 0.0),
-                         "resample_rounds": m.get("resample_rounds", 0.0), "reward": m.get("reward/total", 0.0)})
-        acc.update(gen=0.0, score=0.0, tokens=0, samples=0)
-        last[0], last_cpu[0] = now, cpu
-        rss[0] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return m
-
-    tr.train_step = train_step
-    last[0], last_cpu[0] = time.perf_counter(), time.process_time()
-    tr.run()
-    return {"per_step": per_step, "peak_rss_kb": rss[0], "threads": torch.get_num_threads()}
-
-
 def _child(arm: str, spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     import torch
 
     torch.set_num_threads(spec["threads"])
-    sys.path.insert(0, str(REPO / "bench"))
     if arm == "trl":
         from _trl_arm import run_trl
 
@@ -122,15 +69,18 @@ def _child(arm: str, spec_path: str) -> None:
 
         res = run_floor(spec)
     else:
+        from _mmrl_arm import run_mmrl
+
         res = run_mmrl(spec)
     print(MARK + json.dumps(res), flush=True)
 
 
 # ---------------------------------------------------------------- orchestration --------------------------------
-def _spawn(kind: str, arm: str, spec: Dict, out: Path, threads: int) -> Dict:
+def _spawn(kind: str, arm: str, spec: Dict, out: Path) -> Dict:
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / f"{kind}.spec.json"
     spec_path.write_text(json.dumps(spec, indent=1))
+    threads = spec["threads"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false",
                PYTHONWARNINGS="ignore", TRANSFORMERS_VERBOSITY="error", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
     t = time.time()
@@ -152,13 +102,18 @@ def summarize(res: Dict, warmup: int) -> Dict:
     samples = sum(s["samples"] for s in steps)
     out = {
         "steps_per_s": k / T, "samples_per_s": samples / T, "tokens_per_s": sum(s["tokens"] for s in steps) / T,
-        "peak_rss_mb": res["peak_rss_kb"] / 1024, "s_per_step": T / k, "cpu_per_step": sum(s["cpu"] for s in steps) / k,
+        # summed over the arm's processes: its own peak + its live children's (the rollout worker: bench/_mmrl_arm.py)
+        "peak_rss_mb": (res["peak_rss_kb"] + res.get("children_peak_rss_kb", 0)) / 1024, "s_per_step": T / k,
+        "processes": res.get("processes", 1), "threads": res.get("threads", 0),
+        "cpu_per_step": sum(s["cpu"] for s in steps) / k,
         "gen": sum(s["gen"] for s in steps) / k, "score": sum(s["score"] for s in steps) / k,
         "view_time_share": sum(s.get("view_time_share", 0.0) for s in steps) / k,
         "resample_rounds": sum(s.get("resample_rounds", 0.0) for s in steps) / k,
         "samples_per_step": samples / k,
     }
     out["update"] = out["s_per_step"] - out["gen"] - out["score"]
+    if "time/step" in res["per_step"][0]:  # mmrl's own phases, for the overlap efficiency
+        out["t_gen"], out["t_update"], out["t_step"] = phases(res["per_step"], skip=warmup)
     return out
 
 
@@ -211,13 +166,10 @@ def _prepare(a, out: Path) -> Dict:
     return {"model": model, "image": img, "video": vid, "warm": warm}
 
 
-def _stats(xs: List[float]) -> str:
-    return f"{min(xs):.2f} / {statistics.median(xs):.2f} / {max(xs):.2f}"
-
-
 def _fmt_row(name: str, s: Dict) -> str:
-    return (f"| {name} | {s['steps_per_s']:.3f} | {s['samples_per_s']:.1f} | {s['tokens_per_s']:.1f} | "
-            f"{s['peak_rss_mb']:.0f} | {s['s_per_step']:.3f} | {s['cpu_per_step']:.3f} | {s['gen']:.3f} | {s['score']:.3f} | {s['update']:.3f} |")
+    return (f"| {name} | {setting(int(s['processes']), int(s['threads']))} | {s['steps_per_s']:.3f} | "
+            f"{s['samples_per_s']:.1f} | {s['tokens_per_s']:.1f} | {s['peak_rss_mb']:.0f} | {s['s_per_step']:.3f} | "
+            f"{s['cpu_per_step']:.3f} | {s['gen']:.3f} | {s['score']:.3f} | {s['update']:.3f} |")
 
 
 def _median_summary(runs: List[Dict]) -> Dict:
@@ -225,34 +177,62 @@ def _median_summary(runs: List[Dict]) -> Dict:
     return {k: statistics.median(r[k] for r in runs) for k in keys}
 
 
+def _arm_kinds(a) -> Dict[str, List[str]]:
+    """The image-world arms of each framework (the headline's candidates), in the order the tables list them."""
+    counts = [a.threads] + [t for t in a.thread_counts if t != a.threads]
+    return {"mmrl": [thread_kind("mmrl", t, a.threads) for t in counts] + ([ASYNC_KIND] if a.asynchronous else []),
+            "trl": [thread_kind("trl", t, a.threads) for t in counts]}
+
+
+def _asked_threads(a, kind: str) -> int:
+    """The threads per process a run kind asks for: 1 for the async arm, t for ``<framework>_t<t>``, else ``--threads``."""
+    if kind == ASYNC_KIND:
+        return 1
+    head, _, tail = kind.rpartition("_t")
+    return int(tail) if head in ("mmrl", "trl") and tail.isdigit() else a.threads
+
+
 def report(a, results: Dict[str, List[Dict]]) -> str:
     S = {k: [summarize(r, a.warmup) for r in v] for k, v in results.items()}
-    threads = sorted({r.get("threads") for v in results.values() for r in v})
-    lines = [] if threads == [a.threads] else [f"WARNING: runs used {threads} threads, not {a.threads}", ""]
+    off = sorted({f"{k}: {r.get('threads')}" for k, v in results.items() for r in v
+                  if r.get("threads") != _asked_threads(a, k)})
+    lines = [f"WARNING: runs used other thread counts than asked ({', '.join(off)})", ""] if off else []
     lines += [f"Settings: {a.prompts} prompts x {a.n} responses per step, max_new_tokens {a.max_new_tokens}, temperature 1.0, "
-             f"AdamW lr {a.lr}, micro-batch {a.micro_batch}, {a.steps} steps ({a.warmup} warm-up not timed), "
-             f"{a.threads} threads, {a.reps} repetitions, fresh process per run.", "",
-             "Medians over repetitions (seconds per step split into generation / scoring / update):", "",
-             "| run | steps/s | samples/s | gen tokens/s | peak RSS MB | s/step | CPU s/step | gen s | score s | update s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    names = {"mmrl": "mmrl (image)", "trl": "TRL GRPOTrainer (image)", "mmrl_baseline": "mmrl, shared prefill off (image)",
-             "mmrl_video": "mmrl (video, 4 frames)", "floor": "floor, plain torch (image)",
-             "floor_video": "floor, plain torch (video)"}
-    for k in ("mmrl", "trl", "mmrl_baseline", "mmrl_video", "floor", "floor_video"):
+              f"AdamW lr {a.lr}, micro-batch {a.micro_batch}, {a.steps} steps ({a.warmup} warm-up not timed), "
+              f"{a.threads} threads (image arms also at {a.thread_counts}; async: 1 per process), {a.reps} repetitions, "
+              "fresh process per run; peak RSS summed over an arm's processes.", "",
+              "Medians over repetitions (seconds per step split into generation / scoring / update; async: gen = the "
+              "trainer's wait for the worker's batch):", "",
+              "| run | processes x threads | steps/s | samples/s | gen tokens/s | peak RSS MB | s/step | CPU s/step | gen s "
+              "| score s | update s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    names = {"mmrl_baseline": "mmrl, shared prefill off (image)", "mmrl_video": "mmrl (video, 4 frames)",
+             "floor": "floor, plain torch (image)", "floor_video": "floor, plain torch (video)", ASYNC_KIND:
+             "mmrl async k=1 (image)"}
+    kinds = _arm_kinds(a)
+    for k in kinds["mmrl"] + kinds["trl"] + ["mmrl_baseline", "mmrl_video", "floor", "floor_video"]:
         if k in S:
-            lines.append(_fmt_row(names[k], _median_summary(S[k])))
-    if "mmrl" in S and "trl" in S:
-        pairs = list(zip(S["mmrl"], S["trl"]))
-        lines += ["", "mmrl / TRL, per repetition pair (min / median / max):", "",
+            name = names.get(k) or ("TRL GRPOTrainer (image)" if k.startswith("trl") else "mmrl (image)")
+            lines.append(_fmt_row(name, _median_summary(S[k])))
+    h = headline(S, kinds["mmrl"], kinds["trl"])
+    if h is not None:
+        m, t = h["mmrl"], h["trl"]
+        pairs = list(zip(S[m], S[t]))
+        lines += ["", f"Best mmrl arm, {arm_name(m, S[m][0])}, / best TRL arm, {arm_name(t, S[t][0])} (best = highest "
+                  "median steps/s), per repetition pair (min / median / max):", "",
                   "| metric | min / median / max |", "|---|---|",
-                  f"| steps/s ratio | {_stats([m['steps_per_s'] / t['steps_per_s'] for m, t in pairs])} |",
-                  f"| samples/s ratio | {_stats([m['samples_per_s'] / t['samples_per_s'] for m, t in pairs])} |",
-                  f"| generated tokens/s ratio | {_stats([m['tokens_per_s'] / t['tokens_per_s'] for m, t in pairs])} |",
-                  f"| peak RSS ratio | {_stats([m['peak_rss_mb'] / t['peak_rss_mb'] for m, t in pairs])} |",
-                  f"| CPU seconds per step, TRL / mmrl | {_stats([t['cpu_per_step'] / m['cpu_per_step'] for m, t in pairs])} |"]
+                  f"| steps/s ratio | {spread(h['steps_ratio'])} |",
+                  f"| samples/s ratio | {spread([x['samples_per_s'] / y['samples_per_s'] for x, y in pairs])} |",
+                  f"| generated tokens/s ratio | {spread([x['tokens_per_s'] / y['tokens_per_s'] for x, y in pairs])} |",
+                  f"| peak RSS ratio | {spread(h['rss_ratio'])} |",
+                  f"| CPU seconds per step, TRL / mmrl | {spread([y['cpu_per_step'] / x['cpu_per_step'] for x, y in pairs])} |"]
         if "mmrl_baseline" in S:
             pb = list(zip(S["mmrl"], S["mmrl_baseline"]))
-            lines.append(f"| steps/s, shared prefill on / off | {_stats([m['steps_per_s'] / b['steps_per_s'] for m, b in pb])} |")
+            lines.append(f"| steps/s, shared prefill on / off (at --threads) | {spread([m['steps_per_s'] / b['steps_per_s'] for m, b in pb])} |")
+    o = overlap(S, thread_kind("mmrl", 1, a.threads))
+    if o is not None:
+        lines += ["", f"Overlap efficiency (async step / max(generation, update) of the synchronous run at 1 thread, "
+                  f"mmrl's time/* metrics): {o['async_step']:.3f} / max({o['gen']:.3f}, {o['update']:.3f}) = "
+                  f"{o['efficiency']:.2f} (1.00 = perfect overlap; the synchronous run's own: {o['ceiling']:.2f})"]
     algos = [n for n, _, _ in ALGOS if f"algo_{n}" in S]
     if algos:
         lines += ["", "Algorithms on the video world (same settings, SFT-warmed tiny model), time per step as a ratio "
@@ -262,7 +242,7 @@ def report(a, results: Dict[str, List[Dict]]) -> str:
         for n in algos:
             runs = S[f"algo_{n}"]
             med = _median_summary(runs)
-            ratio = _stats([r["s_per_step"] / g["s_per_step"] for r, g in zip(runs, S["algo_GRPO"])])
+            ratio = spread([r["s_per_step"] / g["s_per_step"] for r, g in zip(runs, S["algo_GRPO"])])
             lines.append(f"| {n} | {med['s_per_step']:.3f} | {ratio} | {med['samples_per_step']:.0f} | {med['gen']:.3f} | "
                          f"{med['score']:.3f} | {med['update']:.3f} | {med['view_time_share']:.3f} | {med['resample_rounds']:.1f} |")
     return "\n".join(lines)
@@ -275,6 +255,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="repetitions, A B A B ... (default 3)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch / OpenMP threads in every run (default 1: stable on a shared 2-core box, see README)")
+    ap.add_argument("--thread-counts", type=int, nargs="+", default=[1, 2],
+                    help="the image arms of both frameworks also run at each of these thread counts; the headline "
+                         "takes each framework's best (default 1 2)")
+    ap.add_argument("--no-async", dest="asynchronous", action="store_false",
+                    help="skip mmrl's asynchronous arm (rollout.asynchronous.max_staleness=1, 2 processes x 1 thread)")
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
     ap.add_argument("--n", type=int, default=8, help="responses per prompt, the group size (default 8)")
     ap.add_argument("--max-new-tokens", type=int, default=4, help="new tokens per response (one length)")
@@ -300,6 +285,8 @@ def main() -> None:
         return _child(a._arm, a._spec)
     if a.warmup >= a.steps:
         ap.error("--warmup must be below --steps")
+    if min(a.thread_counts + [a.threads]) < 1:
+        ap.error("--threads and --thread-counts must be at least 1")
     if a.trl:
         try:
             import trl  # noqa: F401
@@ -321,7 +308,7 @@ def main() -> None:
                 spec = dict(spec)
                 if arm == "mmrl":
                     spec["overrides"] = [o if not o.startswith("train.out_dir=") else f"{o}/rep{rep}" for o in spec["overrides"]]
-                res = _spawn(f"{kind}_len{L}_rep{rep}", arm, spec, out / "logs", a.threads)
+                res = _spawn(f"{kind}_len{L}_rep{rep}", arm, spec, out / "logs")
                 results[L][kind].append(res)
                 s = summarize(res, a.warmup)
                 print(f"[vs_trl] rep {rep + 1}/{a.reps} {L:4d} tokens {kind:14s} {s['s_per_step']:.3f} s/step  "
@@ -335,6 +322,9 @@ def _write(a, lengths: List[int], results: Dict, out: Path) -> str:
     tables = [report(argparse.Namespace(**dict(vars(a), max_new_tokens=L)), results[L]) for L in lengths]
     if len(lengths) > 1:
         tables.insert(0, lengths_table(a, lengths, results))
+    kinds = _arm_kinds(a)
+    summaries = {L: {k: [summarize(r, a.warmup) for r in v] for k, v in results[L].items()} for L in lengths}
+    tables.insert(0, headline_table(lengths, summaries, kinds["mmrl"], kinds["trl"], thread_kind("mmrl", 1, a.threads)))
     table = "\n\n".join(tables)
     by_length = {str(L): r for L, r in results.items()} if a.lengths else results[lengths[0]]
     (out / "results.json").write_text(json.dumps({"args": vars(a), "results": by_length}, indent=1))
@@ -344,12 +334,20 @@ def _write(a, lengths: List[int], results: Dict, out: Path) -> str:
 
 def _plan(a, prep: Dict, out: Path, algos: bool) -> List:
     """The runs of one length, in the order a repetition runs them: (kind, arm, spec)."""
-    plan = [("mmrl", "mmrl", _mmrl_spec(a, prep["model"], prep["image"], ["configs/demo.yaml"], [], out / "mmrl"))]
-    if a.trl:
-        plan.append(("trl", "trl", {"model": prep["model"], "world": str(prep["image"]), "seed": a.seed, "threads": a.threads,
-                                    "prompts_per_step": a.prompts, "n": a.n, "micro_batch": a.micro_batch,
-                                    "max_new_tokens": a.max_new_tokens, "temperature": 1.0, "lr": a.lr, "grad_clip": 1.0,
-                                    "steps": a.steps, "out": str(out / "trl")}))
+    plan = []
+    for t in [a.threads] + [t for t in a.thread_counts if t != a.threads]:  # the image arms at each thread count
+        at = argparse.Namespace(**dict(vars(a), threads=t))
+        mk, tk = thread_kind("mmrl", t, a.threads), thread_kind("trl", t, a.threads)
+        plan.append((mk, "mmrl", _mmrl_spec(at, prep["model"], prep["image"], ["configs/demo.yaml"], [], out / mk)))
+        if a.trl:
+            plan.append((tk, "trl", {"model": prep["model"], "world": str(prep["image"]), "seed": a.seed, "threads": t,
+                                     "prompts_per_step": a.prompts, "n": a.n, "micro_batch": a.micro_batch,
+                                     "max_new_tokens": a.max_new_tokens, "temperature": 1.0, "lr": a.lr,
+                                     "grad_clip": 1.0, "steps": a.steps, "out": str(out / tk)}))
+    if a.asynchronous:  # trainer + rollout worker, one thread each (the worker takes the trainer's count)
+        a1 = argparse.Namespace(**dict(vars(a), threads=1))
+        plan.append((ASYNC_KIND, "mmrl", _mmrl_spec(a1, prep["model"], prep["image"], ["configs/demo.yaml"],
+                                                    ["rollout.asynchronous.max_staleness=1"], out / ASYNC_KIND)))
     floor = {"model": prep["model"], "seed": a.seed, "threads": a.threads, "prompts_per_step": a.prompts, "n": a.n,
              "max_new_tokens": a.max_new_tokens, "lr": a.lr, "grad_clip": 1.0, "steps": a.steps}
     if a.floor:
@@ -387,7 +385,7 @@ def lengths_table(a, lengths: List[int], results: Dict[int, Dict[str, List[Dict]
             return f(med[k]) if k in med else "-"
 
         def ratio(x, y, f):
-            return _stats([f(m, t) for m, t in zip(S[x], S[y])]) if x in S and y in S else "-"
+            return spread([f(m, t) for m, t in zip(S[x], S[y])]) if x in S and y in S else "-"
 
         lines.append(" | ".join([
             f"| {L}", cell("mmrl", lambda m: f"{m['s_per_step']:.3f}"), cell("trl", lambda m: f"{m['s_per_step']:.3f}"),

@@ -6,7 +6,8 @@ learning rate, clip fraction), the policy (token entropy; zero-advantage, trunca
 axis; response length), throughput, the step-time breakdown (rollout + scoring + update = step, stacked) and peak
 memory, per-view accuracy, and the sampler/trainer mismatch (k3 KL, max |Δ log p|, effective sample size). Step 0 is the held-out evaluation of the starting model (e.g. the SFT checkpoint)
 before the first update (``RLTrainer.run``). An axis whose values are all zero says why when the config explains it
-(``flat_zero_notes``: no KL term at ``kl_coef`` 0, nothing clipped at ``ppo_epochs`` 1). Steps where the run was
+(``flat_zero_notes``: no KL term at ``kl_coef`` 0, nothing clipped at ``ppo_epochs`` 1, a policy loss of float
+rounding around 0 at ``ppo_epochs`` 1). Steps where the run was
 resumed (``resumes.jsonl``, written by ``MetricsLogger``) are dashed vertical lines. ``mmrl report RUN_A RUN_B ...
 --out DIR`` overlays runs: one axis per quantity, one colour per run. Noisy per-step values are drawn faint under
 their bias-corrected exponential moving average.
@@ -48,7 +49,9 @@ FIGURES: List[Tuple[str, str, List[Axis]]] = [
                                             ("effective sample size", ("mismatch/ess", "rollout_corr/ess"), "frac")]),
 ]
 LABELS = {"eval/accuracy": "overall", "mem/rss_peak_gb": "process RSS", "mem/cuda_max_allocated_gb": "CUDA allocated", "adv/zero_frac": "zero advantage", "truncated_frac": "truncated",
-          "train_frac": "trained", "time/rollout": "rollout", "time/scoring": "scoring", "time/update": "update"}
+          "train_frac": "trained", "time/rollout": "rollout", "time/scoring": "scoring", "time/update": "update",
+          # two ESS lines on one axis: the raw sampler/trainer token ratios and the correction weights applied
+          "mismatch/ess": "raw ratios", "rollout_corr/ess": "applied weights"}
 
 
 def _label(key: str) -> str:
@@ -79,20 +82,36 @@ def ema(ys: List[float], beta: float = 0.9) -> List[float]:
     return out
 
 
+# a key whose zero comes out of a float sum: |value| below this counts as 0 (its note says "up to float rounding")
+FLAT_TOLERANCE = {"loss": 1e-6}
+
+
 def flat_zero_notes(rows: List[dict], algorithm: dict) -> Dict[str, str]:
-    """Why a curve is flat at zero, for the keys whose every value is 0 and whose config says why: ``kl`` at
-    ``algorithm.kl_coef`` 0 (no KL term, no reference pass); ``clip_frac`` at ``algorithm.ppo_epochs`` 1 (one
-    update per batch from the policy that scored it: the ratio pi/pi_old is exactly 1, so no token is clipped)."""
-    reasons = {"kl": ("kl_coef", lambda v: v == 0, "algorithm.kl_coef = 0: the loss has no KL term (no reference "
-                                                   "model is scored)"),
-               "clip_frac": ("ppo_epochs", lambda v: v == 1, "algorithm.ppo_epochs = 1: one update per batch, so "
-                                                             "the ratio to the old policy is 1 and nothing is clipped")}
+    """Why a curve is flat at zero, for the keys whose every value is 0 (``FLAT_TOLERANCE``) and whose config says
+    why: ``kl`` at ``algorithm.kl_coef`` 0 (no KL term, no reference pass); ``clip_frac`` at ``algorithm.ppo_epochs``
+    1 (one update per batch from the policy that scored it: the ratio pi/pi_old is exactly 1, so no token is
+    clipped); ``loss`` at ``ppo_epochs`` 1, ``kl_coef`` 0 and a ``seq-mean-*`` ``loss_agg``: with the ratio 1 it is
+    ``-mean_i A_i``, and group-normalised advantages sum to 0 in each group (GRPO, Shao et al. 2024)."""
+    reasons = {"kl": (lambda a: a.get("kl_coef") == 0, "algorithm.kl_coef = 0: the loss has no KL term (no reference "
+                                                       "model is scored)"),
+               "clip_frac": (lambda a: a.get("ppo_epochs") == 1, "algorithm.ppo_epochs = 1: one update per batch, so "
+                                                                 "the ratio to the old policy is 1 and nothing is clipped"),
+               "loss": (lambda a: a.get("ppo_epochs") == 1 and a.get("kl_coef") == 0
+                        and str(a.get("loss_agg", "")).startswith("seq-mean"),
+                        "algorithm.ppo_epochs = 1, kl_coef = 0, a seq-mean loss_agg: the ratio is 1, so the loss is "
+                        "minus the mean advantage, which is 0 in every group; its gradient is not 0 (grad norm)")}
     notes = {}
-    for key, (param, holds, why) in reasons.items():
+    for key, (holds, why) in reasons.items():
         vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-        if vals and all(v == 0 for v in vals) and param in algorithm and holds(algorithm[param]):
+        tol = FLAT_TOLERANCE.get(key, 0.0)
+        if vals and all(abs(v) <= tol for v in vals) and holds(algorithm):
             notes[key] = why
     return notes
+
+
+def flat_value(key: str) -> str:
+    """How a flat key's zero reads: ``0``, or ``0 up to float rounding`` for a key with a ``FLAT_TOLERANCE``."""
+    return f"0 up to float rounding (|value| <= {FLAT_TOLERANCE[key]:g})" if key in FLAT_TOLERANCE else "0"
 
 
 class Run:
@@ -192,7 +211,8 @@ def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) ->
                 ax.axvline(step, color=color or "gray", linestyle="--", linewidth=1, alpha=0.8)
         notes = {run.notes.get(k) for run in runs for k in found}
         if len(notes) == 1 and None not in notes:  # every line of the axis is flat zero for the same reason
-            ax.text(0.5, 0.72, textwrap.fill("flat at 0: " + notes.pop(), 64), transform=ax.transAxes, ha="center",
+            text = textwrap.fill(f"flat at {flat_value(found[0])}: " + notes.pop(), 64)
+            ax.text(0.5, 0.72, text, transform=ax.transAxes, ha="center",
                     va="center", fontsize=7, color="dimgray", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
         if kind == "frac":
             ax.set_ylim(-0.02, 1.02)
@@ -232,7 +252,7 @@ def _summary(run: Run) -> List[str]:
         steps, vals = run.series(key)
         lines.append(f"| {key} | {_num(vals[0])} | {steps[0]} | {_num(vals[-1])} | {steps[-1]} |")
     for key, why in run.notes.items():
-        lines += ["", f"`{key}` is 0 at every step: {why}."]
+        lines += ["", f"`{key}` is {flat_value(key)} at every step: {why}."]
     return lines
 
 

@@ -1,5 +1,6 @@
-"""Smoke run of bench/vs_trl.py: 1 step x 1 repetition of every arm (mmrl, TRL, mmrl on video, the five
-algorithms) at a miniature size, through the command line as users run it. Checks the plumbing, not the numbers."""
+"""Smoke run of bench/vs_trl.py: 1 step x 1 repetition of every arm (mmrl and TRL at 1 and 2 threads, mmrl async,
+mmrl on video, the five algorithms) at a miniature size, through the command line as users run it. Checks the
+plumbing, not the numbers."""
 import importlib.util
 import json
 import subprocess
@@ -22,7 +23,10 @@ def test_vs_trl_smoke(tiny_model_path, tmp_path):
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     table = (out / "table.md").read_text()
-    for text in ("mmrl (image)", "TRL GRPOTrainer (image)", "mmrl (video, 4 frames)", "floor, plain torch (image)",
+    assert table.startswith("Headline: mmrl at its best setting vs TRL at its best")
+    for text in ("mmrl (image) | 1 process x 1 thread", "mmrl (image) | 1 process x 2 threads",
+                 "mmrl async k=1 (image) | 2 processes x 1 thread", "TRL GRPOTrainer (image) | 1 process x 2 threads",
+                 "Overlap efficiency", "mmrl (video, 4 frames)", "floor, plain torch (image)",
                  "floor, plain torch (video)", "steps/s ratio",
                  "peak RSS ratio", "| GRPO |", "| DAPO |", "| GSPO |", "| BPO |", "| T-GRPO |", "view_time_share"):
         assert text in table, text
@@ -32,6 +36,10 @@ def test_vs_trl_smoke(tiny_model_path, tmp_path):
     # equal work: both frameworks generated prompts x n completions in the step
     assert res["trl"][0]["per_step"][0]["samples"] == res["mmrl"][0]["per_step"][0]["samples"] == 4
     assert res["algo_BPO"][0]["per_step"][0]["view_time_share"] > 0
+    # the async arm: 2 processes, the worker's peak RSS measured and counted, its batch as big as the sync arm's
+    asy = res["mmrl_async"][0]
+    assert asy["processes"] == 2 and asy["children_peak_rss_kb"] > 100 << 10 and asy["per_step"][0]["samples"] == 4
+    assert res["mmrl_t2"][0]["threads"] == 2 and res["trl_t2"][0]["threads"] == 2 and res["mmrl"][0]["children"] == 0
 
 
 def test_vs_trl_lengths_smoke(tiny_model_path, tmp_path):
@@ -40,12 +48,13 @@ def test_vs_trl_lengths_smoke(tiny_model_path, tmp_path):
     out = tmp_path / "vs_trl_lengths"
     cmd = [sys.executable, str(REPO / "bench" / "vs_trl.py"), "--steps", "1", "--warmup", "0", "--reps", "1",
            "--prompts", "2", "--n", "4", "--micro-batch", "8", "--n-train", "8", "--no-algos", "--no-trl",
-           "--lengths", "2", "70", "--out", str(out)]
+           "--thread-counts", "1", "--no-async", "--lengths", "2", "70", "--out", str(out)]
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     table = (out / "table.md").read_text()
-    assert table.startswith("mmrl vs TRL and the floor by response length")
-    rows = [l for l in table.splitlines() if l.startswith("| 2 |") or l.startswith("| 70 |")]
+    assert table.startswith("Headline:")  # then the table by length: its heading, a blank line, its rows
+    by_length = table[table.index("mmrl vs TRL and the floor by response length"):].split("\n\n")[1]
+    rows = [l for l in by_length.splitlines() if l.startswith("| 2 |") or l.startswith("| 70 |")]
     assert len(rows) == 2 and all(l.count("|") == 14 for l in rows)
     res = json.loads((out / "results.json").read_text())["results"]
     assert sorted(res) == ["2", "70"] and {"mmrl", "floor", "mmrl_video", "floor_video"} <= set(res["70"])

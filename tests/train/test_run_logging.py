@@ -117,6 +117,18 @@ def test_flat_zero_notes_name_the_config_key():
     assert flat_zero_notes([{"step": 1, "kl": 0.01}], {"kl_coef": 0.0}) == {}  # not flat
 
 
+
+def test_a_policy_loss_of_float_rounding_says_why():
+    """The demo's GRPO loss (ppo_epochs 1, kl_coef 0, seq-mean-token-mean) is -mean(A) = 0 up to rounding: a note;
+    a loss of 2e-6, or the same loss with token-mean aggregation (-sum A_i L_i / sum L_i, not 0), gets none."""
+    grpo = {"ppo_epochs": 1, "kl_coef": 0.0, "loss_agg": "seq-mean-token-mean"}
+    rows = [{"step": 1, "loss": 1.5e-8}, {"step": 2, "loss": -3.7e-8}]
+    assert flat_zero_notes(rows, grpo)["loss"].startswith("algorithm.ppo_epochs = 1, kl_coef = 0, a seq-mean")
+    assert "loss" not in flat_zero_notes(rows + [{"step": 3, "loss": 2e-6}], grpo)
+    assert "loss" not in flat_zero_notes(rows, {**grpo, "loss_agg": "token-mean"})
+    assert "loss" not in flat_zero_notes(rows, {**grpo, "kl_coef": 0.04})
+    assert "kl" not in flat_zero_notes([{"step": 1, "kl": 1e-8}], grpo)  # kl has no tolerance: exactly 0 only
+
 def test_report_first_column_is_each_metrics_own_first_step(tmp_path):
     """Held-out metrics start at their step-0 evaluation (and a train metric at step 1); kl is explained."""
     rows = [{"step": 0, "eval/accuracy": 0.68}]
@@ -129,6 +141,13 @@ def test_report_first_column_is_each_metrics_own_first_step(tmp_path):
     assert "| reward/total | 0.1 | 1 | 0.3 | 3 |" in text
     assert "Step 0 is the starting model" in text
     assert "`kl` is 0 at every step: algorithm.kl_coef = 0: the loss has no KL term" in text
+
+
+def test_the_two_ess_lines_have_their_own_legend_names():
+    """mismatch/ess and rollout_corr/ess share an axis; both used to read "ess" in the legend."""
+    from mmrl.train.report import _label
+
+    assert (_label("mismatch/ess"), _label("rollout_corr/ess")) == ("raw ratios", "applied weights")
 
 
 @pytest.mark.slow
@@ -167,3 +186,25 @@ def test_completions_spread_over_prompts_and_views():
     trajs = [types.SimpleNamespace(sample_id=s, view="original") for s in "aaabbc"]
     assert spread(trajs, 4) == [0, 3, 5, 1]
     assert [trajs[i].sample_id for i in spread(trajs, 4)] == ["a", "b", "c", "a"]
+
+
+@pytest.mark.slow
+def test_held_out_evaluations_leave_training_bit_for_bit_unchanged(video_world, tiny_model_path, tmp_path):
+    """3 steps with held-out evaluations at steps 0 and 2 (``eval_every=2``) log the same training metrics, to the
+    last bit, as the same 3 steps without any: an evaluation draws no training randomness (global RNG, data stream)
+    and leaves the model as it found it."""
+    from support import small_overrides, varying_reward_cfg, without_measurements
+
+    from mmrl.train.rl_trainer import RLTrainer
+
+    def train_rows(name, eval_every):
+        cfg = varying_reward_cfg(small_overrides(video_world, tmp_path / name, tiny_model_path)  # rewards that vary
+                                 + ["train.steps=3", f"train.eval_every={eval_every}", "train.eval_limit=4",
+                                    "train.save_every=0"])
+        RLTrainer(cfg, quiet=True).run()
+        rows = without_measurements(MetricsLogger.read(tmp_path / name / "metrics.jsonl"))
+        return [{k: v for k, v in r.items() if not k.startswith("eval/")} for r in rows if r["step"] > 0]
+
+    plain, evaluated = train_rows("plain", 0), train_rows("evaluated", 2)
+    assert [r["step"] for r in plain] == [1, 2, 3] and all(r["grad_norm"] > 0 for r in plain)  # it trained
+    assert evaluated == plain
