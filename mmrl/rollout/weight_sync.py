@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -97,11 +98,11 @@ def sync_units(model, only_changed: bool = True, dtype: Optional[torch.dtype] = 
         if name in bases:
             layer = layers[bases[name]]
             params = (p, *layer.lora_A.parameters(), *layer.lora_B.parameters())
-            compute = lambda layer=layer: merged_weight(layer)  # noqa: E731
+            compute = partial(merged_weight, layer)
         elif only_changed and not p.requires_grad:
             continue
         else:
-            params, compute = (p,), (lambda p=p: p.detach())
+            params, compute = (p,), p.detach
         out.append(SyncUnit(hf_name(name), params, full_shape(p), dtype or p.dtype, compute))
     return out
 
