@@ -54,7 +54,7 @@ class RolloutEngine(ABC):
     def generate(self, requests: List[RolloutRequest], params: SamplingParams) -> List[Trajectory]:
         ...
 
-    def sync_weights(self, model) -> None:  # the HF engine shares the trainer's module: nothing to do
+    def sync_weights(self, model, everything: bool = False) -> None:  # the HF engine shares the module: nothing to do
         return None
 
 

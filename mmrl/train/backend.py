@@ -100,8 +100,9 @@ class Backend:
         frozen ones need it)."""
         return self.autocast()
 
-    def sync_rollout_weights(self, engine) -> None:
-        engine.sync_weights(self.model)
+    def sync_rollout_weights(self, engine, everything: bool = False) -> None:
+        """``everything``: every weight, frozen ones too (a rollout server may hold another checkpoint's)."""
+        engine.sync_weights(self.model, everything=everything)
 
     # ---- state --------------------------------------------------------------------------------------------------
     def save(self, out_dir: str, step: int, extra: Dict[str, Any], keep: int) -> Path:

@@ -210,16 +210,13 @@ class DeepSpeedBackend(Backend):
                 register = getattr(offload, "_register_deepspeed_module", None) or offload._register_hooks_recursively
                 register(offload.module)
 
-    def sync_rollout_weights(self, engine) -> None:
-        """Push the updated weights to the rollout engine (a no-op for the HF engine, which shares the module).
-        ZeRO-3: every rank gathers one transfer bucket of parameters at a time (``weight_sync.SyncWeights``), never
-        the whole model."""
+    def sync_rollout_weights(self, engine, everything: bool = False) -> None:
+        """Push the updated weights to the rollout engine (a no-op for the HF engine, which shares the module);
+        ``everything``: frozen weights too. ZeRO-3: every rank gathers one transfer bucket of parameters at a time
+        (``weight_sync.SyncWeights``), never the whole model."""
         if self.cfg.rollout.engine == "hf":
             return
-        if self.stage == 3:
-            engine.sync_weights(self.model, gather=zero3_gather)
-        else:
-            engine.sync_weights(self.model)
+        engine.sync_weights(self.model, everything=everything, gather=zero3_gather if self.stage == 3 else None)
 
     # ---- state --------------------------------------------------------------------------------------------------
     def save(self, out_dir: str, step: int, extra: Dict[str, Any], keep: int) -> Path:

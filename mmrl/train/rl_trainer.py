@@ -199,8 +199,12 @@ class RLTrainer:
         self.stream.load_state_dict(state["data"])
         self.spec.load_state_dict(state.get("algorithm", {}))
         load_async_state(self.async_rollouts, state.get("async_rollouts"))
-        self.backend.sync_rollout_weights(self.engine)
+        self.backend.sync_rollout_weights(self.engine, everything=self._served())
         return True
+
+    def _served(self) -> bool:
+        """Rollouts come from vLLM servers, which may hold another checkpoint's or an earlier run's weights."""
+        return self.cfg.rollout.engine == "vllm" and self.cfg.rollout.vllm_mode == "server"
 
     def export(self, path: str) -> str:
         return self.backend.export(path, self.processor)
@@ -250,6 +254,8 @@ class RLTrainer:
                 from mmrl.tools.trajectory_log import truncate_after
 
                 truncate_after(cfg.train.out_dir, self.step)
+        elif self._served():  # step 1 samples from the trainer's weights, whatever the servers were started with
+            be.sync_rollout_weights(self.engine, everything=True)
         self.skips = skip_log_for(str(out_dir), cfg.data, self.samples, self.load_skipped, self.step, write=be.is_main())
         self.stream.excluded = self.skips.excluded
         logger = MetricsLogger(str(out_dir), resume_step=self.step, wandb_project=cfg.train.wandb_project,

@@ -1,6 +1,7 @@
 """GRPO steps with rollouts on two real rollout servers (vLLM's CPU build, loopback): two DeepSpeed CPU ranks whose
-rollouts both servers serve, then one trainer whose servers match its scorer after every weight sync (<= 1e-5,
-fp32), a server killed mid-run (the run ends naming it, with the last step's checkpoint) and the run resumed."""
+rollouts both servers serve, then one trainer whose servers, first loaded with other weights, match its scorer from
+step 1 on and after every weight sync (<= 1e-5, fp32), a server killed mid-run (the run ends naming it, with the
+last step's checkpoint) and the run resumed."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("vllm")
 
@@ -97,16 +99,25 @@ def test_parity_after_every_sync_a_killed_server_and_a_resumed_run(run, monkeypa
         r.meta["seed"] = 7 + int(r.group_id)
     gaps, stale = [], []
     sync = trainer.backend.sync_rollout_weights
+    # the servers hold other weights than the trainer's (an earlier run's): the run's start must replace them
+    originals = [p.detach().clone() for p in trainer.model.parameters()]
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(torch.randn_like(p), alpha=0.02)
+    sync(trainer.engine)
+    with torch.no_grad():
+        for p, original in zip(trainer.model.parameters(), originals):
+            p.copy_(original)
 
     def gap(engine) -> float:
         return logprob_parity(engine, trainer.model, requests, SamplingParams(max_new_tokens=6),
                               trainer.processor.tokenizer.pad_token_id).max_abs
 
-    def sync_and_check(engine):  # each step's sync: the servers' log-probs against the trainer's scorer
-        stale.append(gap(engine))  # the trainer's weights moved at this step's update, the servers' not yet
-        sync(engine)
+    def sync_and_check(engine, everything=False):  # the start's sync, then each step's: servers vs trainer's scorer
+        stale.append(gap(engine))  # the trainer's weights moved at this step's update (or the start), the servers' not
+        sync(engine, everything=everything)
         gaps.append(gap(engine))
-        if len(gaps) == 2:
+        if len(gaps) == 3:
             servers[1].stop()  # killed after step 2: step 3's rollouts find it dead
 
     trainer.backend.sync_rollout_weights = sync_and_check
@@ -114,9 +125,10 @@ def test_parity_after_every_sync_a_killed_server_and_a_resumed_run(run, monkeypa
         trainer.run()
     print("parity max_abs after each sync:", [f"{g:.2e}" for g in gaps], "before it:", [f"{g:.2e}" for g in stale])
     print("killed server:", e.value)
-    assert len(gaps) == 2 and max(gaps) <= 1e-5 and min(stale) > 1e-3
+    assert len(gaps) == 3 and max(gaps) <= 1e-5 and min(stale) > 1e-3
     assert (out / "checkpoints" / "step_000002").exists()
-    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and max(r["mismatch/max_abs_diff"] for r in rows) <= 1e-4
 
     resumed = RLTrainer(load_config([str(cfg)], [f"train.out_dir={out}", "train.steps=3",
                                                  f"rollout.servers=[{servers[0].url}]"]), quiet=True)

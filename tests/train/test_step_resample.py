@@ -78,7 +78,7 @@ class _Backend:
     def scheduler_step(self):
         pass
 
-    def sync_rollout_weights(self, engine):
+    def sync_rollout_weights(self, engine, everything=False):
         self.synced.append(engine)
 
     def lr(self):
