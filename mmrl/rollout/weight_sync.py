@@ -8,6 +8,10 @@ peft's ``merge_adapter`` / ``unmerge_adapter`` would add then subtract the delta
 round trip rounds, and the base drifts (``bench/lora_sync_drift.py`` measures it).
 
 Without LoRA: every trainable weight under its HF name (vLLM's ``load_weights`` maps HF names itself).
+
+Each tensor goes in the hub checkpoints' layout (``mmrl.models.hub_layout.to_hub_layout``: Qwen3-VL-MoE's fused
+experts transposed back to ``[E, H, 2I]`` / ``[E, I, H]``, a view): vLLM reloads them ``is_checkpoint_format=True``,
+through the loader that reads real checkpoints.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from mmrl.errors import MMRLError
+from mmrl.models.hub_layout import model_type_of, to_hub_layout
 
 
 def hf_name(name: str) -> str:
@@ -57,6 +62,7 @@ def rollout_weights(model, only_changed: bool = True, dtype: Optional[torch.dtyp
     ``only_changed``: LoRA layers' merged weights plus trainable parameters (what an optimizer step can change);
     otherwise every weight (an engine that dropped its weights, e.g. vLLM asleep at level 2)."""
     layers = lora_layers(model)
+    model_type = model_type_of(model)
     bases = {n + ".base_layer.weight": n for n in layers}
     out = []
     for name, p in model.named_parameters():
@@ -68,5 +74,6 @@ def rollout_weights(model, only_changed: bool = True, dtype: Optional[torch.dtyp
             continue
         else:
             t = p.detach()
-        out.append((hf_name(name), t.to(dtype or p.dtype)))
+        hf = hf_name(name)
+        out.append((hf, to_hub_layout(model_type, hf, t.to(dtype or p.dtype))))
     return out
