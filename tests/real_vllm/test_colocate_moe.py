@@ -19,8 +19,23 @@ MOE = "tiny-qwen3-vl-moe"
 KINDS = ("image", "video4")
 
 
+def _without_a_dense_engines_groups() -> None:
+    """vLLM builds its model-parallel groups once per process, the expert-parallel one only for a MoE model: after a
+    dense engine of an earlier test module (``pytest tests/real_vllm``), a MoE engine would find the groups built
+    without it ("expert parallel group is not initialized"). Those engines are done: their groups are dropped."""
+    from vllm.distributed import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        return
+    try:
+        parallel_state.get_ep_group()
+    except AssertionError:
+        parallel_state.destroy_model_parallel()
+
+
 @pytest.fixture(scope="module")
 def engine(mmrl_cache):
+    _without_a_dense_engines_groups()
     proc, model = load_processor(MOE), load_model(MOE, "float32")
     return proc, vllm_engine(model, proc, "float32")
 
