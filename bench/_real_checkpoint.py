@@ -30,6 +30,7 @@ def write_real_checkpoint(out: str, spec: TinySpec = QWEN2_5_VL_3B) -> None:
     its processor. Peak memory ~ one bf16 copy (7.5 GB for 3B), not the fp32 init's 15 GB."""
     import torch
 
+    from mmrl.models import hub_layout
     from mmrl.models.chat_template import chat_template_for
     from mmrl.models.loading import model_class_for
     from mmrl.models.qwen_tokenizer import build_qwen_tokenizer
@@ -52,7 +53,7 @@ def write_real_checkpoint(out: str, spec: TinySpec = QWEN2_5_VL_3B) -> None:
                 p.normal_(0.0, 0.02, generator=g)
     model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
     model.generation_config.pad_token_id = tok.convert_tokens_to_ids("<|endoftext|>")
-    model.save_pretrained(out)
+    hub_layout.save_pretrained(model, out)
     processor.save_pretrained(out)
 
 

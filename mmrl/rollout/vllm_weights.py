@@ -6,12 +6,30 @@ model's own ``load_weights`` name mapping and processed again for its kernels; a
 weights (a frozen vision tower costs nothing). Tied embeddings (``tie_word_embeddings``): vLLM's ``load_weights``
 skips ``lm_head.*``, so the head is given nothing and keeps the kernel tensors it had (on the CPU build a packed copy
 of the OLD embedding); ``retie_lm_head`` points it at the reloaded embedding and processes it again.
+
+MoE experts on vLLM's CPU build (0.32.0): the first load prepacks each layer's ``w13_weight`` / ``w2_weight`` into
+the CPU kernel's grouped-GEMM layout (``CPUUnquantizedExperts.process_weights_after_loading``, same shape), but a
+reload skips that step (``UnquantizedFusedMoEMethod._setup_kernel`` calls it only while ``moe_kernel is None``) and
+copies the unpacked weights into the packed storage: the experts then compute with scrambled weights (log-prob gap
+0.065 on the tiny Qwen3-VL-MoE). ``repack_cpu_experts`` runs that kernel step for each layer whose reloaded tensors
+still equal, exactly, the unpacked layout of what was sent (so a vLLM that repacks on reload is left alone).
+
+vLLM 0.33.0 (the GPU extra) read at its source (the PyPI wheel, ``_version.py`` commit ``g4ba787ec9``) against the
+installed 0.32.0: ``Worker.reload_weights(self, *args, **kwargs)``, the model runners' ``reload_weights(
+weights_iterator=None, weights_path=None, is_checkpoint_format=True)``, the whole ``model_loader/reload`` package and
+``LLM.collective_rpc`` are the same, and neither ties ``lm_head`` on reload; one path serves both
+(``docs/install_gpu.md``, "Weight sync").
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+import re
+from typing import Dict, List, Tuple
 
 import torch
+
+# a fused-experts tensor of text layer i, as sent (hub names) and as vLLM names the layer's experts module
+_SENT_EXPERTS = re.compile(r"\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
+_VLLM_EXPERTS = re.compile(r"\.layers\.(\d+)\.mlp\.experts\b")
 
 
 def _runner_model(worker):
@@ -51,9 +69,42 @@ def retie_lm_head(model) -> bool:
     return True
 
 
+def repack_cpu_experts(model, weights: List[Tuple[str, torch.Tensor]]) -> int:
+    """Run the CPU MoE kernel's prepack for each experts layer the reload left unpacked; returns how many.
+
+    Sent in the hub layout, ``gate_up_proj`` ``[E, H, 2I]`` and ``down_proj`` ``[E, I, H]`` are vLLM's unpacked
+    ``w13_weight`` ``[E, 2I, H]`` and ``w2_weight`` ``[E, H, I]`` once transposed (``hub_layout``)."""
+    try:
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+    except ImportError:  # a build without the CPU experts
+        return 0
+    sent: Dict[Tuple[int, str], torch.Tensor] = {}
+    for name, t in weights:
+        m = _SENT_EXPERTS.search(name)
+        if m:
+            sent[(int(m.group(1)), m.group(2))] = t
+    done = 0
+    for name, mod in model.named_modules():
+        kernel = getattr(getattr(mod, "quant_method", None), "moe_kernel", None)
+        experts, m = getattr(kernel, "fused_experts", None), _VLLM_EXPERTS.search(name)
+        if not isinstance(experts, CPUUnquantizedExperts) or m is None:
+            continue
+        gate_up, down = sent.get((int(m.group(1)), "gate_up_proj")), sent.get((int(m.group(1)), "down_proj"))
+        if gate_up is None or down is None:
+            continue
+        w13, w2 = mod.w13_weight, mod.w2_weight
+        if (w13.shape == gate_up.transpose(1, 2).shape and torch.equal(w13, gate_up.transpose(1, 2).to(w13))
+                and w2.shape == down.transpose(1, 2).shape and torch.equal(w2, down.transpose(1, 2).to(w2))):
+            experts.process_weights_after_loading(mod)
+            done += 1
+    return done
+
+
 @torch.no_grad()
 def reload_in_place(worker, weights: List[Tuple[str, torch.Tensor]]) -> int:
     """Load HF-named ``weights`` into the worker's model in place; returns how many tensors were given."""
     worker.model_runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
-    retie_lm_head(_runner_model(worker))
+    model = _runner_model(worker)
+    retie_lm_head(model)
+    repack_cpu_experts(model, weights)
     return len(weights)

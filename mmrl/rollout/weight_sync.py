@@ -16,6 +16,10 @@ bucket's parameters are gathered (DeepSpeed's ``GatheredParameters``, on every r
 released before the next bucket is gathered: one bucket of full parameters at a time, not the whole model. TRL
 gathers one parameter at a time (``_move_model_to_vllm``: ``gather_if_zero3([param])`` per parameter), and the whole
 model for a PEFT merge; a bucket is the transfer's own unit here, so a gather feeds exactly one broadcast.
+
+Each tensor goes in the hub checkpoints' layout (``mmrl.models.hub_layout.to_hub_layout``: Qwen3-VL-MoE's fused
+experts transposed back to ``[E, H, 2I]`` / ``[E, I, H]``, a view): vLLM reloads them ``is_checkpoint_format=True``,
+through the loader that reads real checkpoints.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 from mmrl.errors import MMRLError
+from mmrl.models.hub_layout import model_type_of, to_hub_layout
 
 
 def hf_name(name: str) -> str:
@@ -85,11 +90,16 @@ def full_shape(p: torch.Tensor) -> Tuple[int, ...]:
     return tuple(p.ds_shape if hasattr(p, "ds_shape") else p.shape)
 
 
+def _hub(model_type: str, name: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+    return to_hub_layout(model_type, name, compute())
+
+
 def sync_units(model, only_changed: bool = True, dtype: Optional[torch.dtype] = None) -> List[SyncUnit]:
     """What a sync sends, in ``named_parameters`` order. ``only_changed``: LoRA layers' merged weights plus trainable
     parameters (what an optimizer step can change; a frozen vision tower never); otherwise every weight (an engine
     that dropped its weights, e.g. vLLM asleep at level 2)."""
     layers = lora_layers(model)
+    model_type = model_type_of(model)
     bases = {n + ".base_layer.weight": n for n in layers}
     out = []
     for name, p in model.named_parameters():
@@ -103,7 +113,9 @@ def sync_units(model, only_changed: bool = True, dtype: Optional[torch.dtype] = 
             continue
         else:
             params, compute = (p,), p.detach
-        out.append(SyncUnit(hf_name(name), params, full_shape(p), dtype or p.dtype, compute))
+        hf = hf_name(name)
+        shape = to_hub_layout(model_type, hf, torch.empty(full_shape(p), device="meta")).shape
+        out.append(SyncUnit(hf, params, tuple(shape), dtype or p.dtype, partial(_hub, model_type, hf, compute)))
     return out
 
 
