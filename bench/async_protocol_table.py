@@ -117,6 +117,9 @@ def render_records(recs: Dict[int, Dict], proto: Protocol, notes: str = "") -> R
              f"Overrides: {' '.join(st['overrides']) or 'none'}.", ""])
     res.add(start_lines(recs))
     res.add(res.chosen_setting(recs, "on greedy validation accuracy of the sync arm"))
+    if len(st["lr_grid"]) * len(st["kl_grid"]) == 1:
+        res.add([f"The grid is one point (lr {st['lr_grid'][0]:g}, KL {st['kl_grid'][0]:g}): the setting is fixed, "
+                 "not chosen on validation; the table above only reports its validation accuracy.", ""])
     acc = per_seed(recs, "evals", "accuracy", ARM_ORDER)
     res.add(res.arms_table("Held-out accuracy % (greedy, test file)", acc))
     res.add(res.paired_table("held-out accuracy (points)", acc, [(a, b) for a, b in PAIRS if a in acc and b in acc]))

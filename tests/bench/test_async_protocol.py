@@ -71,6 +71,7 @@ def test_render_from_hand_records():
     proto = _protocol.Protocol(command="CMD", seeds=[0, 1, 2], n_test=400, n_val=32, lr_grid=[1e-4], kl_grid=[0.0])
     text = t.render_records(recs, proto).render()
     assert text.startswith("# Asynchronous rollouts") and "Command: `CMD`" in text
+    assert "The grid is one point (lr 0.0001, KL 0): the setting is fixed" in text
     # sync 70, 71, 72 -> 71.0 [68.5, 73.5] (sd 1, half 2.484)
     assert "| sync | 71.0 [68.5, 73.5] | 70.0 | 71.0 | 72.0 |" in text
     # async1_corr - sync = +1 on every seed: zero spread, interval [1, 1]; wall +1.0, +0.9, +0.8 -> mean +0.9
