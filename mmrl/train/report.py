@@ -175,6 +175,15 @@ def _draw(ax, xs, ys, label, color=None, marker=None, smooth=True):
         ax.plot(xs, ys, label=label, color=color, marker=marker or ("o" if len(ys) <= 12 else None), markersize=3)
 
 
+def legend_place(n_lines: int, kind: str) -> Optional[str]:
+    """Where an axis's legend goes: beside it (off the curves) for many lines, or for several on a 0-1 axis, whose
+    curves fill the box (question types, views, shares); inside otherwise; every line is named, a lone one too (a
+    single view's accuracy, or the EMA that the line shows); ``None`` for an empty axis."""
+    if n_lines == 0:
+        return None
+    return "beside" if n_lines > 3 or (n_lines > 1 and kind == "frac") else "inside"
+
+
 def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) -> bool:
     """One figure of small multiples (each axis its own scale); False when no run has any of its keys."""
     import matplotlib
@@ -220,10 +229,10 @@ def plot_figure(runs: List[Run], spec: List[Axis], out_png: Path, title: str) ->
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-        n_lines = len(ax.get_legend_handles_labels()[0])
-        if n_lines > 3:  # many lines (question types, views): the legend beside the axis, off the curves
+        place = legend_place(len(ax.get_legend_handles_labels()[0]), kind)
+        if place == "beside":
             ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-        elif n_lines > 1 or len(runs) > 1:
+        elif place == "inside":
             ax.legend(fontsize=7, loc="best")
     for j in range(len(axes), rows_n * cols):
         grid[j // cols][j % cols].axis("off")

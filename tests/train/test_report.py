@@ -76,3 +76,29 @@ def test_mmrl_report_overlays_runs(tmp_path, capsys):
     assert main(["report", str(a)]) == 0 and (a / "report.md").exists()
     with pytest.raises(ConfigError, match="no metrics.jsonl"):
         compare_runs([str(a), str(tmp_path)], str(out))
+
+
+def test_every_line_is_named_and_crowded_fraction_axes_keep_their_legend_off_the_curves():
+    from mmrl.train.report import legend_place
+
+    assert legend_place(0, "line") is None
+    assert legend_place(1, "frac") == "inside"  # one view's accuracy still says which view
+    assert legend_place(1, "line") == "inside"
+    assert legend_place(2, "line") == "inside"
+    assert legend_place(2, "frac") == "beside"  # shares, per-view accuracy: 0-1 curves fill the box
+    assert legend_place(4, "line") == "beside"
+
+
+def test_a_lone_view_curve_is_drawn_with_its_name(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from mmrl.train.report import Run, plot_figure
+
+    labels = []
+    real = matplotlib.axes.Axes.legend
+    monkeypatch.setattr(matplotlib.axes.Axes, "legend", lambda ax, *a, **k: (
+        labels.extend(ax.get_legend_handles_labels()[1]), real(ax, *a, **k))[1])
+    _write(tmp_path / "r", [{"step": i, "view_acc/original": 0.5} for i in range(1, 6)])
+    spec = dict((f, axes) for f, _, axes in FIGURES)["views.png"]
+    assert plot_figure([Run(str(tmp_path / "r"))], spec, tmp_path / "v.png", "views")
+    assert labels == ["original"]
