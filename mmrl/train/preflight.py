@@ -161,11 +161,12 @@ def _raise_if_strict(cfg, bad, n_usable: int, key: str, path: str) -> None:
         raise DataError(_describe(bad, n_usable + len(bad), key), path=path)
 
 
-def check_views(cfg, samples: List, bad: List[Tuple[str, str]]) -> List:
+def check_views(cfg, samples: List, bad: List[Tuple[str, str]], log=None) -> List:
     """What the configured view set's transforms need of each sample (evidence segments, evidence boxes, the media
     kind, a view list for its qtype), by the run's own ``ViewSet.views_for``: the samples it accepts; the others are
     appended to ``bad`` (``data.on_error=raise``: one line). No view set: ``samples`` unchanged. Imports torch (the
-    view transforms), so it runs after the torch-free checks."""
+    view transforms), so it runs after the torch-free checks. ``log`` gets ``ViewSet.fallback_warning``: question
+    types that fall back to the set's ``default`` views, in ``--dry-run`` and ``--preflight-only`` as in the run."""
     if not cfg.algorithm.viewset:
         return samples
     from mmrl.views import ViewSet
@@ -179,6 +180,9 @@ def check_views(cfg, samples: List, bad: List[Tuple[str, str]]) -> List:
             failed.append((s.id, str(e)))
     samples = _leave_out(samples, bad, failed)
     _raise_if_strict(cfg, bad, len(samples), "data.train", cfg.data.train)
+    fallback = viewset.fallback_warning(samples)
+    if fallback and log is not None:
+        log(f"mmrl: warning: {fallback}")
     return samples
 
 
@@ -222,7 +226,7 @@ def check_data(cfg, kind: str = "train", log=None):
     if cfg.data.test and kind == "train":
         check_file(cfg.data.test, "data.test", cfg, mode, n)
     if kind == "train":
-        samples = check_views(cfg, samples, bad)
+        samples = check_views(cfg, samples, bad, log)
     check_loaded(cfg.data, samples, bad)
     if log is not None:
         what = {"all": "every media file decoded", "none": "media probe off",

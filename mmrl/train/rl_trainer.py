@@ -65,9 +65,6 @@ class RLTrainer:
 
             self.viewset = ViewSet.load(cfg.algorithm.viewset, abstain_text=cfg.data.prompt.abstain_text)
             self.viewset.check_weights_used(cfg.algorithm.name, self.spec.uses_view_weights)
-            fallback, log = self.viewset.fallback_warning(self.samples), None if quiet else preflight_log()
-            if fallback and log is not None:  # before the weights load: seconds into the run, not minutes
-                log(f"mmrl: warning: {fallback}")
         deepspeed = cfg.train.backend == "deepspeed"
         ds_config = hf_ds = None
         if deepspeed:

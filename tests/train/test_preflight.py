@@ -233,3 +233,19 @@ def test_the_skip_budget_stops_the_preflight_where_it_stops_the_run(video_world,
     assert main(base + ["data.max_skip_frac=0.7"]) == 0
     out = capsys.readouterr().out
     assert "1 usable items" in out and "2 left out (data.on_error=skip, within data.max_skip_frac=0.7)" in out, out
+
+
+def test_question_types_without_a_view_entry_are_named_by_the_preflight_and_the_dry_run(video_world, tmp_path,
+                                                                                         capsys, no_load):
+    """Samples without a qtype (schema default 'generic') under views/bpo_video.yaml get its 'default' views only:
+    the warning came from RLTrainer after the data loaded, not from --preflight-only or --dry-run."""
+    def edit(items, root):
+        for it in items[:3]:
+            it.pop("qtype")
+
+    data = _world(video_world, tmp_path, edit)
+    base = ["train", *BPO, f"data.train={data}", f"train.out_dir={tmp_path / 'run'}"]
+    for flag in ("--preflight-only", "--dry-run"):
+        assert main(base + [flag]) == 0
+        out = capsys.readouterr().out
+        assert "has no entry for qtype 'generic' (3): these 3 samples get its 'default' views only" in out, out
