@@ -23,7 +23,7 @@ weights_iterator=None, weights_path=None, is_checkpoint_format=True)``, the whol
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, Iterable, Iterator, List, Tuple
 
 import torch
 
@@ -69,27 +69,30 @@ def retie_lm_head(model) -> bool:
     return True
 
 
-def repack_cpu_experts(model, weights: List[Tuple[str, torch.Tensor]]) -> int:
-    """Run the CPU MoE kernel's prepack for each experts layer the reload left unpacked; returns how many.
-
-    Sent in the hub layout, ``gate_up_proj`` ``[E, H, 2I]`` and ``down_proj`` ``[E, I, H]`` are vLLM's unpacked
-    ``w13_weight`` ``[E, 2I, H]`` and ``w2_weight`` ``[E, H, I]`` once transposed (``hub_layout``)."""
+def _cpu_experts(model) -> List[Tuple[int, torch.nn.Module, object]]:
+    """(text layer, module, its ``CPUUnquantizedExperts``) for each experts layer on vLLM's CPU kernel; [] elsewhere."""
     try:
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
     except ImportError:  # a build without the CPU experts
-        return 0
-    sent: Dict[Tuple[int, str], torch.Tensor] = {}
-    for name, t in weights:
-        m = _SENT_EXPERTS.search(name)
-        if m:
-            sent[(int(m.group(1)), m.group(2))] = t
-    done = 0
+        return []
+    out = []
     for name, mod in model.named_modules():
         kernel = getattr(getattr(mod, "quant_method", None), "moe_kernel", None)
         experts, m = getattr(kernel, "fused_experts", None), _VLLM_EXPERTS.search(name)
-        if not isinstance(experts, CPUUnquantizedExperts) or m is None:
-            continue
-        gate_up, down = sent.get((int(m.group(1)), "gate_up_proj")), sent.get((int(m.group(1)), "down_proj"))
+        if isinstance(experts, CPUUnquantizedExperts) and m is not None:
+            out.append((int(m.group(1)), mod, experts))
+    return out
+
+
+def repack_cpu_experts(model, sent: Dict[Tuple[int, str], torch.Tensor]) -> int:
+    """Run the CPU MoE kernel's prepack for each experts layer the reload left unpacked; returns how many.
+    ``sent``: the fused-expert tensors sent, by (text layer, ``gate_up_proj`` | ``down_proj``).
+
+    Sent in the hub layout, ``gate_up_proj`` ``[E, H, 2I]`` and ``down_proj`` ``[E, I, H]`` are vLLM's unpacked
+    ``w13_weight`` ``[E, 2I, H]`` and ``w2_weight`` ``[E, H, I]`` once transposed (``hub_layout``)."""
+    done = 0
+    for layer, mod, experts in _cpu_experts(model):
+        gate_up, down = sent.get((layer, "gate_up_proj")), sent.get((layer, "down_proj"))
         if gate_up is None or down is None:
             continue
         w13, w2 = mod.w13_weight, mod.w2_weight
@@ -101,10 +104,25 @@ def repack_cpu_experts(model, weights: List[Tuple[str, torch.Tensor]]) -> int:
 
 
 @torch.no_grad()
-def reload_in_place(worker, weights: List[Tuple[str, torch.Tensor]]) -> int:
-    """Load HF-named ``weights`` into the worker's model in place; returns how many tensors were given."""
-    worker.model_runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+def reload_in_place(worker, weights: Iterable[Tuple[str, torch.Tensor]]) -> int:
+    """Load HF-named ``weights`` into the worker's model in place; returns how many tensors were given. ``weights``
+    is iterated once (a ``SyncWeights`` computes, and under ZeRO-3 gathers, each bucket as it streams); the
+    fused-expert tensors are kept for ``repack_cpu_experts`` only where the model has CPU experts."""
+    keep = bool(_cpu_experts(_runner_model(worker)))
+    sent: Dict[Tuple[int, str], torch.Tensor] = {}
+    given = 0
+
+    def stream() -> Iterator[Tuple[str, torch.Tensor]]:
+        nonlocal given
+        for name, t in weights:
+            m = _SENT_EXPERTS.search(name) if keep else None
+            if m:
+                sent[(int(m.group(1)), m.group(2))] = t
+            given += 1
+            yield name, t
+
+    worker.model_runner.reload_weights(weights_iterator=stream(), is_checkpoint_format=True)
     model = _runner_model(worker)
     retie_lm_head(model)
-    repack_cpu_experts(model, weights)
-    return len(weights)
+    repack_cpu_experts(model, sent)
+    return given

@@ -68,3 +68,18 @@ def test_an_update_reaches_the_engine_after_sync(engine, what, only):
     print(row(MOE, "image+video4", "fp32", f"{what}, no sync", stale))
     print(row(MOE, "image+video4", "fp32", f"{what}, synced", after))
     assert stale.max_abs > 1e-3 and after.max_abs <= FP32_TOL
+
+
+def test_a_sync_streams_its_weights_once(engine, monkeypatch):
+    """The reload and the experts' repack share one pass over ``SyncWeights`` (each pass computes every bucket, and
+    under ZeRO-3 gathers it again): the repack keeps the expert tensors as they stream, so a second pass is gone."""
+    from mmrl.rollout import weight_sync
+
+    proc, eng = engine
+    model = load_model(MOE, "float32")
+    assert perturb(model, scale=0.5, only=lambda n: ".mlp.experts." in n) > 0
+    passes, real = [], weight_sync.SyncWeights.buckets
+    monkeypatch.setattr(weight_sync.SyncWeights, "buckets", lambda self: (passes.append(1), real(self))[1])
+    eng.sync_weights(model, everything=True)
+    assert len(passes) == 1
+    assert parity(eng, model, proc, requests(proc, KINDS)).max_abs <= FP32_TOL  # the experts were repacked
